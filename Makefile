@@ -1,0 +1,76 @@
+# sbxfs - a FUSE filesystem of code-execution sandboxes for AI agents.
+#
+#   make            build ./sbxfs and ./sbxfs-exec (with -Werror)
+#   make run        install missing packages, build, mount /sbx with mount.conf (foreground)
+#   make test       install missing packages, build, run the pytest suite
+#   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make bench      benchmarks side by side with native I/O and bindfs
+#   make deps       apt-get install what is missing
+#   make install    install into $(PREFIX)
+
+PREFIX ?= /usr/local
+MOUNTPOINT ?= /sbx
+CONFIG ?= mount.conf
+VERSION := 0.1.0
+
+PKGS := fuse3 libcurl jansson yaml-0.1 libcrypto
+CC ?= gcc
+CFLAGS ?= -O2 -g
+CFLAGS += -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
+	  -DSBXFS_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
+
+COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o
+PROVIDERS := providers/providers.o providers/pool.o providers/local.o
+FS := fs/main.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o
+OBJS := $(COMMON) $(PROVIDERS) $(FS)
+HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
+
+DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
+	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr
+
+.PHONY: all run test asan bench deps clean install check-style
+
+all: sbxfs sbxfs-exec
+
+sbxfs: $(OBJS)
+	$(CC) $(CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
+
+sbxfs-exec: providers/local_exec.o
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+%.o: %.c $(HDRS)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+deps:
+	@missing=$$(for p in $(DEBIAN_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+run: deps all
+	mkdir -p $(MOUNTPOINT)
+	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
+
+test: deps all
+	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+
+asan:
+	$(MAKE) clean
+	$(MAKE) all CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+		LDFLAGS="-fsanitize=address,undefined"
+
+bench: deps all
+	bash bench/run.sh
+
+install: all
+	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
+	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
+	install -D -m 0644 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
+
+check-style:
+	@bash .ci/banned-functions
+
+clean:
+	rm -f sbxfs sbxfs-exec $(OBJS) providers/local_exec.o

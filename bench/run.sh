@@ -1,0 +1,64 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# bench/run.sh - `make bench`: sbxfs against native I/O, bindfs and bubblewrap, in one run.
+#
+#   bench/run.sh [--quick] [--only ROW[,ROW...]] [--runs N] [--skip-sbxfs]
+#
+# Needs root, ./sbxfs built (or SBXFS_BIN=/path/to/sbxfs), bindfs, bwrap, fusermount3.
+# Prints a markdown table and writes it to bench/results/latest.md.
+# Everything lives in a scratch dir under /var/tmp (not tmpfs); whatever happens,
+# the trap unmounts what is mounted there, kills the daemons it started (by pid)
+# and removes the scratch dir.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+PY=/usr/bin/python3
+export SBXFS_BIN=${SBXFS_BIN:-$repo/sbxfs}
+
+if [ "$(id -u)" != 0 ]; then
+	echo "bench/run.sh: must run as root" >&2
+	exit 1
+fi
+skip=0
+for a in "$@"; do [ "$a" = --skip-sbxfs ] && skip=1; done
+if [ "$skip" = 0 ] && [ ! -x "$SBXFS_BIN" ]; then
+	echo "bench/run.sh: $SBXFS_BIN not built (run make, or set SBXFS_BIN)" >&2
+	exit 1
+fi
+for t in bindfs bwrap fusermount3 setpriv tar grep find; do
+	command -v "$t" >/dev/null || { echo "bench/run.sh: $t not installed" >&2; exit 1; }
+done
+
+work=$(mktemp -d /var/tmp/sbxfs-bench.XXXXXX)
+
+cleanup() {
+	local rc=$? mp pidf pid
+	set +e
+	# innermost mounts first (bindfs sits on the state_dir of the main daemon)
+	for mp in $(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r); do
+		umount "$mp" 2>/dev/null || fusermount3 -u "$mp" 2>/dev/null || umount -l "$mp"
+	done
+	for pidf in "$work"/daemon-*.pid; do
+		[ -e "$pidf" ] || continue
+		pid=$(cat "$pidf")
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+			kill -TERM "$pid" 2>/dev/null
+			for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+			kill -KILL "$pid" 2>/dev/null
+		fi
+	done
+	if ! awk -v w="$work/" 'index($2, w) == 1 { f = 1 } END { exit !f }' /proc/mounts; then
+		rm -rf --one-file-system "$work"
+	else
+		echo "bench/run.sh: mounts left under $work, not removing it" >&2
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+cd "$repo"
+# 15 minutes hard stop: the driver aims at < 10
+timeout --signal=TERM --kill-after=60 900 "$PY" "$here/bench.py" --workdir "$work" "$@"

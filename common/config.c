@@ -1,0 +1,800 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - mount.conf.  libyaml loads the document into its node tree
+ * (yaml_parser_load); we walk that tree key by key, so every rule lives
+ * next to the key it checks and every error names that key.
+ *
+ * Why a node walk and not an event parser: the file is small, and a tree
+ * lets the DeerFlow `sandbox:` section and the top level be read by the same
+ * code.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <yaml.h>
+
+#include "log.h"
+#include "names.h"
+
+struct cfg_ctx {
+	yaml_document_t *doc;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
+{
+	char rule[512];
+	va_list ap;
+
+	if (x->failed)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(rule, sizeof(rule), fmt, ap);
+	va_end(ap);
+	snprintf(x->err, x->errlen, "%s: %s", key, rule);
+	x->failed = 1;
+}
+
+static const char *scalar(yaml_node_t *n)
+{
+	return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
+}
+
+static bool scalar_is_null(yaml_node_t *n)
+{
+	const char *s = scalar(n);
+
+	return s && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+	       (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"));
+}
+
+static int get_long(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min, long max, long *out)
+{
+	const char *s = scalar(n);
+	char *end;
+	long v;
+
+	if (!s || !*s) {
+		cfg_fail(x, key, "must be an integer between %ld and %ld", min, max);
+		return -1;
+	}
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < min || v > max) {
+		cfg_fail(x, key, "must be an integer between %ld and %ld (got '%s')", min, max, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int get_bool(struct cfg_ctx *x, const char *key, yaml_node_t *n, bool *out)
+{
+	const char *s = scalar(n);
+
+	if (s && (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "yes") || !strcmp(s, "on"))) {
+		*out = true;
+		return 0;
+	}
+	if (s && (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "no") || !strcmp(s, "off"))) {
+		*out = false;
+		return 0;
+	}
+	cfg_fail(x, key, "must be true or false (got '%s')", s ? s : "a non-scalar");
+	return -1;
+}
+
+static int get_str(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
+{
+	const char *s = scalar(n);
+
+	if (!s) {
+		cfg_fail(x, key, "must be a string");
+		return -1;
+	}
+	free(*out);
+	*out = strdup(s);
+	return *out ? 0 : -1;
+}
+
+static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
+{
+	const char *s = scalar(n);
+
+	if (!s || s[0] != '/') {
+		cfg_fail(x, key, "must be an absolute path (got '%s')", s ? s : "a non-scalar");
+		return -1;
+	}
+	if (strstr(s, "/../") || (strlen(s) >= 3 && !strcmp(s + strlen(s) - 3, "/..")) || strstr(s, "/./")) {
+		cfg_fail(x, key, "must be a canonical absolute path (got '%s')", s);
+		return -1;
+	}
+	return get_str(x, key, n, out);
+}
+
+/* $VAR or ${VAR} resolves from the daemon's environment; a missing
+ * variable becomes "" (DeerFlow's behaviour), and the key shows its form. */
+static char *resolve_var(const char *v, bool *resolved)
+{
+	char name[256];
+	const char *val;
+
+	*resolved = false;
+	if (v[0] != '$')
+		return strdup(v);
+	if (v[1] == '{') {
+		const char *e = strchr(v, '}');
+		if (!e || e[1] || (size_t)(e - v - 2) >= sizeof(name))
+			return strdup(v);
+		memcpy(name, v + 2, (size_t)(e - v - 2));
+		name[e - v - 2] = '\0';
+	} else {
+		if (strlen(v + 1) >= sizeof(name))
+			return strdup(v);
+		strcpy(name, v + 1); /* length checked above */
+	}
+	if (!names_env_key_valid(name))
+		return strdup(v);
+	*resolved = true;
+	val = getenv(name);
+	return strdup(val ? val : "");
+}
+
+static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	yaml_node_pair_t *p;
+
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "environment", "must be a mapping of NAME: value");
+		return;
+	}
+	for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *vn = yaml_document_get_node(x->doc, p->value);
+		const char *v = scalar(vn);
+		struct config_kv *kv;
+		bool resolved;
+		char key[300];
+
+		if (!k || !names_env_key_valid(k)) {
+			snprintf(key, sizeof(key), "environment.%s", k ? k : "?");
+			cfg_fail(x, key, "is not a valid POSIX environment variable name (must match ^[A-Za-z_][A-Za-z0-9_]*$)");
+			return;
+		}
+		if (!v) {
+			snprintf(key, sizeof(key), "environment.%s", k);
+			cfg_fail(x, key, "must be a string");
+			return;
+		}
+		kv = realloc(c->env, (c->n_env + 1) * sizeof(*kv));
+		if (!kv) {
+			cfg_fail(x, "environment", "out of memory");
+			return;
+		}
+		c->env = kv;
+		kv = &c->env[c->n_env++];
+		kv->key = strdup(k);
+		kv->value = resolve_var(v, &resolved);
+		kv->shown = strdup(resolved ? v : names_secret_like(k) ? "***" : v);
+	}
+}
+
+static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_SEQUENCE_NODE) {
+		cfg_fail(x, "mounts", "must be a list of {host_path, container_path, read_only}");
+		return;
+	}
+	for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top && !x->failed; it++) {
+		yaml_node_t *m = yaml_document_get_node(x->doc, *it);
+		struct config_mount cm = { 0 };
+		char key[64];
+
+		snprintf(key, sizeof(key), "mounts[%d]", (int)(it - n->data.sequence.items.start));
+		if (m->type != YAML_MAPPING_NODE) {
+			cfg_fail(x, key, "must be a mapping {host_path, container_path, read_only}");
+			return;
+		}
+		for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top && !x->failed; p++) {
+			const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+			yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+			char sub[128];
+
+			snprintf(sub, sizeof(sub), "%s.%s", key, k ? k : "?");
+			if (k && !strcmp(k, "host_path"))
+				get_abs_path(x, sub, v, &cm.host_path);
+			else if (k && !strcmp(k, "container_path"))
+				get_abs_path(x, sub, v, &cm.container_path);
+			else if (k && !strcmp(k, "read_only"))
+				get_bool(x, sub, v, &cm.read_only);
+			else
+				log_warn("config", "%s: unknown key, ignored", sub);
+		}
+		if (!x->failed && (!cm.host_path || !cm.container_path))
+			cfg_fail(x, key, "needs both host_path and container_path");
+		if (!x->failed && (!strcmp(cm.container_path, "/") || !strncmp(cm.container_path, "/mnt/user-data", 14)))
+			cfg_fail(x, key, "container_path must not be / or under the reserved /mnt/user-data");
+		if (x->failed) {
+			free(cm.host_path);
+			free(cm.container_path);
+			return;
+		}
+		struct config_mount *a = realloc(c->mounts, (c->n_mounts + 1) * sizeof(*a));
+		if (!a) {
+			cfg_fail(x, key, "out of memory");
+			return;
+		}
+		c->mounts = a;
+		c->mounts[c->n_mounts++] = cm;
+	}
+}
+
+static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	const char *s = scalar(n);
+
+	if (scalar_is_null(n))
+		return;
+	if (s) {
+		if (strcmp(s, "passwd")) {
+			cfg_fail(x, "users", "must be 'passwd' or a mapping of name: uid (got '%s')", s);
+			return;
+		}
+		c->users_passwd = true;
+		return;
+	}
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "users", "must be 'passwd' or a mapping of name: uid");
+		return;
+	}
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		char key[128];
+		long uid;
+
+		snprintf(key, sizeof(key), "users.%s", k ? k : "?");
+		if (!k || !names_valid(k)) {
+			cfg_fail(x, key, "user names must match ^[A-Za-z0-9_-]{1,64}$");
+			return;
+		}
+		if (get_long(x, key, v, 1, 4294967294L, &uid))
+			return;
+		struct config_user *a = realloc(c->users, (c->n_users + 1) * sizeof(*a));
+		if (!a) {
+			cfg_fail(x, key, "out of memory");
+			return;
+		}
+		c->users = a;
+		struct passwd *pw = getpwuid((uid_t)uid);
+		c->users[c->n_users].name = strdup(k);
+		c->users[c->n_users].uid = (uid_t)uid;
+		c->users[c->n_users].gid = pw ? pw->pw_gid : (gid_t)uid;
+		c->n_users++;
+	}
+}
+
+static bool domain_valid(const char *d)
+{
+	size_t n = strlen(d), label = 0;
+	const char *s = d;
+	int labels = 1;
+
+	if (!strncmp(s, "*.", 2))
+		s += 2;
+	if (n == 0 || n > 253 || strchr(s, '*') || strstr(d, "://") || strchr(d, '/') || strchr(d, ':'))
+		return false;
+	for (const char *p = s; *p; p++) {
+		if (*p == '.') {
+			if (label == 0 || p[-1] == '-')
+				return false;
+			labels++;
+			label = 0;
+			continue;
+		}
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-')
+			return false;
+		if (label == 0 && *p == '-')
+			return false;
+		if (++label > 63)
+			return false;
+	}
+	if (label == 0 || labels < 2)
+		return false;
+	/* no IP literals: the last label must not be all digits */
+	const char *last = strrchr(s, '.');
+	return strspn(last + 1, "0123456789") != strlen(last + 1);
+}
+
+static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "network", "must be a mapping");
+		return;
+	}
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		const char *s = scalar(v);
+		char key[128];
+
+		snprintf(key, sizeof(key), "network.%s", k ? k : "?");
+		if (!k) {
+			cfg_fail(x, "network", "keys must be strings");
+		} else if (!strcmp(k, "mode")) {
+			if (s && !strcmp(s, "open"))
+				c->net_mode = NET_OPEN;
+			else if (s && !strcmp(s, "isolated"))
+				c->net_mode = NET_ISOLATED;
+			else if (s && !strcmp(s, "allowlist"))
+				c->net_mode = NET_ALLOWLIST;
+			else
+				cfg_fail(x, key, "must be open, isolated or allowlist (got '%s')", s ? s : "?");
+		} else if (!strcmp(k, "approval")) {
+			if (s && !strcmp(s, "prompt"))
+				c->approval_prompt = true;
+			else if (s && !strcmp(s, "deny"))
+				c->approval_prompt = false;
+			else
+				cfg_fail(x, key, "must be prompt or deny (got '%s')", s ? s : "?");
+		} else if (!strcmp(k, "temporary_grant_ttl")) {
+			get_long(x, key, v, 30, 3600, &c->temporary_grant_ttl);
+		} else if (!strcmp(k, "approval_wait")) {
+			get_long(x, key, v, 0, 3600, &c->approval_wait);
+		} else if (!strcmp(k, "allow_domains")) {
+			if (scalar_is_null(v))
+				continue;
+			if (v->type != YAML_SEQUENCE_NODE) {
+				cfg_fail(x, key, "must be a list of domains");
+				continue;
+			}
+			for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+				const char *d = scalar(yaml_document_get_node(x->doc, *it));
+				char low[256];
+				size_t i;
+
+				if (!d || strlen(d) >= sizeof(low)) {
+					cfg_fail(x, key, "entries must be domain names");
+					break;
+				}
+				for (i = 0; d[i]; i++)
+					low[i] = (char)((d[i] >= 'A' && d[i] <= 'Z') ? d[i] + 32 : d[i]);
+				low[i] = '\0';
+				if (i && low[i - 1] == '.')
+					low[i - 1] = '\0';
+				if (!domain_valid(low)) {
+					cfg_fail(x, key, "'%s' is not an exact domain (a.b) or a leading wildcard (*.b.c)", d);
+					break;
+				}
+				char **a = realloc(c->allow_domains, (c->n_allow_domains + 1) * sizeof(*a));
+				if (!a)
+					break;
+				c->allow_domains = a;
+				c->allow_domains[c->n_allow_domains++] = strdup(low);
+			}
+		} else if (!strcmp(k, "hosts") || !strcmp(k, "allow_private_destinations") || !strcmp(k, "proxy_image")) {
+			/* consumed by the network-policy module (net/) */
+		} else {
+			log_warn("config", "%s: unknown key, ignored", key);
+		}
+	}
+}
+
+static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *sect, yaml_node_t *n)
+{
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, sect, "must be a mapping");
+		return;
+	}
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		char key[128];
+		long l;
+
+		snprintf(key, sizeof(key), "%s.%s", sect, k ? k : "?");
+		if (!k)
+			cfg_fail(x, sect, "keys must be strings");
+		else if (!strcmp(sect, "skills") && !strcmp(k, "container_path")) {
+			if (!get_abs_path(x, key, v, &c->skills_container_path) &&
+			    (!strcmp(c->skills_container_path, "/") ||
+				    !strncmp(c->skills_container_path, "/mnt/user-data", 14)))
+				cfg_fail(x, key, "must not be / or overlap /mnt/user-data (got '%s')",
+					c->skills_container_path);
+		} else if (!strcmp(sect, "skills") && !strcmp(k, "path"))
+			get_abs_path(x, key, v, &c->skills_path);
+		else if (!strcmp(sect, "local") && !strcmp(k, "rootfs"))
+			get_abs_path(x, key, v, &c->local_rootfs);
+		else if (!strcmp(sect, "local") && !strcmp(k, "uid_base")) {
+			if (!get_long(x, key, v, 1000, 4000000000L, &l))
+				c->local_uid_base = (uid_t)l;
+		} else if (!strcmp(sect, "local") && !strcmp(k, "uid_count")) {
+			if (!get_long(x, key, v, 1, 1000000, &l))
+				c->local_uid_count = (unsigned)l;
+		} else
+			log_warn("config", "%s: unknown key, ignored", key);
+	}
+}
+
+static const struct {
+	const char *name;
+	const char *canonical;
+} provider_aliases[] = {
+	{ "local", "local" },
+	{ "docker", "docker" },
+	{ "aio", "aio" },
+	{ "opensandbox", "opensandbox" },
+	{ "deerflow.sandbox.local:LocalSandboxProvider", "local" },
+	{ "deerflow.community.aio_sandbox:AioSandboxProvider", "aio" },
+	{ "deerflow.community.opensandbox:OpenSandboxProvider", "opensandbox" },
+};
+
+static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, yaml_node_t *v)
+{
+	long l;
+
+	if (!strcmp(k, "use")) {
+		const char *s = scalar(v);
+		for (size_t i = 0; s && i < sizeof(provider_aliases) / sizeof(provider_aliases[0]); i++)
+			if (!strcmp(s, provider_aliases[i].name)) {
+				free(c->use);
+				c->use = strdup(provider_aliases[i].canonical);
+				return;
+			}
+		cfg_fail(x, "use", "must name a provider: local, docker, aio, opensandbox or a DeerFlow class path (got '%s')",
+			s ? s : "?");
+	} else if (!strcmp(k, "state_dir"))
+		get_abs_path(x, k, v, &c->state_dir);
+	else if (!strcmp(k, "replicas")) {
+		if (!get_long(x, k, v, 1, 100000, &l))
+			c->replicas = (int)l;
+	} else if (!strcmp(k, "idle_timeout")) {
+		if (!scalar_is_null(v))
+			get_long(x, k, v, 0, 365L * 86400, &c->idle_timeout);
+	} else if (!strcmp(k, "idle_check_interval"))
+		get_long(x, k, v, 1, 86400, &c->idle_check_interval);
+	else if (!strcmp(k, "bash_command_timeout"))
+		get_long(x, k, v, 1, 7L * 86400, &c->bash_command_timeout);
+	else if (!strcmp(k, "ready_timeout"))
+		get_long(x, k, v, 1, 3600, &c->ready_timeout);
+	else if (!strcmp(k, "request_timeout"))
+		get_long(x, k, v, 1, 3600, &c->request_timeout);
+	else if (!strcmp(k, "sandbox_timeout"))
+		get_long(x, k, v, 0, 30L * 86400, &c->sandbox_timeout);
+	else if (!strcmp(k, "allow_other"))
+		get_bool(x, k, v, &c->allow_other);
+	else if (!strcmp(k, "keep_on_exit"))
+		get_bool(x, k, v, &c->keep_on_exit);
+	else if (!strcmp(k, "use_server_proxy"))
+		get_bool(x, k, v, &c->use_server_proxy);
+	else if (!strcmp(k, "environment"))
+		parse_environment(x, c, v);
+	else if (!strcmp(k, "mounts"))
+		parse_mounts(x, c, v);
+	else if (!strcmp(k, "users"))
+		parse_users(x, c, v);
+	else if (!strcmp(k, "network"))
+		parse_network(x, c, v);
+	else if (!strcmp(k, "skills") || !strcmp(k, "local"))
+		parse_section(x, c, k, v);
+	else if (!strcmp(k, "image"))
+		get_str(x, k, v, &c->image);
+	else if (!strcmp(k, "container_prefix")) {
+		if (!get_str(x, k, v, &c->container_prefix) && !names_valid(c->container_prefix))
+			cfg_fail(x, k, "must match ^[A-Za-z0-9_-]{1,64}$");
+	} else if (!strcmp(k, "base_url"))
+		get_str(x, k, v, &c->base_url);
+	else if (!strcmp(k, "api_key")) {
+		if (!get_str(x, k, v, &c->api_key)) {
+			bool resolved;
+			char *r = resolve_var(c->api_key, &resolved);
+			free(c->api_key);
+			c->api_key = r;
+		}
+	} else if (!strcmp(k, "domain"))
+		get_str(x, k, v, &c->domain);
+	else if (!strcmp(k, "protocol")) {
+		if (!get_str(x, k, v, &c->protocol) && strcmp(c->protocol, "http") && strcmp(c->protocol, "https"))
+			cfg_fail(x, k, "must be http or https (got '%s')", c->protocol);
+	} else if (!strcmp(k, "docker") || !strcmp(k, "aio") || !strcmp(k, "opensandbox") || !strcmp(k, "port") ||
+		   !strcmp(k, "thread_data_mounts") || !strcmp(k, "allow_host_bash") || !strcmp(k, "ownership") ||
+		   !strncmp(k, "bash_output", 11) || !strncmp(k, "read_file_output", 16) ||
+		   !strncmp(k, "ls_output", 9)) {
+		/* sections of providers that are not built yet, and DeerFlow keys we do not need */
+		log_debug("config", "%s: accepted, not used by this build", k);
+	} else
+		log_warn("config", "%s: unknown key, ignored", k);
+}
+
+static void config_defaults(struct sbx_config *c)
+{
+	c->refs = 1;
+	c->use = strdup("local");
+	c->state_dir = strdup("/var/lib/sbxfs");
+	c->replicas = 3;
+	c->idle_timeout = 600;
+	c->idle_check_interval = 60;
+	c->bash_command_timeout = 600;
+	c->ready_timeout = 30;
+	c->request_timeout = 30;
+	c->sandbox_timeout = 14400;
+	c->skills_container_path = strdup("/mnt/skills");
+	c->net_mode = NET_OPEN;
+	c->approval_prompt = true;
+	c->temporary_grant_ttl = 300;
+	c->local_uid_base = 200000;
+	c->local_uid_count = 60000;
+	c->container_prefix = strdup("sbxfs");
+	c->protocol = strdup("http");
+}
+
+static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
+{
+	yaml_node_t *sandbox = NULL;
+
+	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		if (k && !strcmp(k, "sandbox"))
+			sandbox = yaml_document_get_node(x->doc, p->value);
+	}
+	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+
+		if (!k) {
+			cfg_fail(x, "(top level)", "keys must be strings");
+			break;
+		}
+		if (!strcmp(k, "sandbox"))
+			continue;
+		if (sandbox) {
+			/* A DeerFlow config.yaml: only sbxfs's own keys and skills: count
+			 * at the top level; the rest of DeerFlow's file is not ours. */
+			if (!strcmp(k, "state_dir") || !strcmp(k, "users") || !strcmp(k, "allow_other") ||
+			    !strcmp(k, "keep_on_exit") || !strcmp(k, "skills") || !strcmp(k, "local"))
+				parse_key(x, c, k, v);
+			continue;
+		}
+		parse_key(x, c, k, v);
+	}
+	if (sandbox && !x->failed) {
+		if (sandbox->type != YAML_MAPPING_NODE) {
+			cfg_fail(x, "sandbox", "must be a mapping");
+			return;
+		}
+		for (yaml_node_pair_t *p = sandbox->data.mapping.pairs.start; p < sandbox->data.mapping.pairs.top && !x->failed; p++) {
+			const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+			if (k)
+				parse_key(x, c, k, yaml_document_get_node(x->doc, p->value));
+		}
+	}
+}
+
+struct sbx_config *config_load(const char *path, char *err, size_t errlen)
+{
+	struct cfg_ctx x = { .err = err, .errlen = errlen };
+	struct sbx_config *c = NULL;
+	yaml_parser_t parser;
+	yaml_document_t doc;
+	yaml_node_t *root;
+	FILE *f = NULL;
+	int have_parser = 0, have_doc = 0;
+
+	err[0] = '\0';
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		return NULL;
+	}
+	config_defaults(c);
+	c->path = strdup(path);
+	f = fopen(path, "r");
+	if (!f) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (!yaml_parser_initialize(&parser)) {
+		snprintf(err, errlen, "%s: cannot initialise the YAML parser", path);
+		goto fail;
+	}
+	have_parser = 1;
+	yaml_parser_set_input_file(&parser, f);
+	if (!yaml_parser_load(&parser, &doc)) {
+		snprintf(err, errlen, "%s: line %zu: YAML syntax error: %s", path, parser.problem_mark.line + 1,
+			parser.problem ? parser.problem : "unknown");
+		goto fail;
+	}
+	have_doc = 1;
+	x.doc = &doc;
+	root = yaml_document_get_root_node(&doc);
+	if (root && !(root->type == YAML_SCALAR_NODE && scalar_is_null(root))) {
+		if (root->type != YAML_MAPPING_NODE) {
+			snprintf(err, errlen, "%s: the top level must be a mapping", path);
+			goto fail;
+		}
+		walk_top(&x, c, root);
+	}
+	if (x.failed)
+		goto fail;
+	if (c->local_uid_base + c->local_uid_count < c->local_uid_base) {
+		snprintf(err, errlen, "local.uid_count: uid range overflows");
+		goto fail;
+	}
+	yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	fclose(f);
+	return c;
+fail:
+	if (have_doc)
+		yaml_document_delete(&doc);
+	if (have_parser)
+		yaml_parser_delete(&parser);
+	if (f)
+		fclose(f);
+	config_put(c);
+	return NULL;
+}
+
+struct sbx_config *config_get(struct sbx_config *c)
+{
+	__atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+	return c;
+}
+
+void config_put(struct sbx_config *c)
+{
+	if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	for (size_t i = 0; i < c->n_env; i++) {
+		free(c->env[i].key);
+		free(c->env[i].value);
+		free(c->env[i].shown);
+	}
+	for (size_t i = 0; i < c->n_mounts; i++) {
+		free(c->mounts[i].host_path);
+		free(c->mounts[i].container_path);
+	}
+	for (size_t i = 0; i < c->n_users; i++)
+		free(c->users[i].name);
+	for (size_t i = 0; i < c->n_allow_domains; i++)
+		free(c->allow_domains[i]);
+	free(c->env);
+	free(c->mounts);
+	free(c->users);
+	free(c->allow_domains);
+	free(c->path);
+	free(c->use);
+	free(c->state_dir);
+	free(c->skills_container_path);
+	free(c->skills_path);
+	free(c->local_rootfs);
+	free(c->image);
+	free(c->container_prefix);
+	free(c->base_url);
+	free(c->api_key);
+	free(c->domain);
+	free(c->protocol);
+	free(c);
+}
+
+const char *config_net_mode_name(enum net_mode m)
+{
+	return m == NET_OPEN ? "open" : m == NET_ISOLATED ? "isolated" : "allowlist";
+}
+
+static json_t *jstr_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+int config_show(const struct sbx_config *c, struct buf *out)
+{
+	json_t *o = json_object(), *env = json_object(), *mounts = json_array(), *net = json_object(),
+	       *doms = json_array(), *skills = json_object(), *local = json_object(), *users;
+	char *text;
+	int r;
+
+	for (size_t i = 0; i < c->n_env; i++)
+		json_object_set_new(env, c->env[i].key, json_string(c->env[i].shown));
+	for (size_t i = 0; i < c->n_mounts; i++)
+		json_array_append_new(mounts, json_pack("{s:s,s:s,s:b}", "host_path", c->mounts[i].host_path,
+							"container_path", c->mounts[i].container_path, "read_only",
+							c->mounts[i].read_only));
+	for (size_t i = 0; i < c->n_allow_domains; i++)
+		json_array_append_new(doms, json_string(c->allow_domains[i]));
+	if (c->users_passwd) {
+		users = json_string("passwd");
+	} else if (c->n_users) {
+		users = json_object();
+		for (size_t i = 0; i < c->n_users; i++)
+			json_object_set_new(users, c->users[i].name, json_integer(c->users[i].uid));
+	} else {
+		users = json_null();
+	}
+	json_object_set_new(net, "mode", json_string(config_net_mode_name(c->net_mode)));
+	json_object_set_new(net, "allow_domains", doms);
+	json_object_set_new(net, "approval", json_string(c->approval_prompt ? "prompt" : "deny"));
+	json_object_set_new(net, "temporary_grant_ttl", json_integer(c->temporary_grant_ttl));
+	json_object_set_new(net, "approval_wait", json_integer(c->approval_wait));
+	json_object_set_new(skills, "container_path", json_string(c->skills_container_path));
+	json_object_set_new(skills, "path", jstr_or_null(c->skills_path));
+	json_object_set_new(local, "rootfs", jstr_or_null(c->local_rootfs));
+	json_object_set_new(local, "uid_base", json_integer(c->local_uid_base));
+	json_object_set_new(local, "uid_count", json_integer(c->local_uid_count));
+
+	json_object_set_new(o, "config_file", json_string(c->path));
+	json_object_set_new(o, "use", json_string(c->use));
+	json_object_set_new(o, "state_dir", json_string(c->state_dir));
+	json_object_set_new(o, "replicas", json_integer(c->replicas));
+	json_object_set_new(o, "idle_timeout", json_integer(c->idle_timeout));
+	json_object_set_new(o, "idle_check_interval", json_integer(c->idle_check_interval));
+	json_object_set_new(o, "bash_command_timeout", json_integer(c->bash_command_timeout));
+	json_object_set_new(o, "ready_timeout", json_integer(c->ready_timeout));
+	json_object_set_new(o, "allow_other", json_boolean(c->allow_other));
+	json_object_set_new(o, "keep_on_exit", json_boolean(c->keep_on_exit));
+	json_object_set_new(o, "environment", env);
+	json_object_set_new(o, "mounts", mounts);
+	json_object_set_new(o, "users", users);
+	json_object_set_new(o, "network", net);
+	json_object_set_new(o, "skills", skills);
+	json_object_set_new(o, "local", local);
+	json_object_set_new(o, "image", jstr_or_null(c->image));
+	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
+	json_object_set_new(o, "base_url", jstr_or_null(c->base_url));
+	json_object_set_new(o, "api_key", c->api_key && *c->api_key ? json_string("***") : json_null());
+	json_object_set_new(o, "domain", jstr_or_null(c->domain));
+	json_object_set_new(o, "protocol", jstr_or_null(c->protocol));
+	json_object_set_new(o, "request_timeout", json_integer(c->request_timeout));
+	json_object_set_new(o, "sandbox_timeout", json_integer(c->sandbox_timeout));
+	json_object_set_new(o, "use_server_proxy", json_boolean(c->use_server_proxy));
+	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(o);
+	if (!text)
+		return -1;
+	r = buf_adds(out, text);
+	if (!r)
+		r = buf_adds(out, "\n");
+	free(text);
+	return r;
+}
+
+int config_user_lookup(const struct sbx_config *c, const char *name, uid_t *uid, gid_t *gid)
+{
+	if (c->users_passwd) {
+		struct passwd pw, *res = NULL;
+		char tmp[4096];
+		if (getpwnam_r(name, &pw, tmp, sizeof(tmp), &res) || !res)
+			return -1;
+		*uid = res->pw_uid;
+		*gid = res->pw_gid;
+		return 0;
+	}
+	if (!c->n_users)
+		return 1;
+	for (size_t i = 0; i < c->n_users; i++)
+		if (!strcmp(c->users[i].name, name)) {
+			*uid = c->users[i].uid;
+			*gid = c->users[i].gid;
+			return 0;
+		}
+	return -1;
+}

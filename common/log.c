@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * log.c - the daemon's only output channel for events.  Each line is built
+ * in one buffer and written with one write(2), so lines from concurrent
+ * FUSE workers never interleave.
+ */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+static int log_syslog;
+static int log_debug_on;
+
+void log_open(int use_syslog, int debug)
+{
+	log_syslog = use_syslog;
+	log_debug_on = debug;
+	if (use_syslog)
+		openlog("sbxfs", LOG_PID, LOG_DAEMON);
+}
+
+void log_msg(enum log_level lvl, const char *scope, const char *fmt, ...)
+{
+	static const char *names[] = { "debug", "info", "warning", "error" };
+	static const int prio[] = { LOG_DEBUG, LOG_INFO, LOG_WARNING, LOG_ERR };
+	char msg[2048], line[2300];
+	va_list ap;
+	int n;
+
+	if (lvl == LOG_LVL_DEBUG && !log_debug_on)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (log_syslog) {
+		syslog(prio[lvl], "%s %s: %s", names[lvl], scope, msg);
+		return;
+	}
+	n = snprintf(line, sizeof(line), "sbxfs[%d]: %s %s: %s\n", (int)getpid(), names[lvl], scope, msg);
+	if (n > (int)sizeof(line) - 1)
+		n = sizeof(line) - 1;
+	if (write(STDERR_FILENO, line, (size_t)n) < 0)
+		return;
+}

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * names.c - name validation and the scope token (SHA-256 through OpenSSL's
+ * EVP interface; no hand-written hashing).
+ */
+#include "names.h"
+
+#include <ctype.h>
+#include <fnmatch.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+bool names_valid(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n < 1 || n > NAME_MAX_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)name[i];
+		if (!isalnum(c) && c != '_' && c != '-')
+			return false;
+	}
+	return true;
+}
+
+bool names_env_key_valid(const char *key)
+{
+	if (!*key || (!isalpha((unsigned char)*key) && *key != '_'))
+		return false;
+	for (const char *p = key; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '_')
+			return false;
+	return true;
+}
+
+int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	int ok;
+
+	if (!ctx)
+		return -1;
+	ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, user, strlen(user)) &&
+	     EVP_DigestUpdate(ctx, ":", 1) && EVP_DigestUpdate(ctx, thread, strlen(thread)) &&
+	     EVP_DigestFinal_ex(ctx, md, &mdlen);
+	EVP_MD_CTX_free(ctx);
+	if (!ok)
+		return -1;
+	for (int i = 0; i < SCOPE_TOKEN_LEN / 2; i++) {
+		out[2 * i] = hex[md[i] >> 4];
+		out[2 * i + 1] = hex[md[i] & 15];
+	}
+	out[SCOPE_TOKEN_LEN] = '\0';
+	return 0;
+}
+
+bool names_secret_like(const char *key)
+{
+	static const char *exact[] = { "DATABASE_URL", "DATABASE_URI", "REDIS_URL", "MONGODB_URI", "MONGO_URL",
+		"AMQP_URL", "RABBITMQ_URL", "POSTGRES_URL", "POSTGRESQL_URL", "MYSQL_URL", "CLICKHOUSE_URL",
+		"CONNECTION_STRING", "CONN_STR", "GH_PAT", "GITHUB_PAT", "MYSQL_PWD", "REDISCLI_AUTH", "REDIS_AUTH",
+		"PGSERVICEFILE", NULL };
+	static const char *globs[] = { "*KEY*", "*SECRET*", "*TOKEN*", "*PASS*", "*CREDENTIAL*", "*DSN*", NULL };
+	char up[256];
+	size_t i;
+
+	for (i = 0; key[i] && i < sizeof(up) - 1; i++)
+		up[i] = (char)toupper((unsigned char)key[i]);
+	up[i] = '\0';
+	for (i = 0; exact[i]; i++)
+		if (!strcmp(up, exact[i]))
+			return true;
+	for (i = 0; globs[i]; i++)
+		if (!fnmatch(globs[i], up, 0))
+			return true;
+	return false;
+}

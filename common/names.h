@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * names.h - the identity rules of the namespace.
+ *
+ * names_valid(): <user>, <thread> and job names match ^[A-Za-z0-9_-]{1,64}$.
+ * names_scope_token(): DeerFlow's derive_sandbox_scope_token, the first 16
+ * lowercase hex digits of SHA-256(user ":" thread).  This is a compatibility
+ * contract: container names, state directories and remote metadata derive
+ * from it, so changing it orphans every sandbox.
+ * names_env_key_valid(): ^[A-Za-z_][A-Za-z0-9_]*$ (POSIX environment names).
+ */
+#ifndef SBX_NAMES_H
+#define SBX_NAMES_H
+
+#include <stdbool.h>
+
+#define NAME_MAX_LEN 64
+#define SCOPE_TOKEN_LEN 16
+
+bool names_valid(const char *name);
+bool names_env_key_valid(const char *key);
+/* Writes SCOPE_TOKEN_LEN hex digits and a NUL into out.  Returns 0 or -1. */
+int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1]);
+/* DeerFlow's is_blocked_env_name: names that look like secrets. */
+bool names_secret_like(const char *key);
+
+#endif

@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.h - small file and time helpers shared by every module.
+ * All return 0 on success, -1 with errno set on failure.
+ */
+#ifndef SBX_UTIL_H
+#define SBX_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buf.h"
+
+/* mkdir -p with the given mode for every created component. */
+int util_mkdir_p(const char *path, mode_t mode);
+/* Write a file atomically (tmp + fsync + rename). */
+int util_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* Read a whole (small) file into b (bounded by b's cap). */
+int util_read_file(const char *path, struct buf *b);
+/* rm -rf without following symlinks; used only on our own state dirs. */
+int util_rm_rf(const char *path);
+uint64_t util_now_ms(void);      /* CLOCK_MONOTONIC */
+double util_wall_now(void);      /* CLOCK_REALTIME, seconds */
+/* ISO-8601 UTC for a wall time in seconds. */
+void util_iso8601(double t, char out[32]);
+/* /proc/<pid>/stat field 22, or 0 when the process is gone or a zombie. */
+uint64_t util_proc_starttime(pid_t pid);
+
+#endif

@@ -1,0 +1,780 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * data.c - workspace/, uploads/, outputs/ and skills/: a passthrough to
+ * host directories, in the manner of libfuse's passthrough_ll.
+ *
+ * Each data node holds an O_PATH fd on its host file, opened with
+ * O_NOFOLLOW relative to its parent's fd; every operation is an *at() call
+ * on those fds.  So the daemon never resolves a path string: `..` never
+ * reaches it (the kernel resolves it in its dcache) and symlinks are stored
+ * and returned as they are but never followed by the daemon, which makes
+ * escaping the thread's directory impossible.
+ *
+ * Speed: reads go out with read_buf (splice from the host file when the
+ * kernel allows), writes come in with write_buf, requests are up to 1 MiB,
+ * and the kernel page cache is kept across opens while the host file is
+ * unchanged (close-to-open: a change made by a job from inside the sandbox
+ * is seen at the next open).
+ *
+ * Ownership: the host files belong to the sandbox's uid; attributes map it
+ * to the user's uid and back, and files created through the mount are given
+ * to the sandbox uid, so neither side ever lacks permission on the other's
+ * files.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "fs.h"
+
+static struct node *dnode(fuse_ino_t ino)
+{
+	return node_of(ino);
+}
+
+static unsigned data_hash(dev_t dev, ino_t ino)
+{
+	return (unsigned)((ino ^ (dev << 7)) % VIEW_BUCKETS);
+}
+
+static void data_present(struct view *v, struct stat *st)
+{
+	if (st->st_uid == v->sbx_uid)
+		st->st_uid = v->pres_uid;
+	if (st->st_gid == v->sbx_gid)
+		st->st_gid = v->pres_gid;
+}
+
+static void data_stamp(struct node *n, const struct stat *st)
+{
+	n->stamp_mtim = st->st_mtim;
+	n->stamp_ctim = st->st_ctim;
+	n->stamp_size = st->st_size;
+}
+
+/* Find or insert the node for fd's file.  Takes ownership of fd. */
+static struct node *data_node_get(struct view *v, int fd, const struct stat *st)
+{
+	unsigned h = data_hash(st->st_dev, st->st_ino);
+	struct node *n;
+
+	pthread_mutex_lock(&v->lock);
+	for (n = v->table[h]; n; n = n->hnext)
+		if (n->ino == st->st_ino && n->dev == st->st_dev)
+			break;
+	if (n) {
+		n->nlookup++;
+		pthread_mutex_unlock(&v->lock);
+		close(fd);
+		return n;
+	}
+	n = calloc(1, sizeof(*n));
+	if (!n) {
+		pthread_mutex_unlock(&v->lock);
+		close(fd);
+		return NULL;
+	}
+	n->kind = N_DATA;
+	n->fd = fd;
+	n->dev = st->st_dev;
+	n->ino = st->st_ino;
+	n->nlookup = 1;
+	n->view = v;
+	data_stamp(n, st);
+	n->hnext = v->table[h];
+	v->table[h] = n;
+	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_lock(&fs_lock);
+	view_get_locked(v);
+	pthread_mutex_unlock(&fs_lock);
+	return n;
+}
+
+void data_forget(struct node *n, uint64_t count)
+{
+	struct view *v = n->view;
+	struct node **pp;
+
+	pthread_mutex_lock(&v->lock);
+	n->nlookup = n->nlookup > count ? n->nlookup - count : 0;
+	if (n->nlookup) {
+		pthread_mutex_unlock(&v->lock);
+		return;
+	}
+	for (pp = &v->table[data_hash(n->dev, n->ino)]; *pp; pp = &(*pp)->hnext)
+		if (*pp == n) {
+			*pp = n->hnext;
+			break;
+		}
+	pthread_mutex_unlock(&v->lock);
+	close(n->fd);
+	free(n);
+	view_put(v);
+}
+
+static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = node_ino(n);
+	e->attr = *st;
+	data_present(n->view, &e->attr);
+	e->attr_timeout = fs.data_timeout;
+	e->entry_timeout = fs.data_timeout;
+}
+
+static int data_finish_lookup(struct view *v, int fd, struct fuse_entry_param *e)
+{
+	struct stat st;
+	struct node *n;
+
+	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = errno;
+		close(fd);
+		return err;
+	}
+	n = data_node_get(v, fd, &st);
+	if (!n)
+		return ENOMEM;
+	data_entry(n, &st, e);
+	return 0;
+}
+
+int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
+{
+	static const char *sub[] = { "user-data/workspace", "user-data/uploads", "user-data/outputs", "skills" };
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	int fd = -1;
+
+	if (!buf_addf(&path, "%s/%s", v->sbx->thread_dir, sub[which]))
+		fd = open(path.ptr, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+	buf_free(&path);
+	if (fd < 0)
+		return errno == ENOENT ? ENOENT : EIO;
+	return data_finish_lookup(v, fd, e);
+}
+
+static bool bad_name(const char *name)
+{
+	return !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/');
+}
+
+int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
+{
+	int fd;
+
+	if (bad_name(name))
+		return EPERM;
+	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	return data_finish_lookup(parent->view, fd, e);
+}
+
+bool data_is_stale(struct node *n)
+{
+	return n->view->dead;
+}
+
+static void data_reply_entry(fuse_req_t req, struct node *parent, const char *name, int res)
+{
+	struct fuse_entry_param e;
+	int err;
+
+	if (res)
+		return (void)fuse_reply_err(req, errno);
+	err = data_do_lookup(parent, name, &e);
+	if (err)
+		return (void)fuse_reply_err(req, err);
+	fuse_reply_entry(req, &e);
+}
+
+/* Give a file created through the mount to the sandbox's uid. */
+static int data_own(struct node *parent, const char *name)
+{
+	struct view *v = parent->view;
+
+	return fchownat(parent->fd, name, v->sbx_uid, v->sbx_gid, AT_SYMLINK_NOFOLLOW);
+}
+
+static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = dnode(ino);
+	struct stat st;
+
+	(void)fi;
+	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return (void)fuse_reply_err(req, errno);
+	data_present(n->view, &st);
+	fuse_reply_attr(req, &st, fs.data_timeout);
+}
+
+static int data_proc_path(struct node *n, char *out, size_t len)
+{
+	return str_fmt(out, len, "/proc/self/fd/%d", n->fd);
+}
+
+static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
+{
+	struct node *n = dnode(ino);
+	struct view *v = n->view;
+	char proc[64];
+	int res = 0;
+
+	if (data_proc_path(n, proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	if (valid & FUSE_SET_ATTR_MODE) {
+		res = fi ? fchmod((int)fi->fh, attr->st_mode) : chmod(proc, attr->st_mode);
+		if (res)
+			goto out;
+	}
+	if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+		gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+		if (uid == v->pres_uid)
+			uid = v->sbx_uid;
+		if (gid == v->pres_gid)
+			gid = v->sbx_gid;
+		res = fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+		if (res)
+			goto out;
+	}
+	if (valid & FUSE_SET_ATTR_SIZE) {
+		res = fi ? ftruncate((int)fi->fh, attr->st_size) : truncate(proc, attr->st_size);
+		if (res)
+			goto out;
+	}
+	if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+		struct timespec tv[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
+		if (valid & FUSE_SET_ATTR_ATIME_NOW)
+			tv[0].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_ATIME)
+			tv[0] = attr->st_atim;
+		if (valid & FUSE_SET_ATTR_MTIME_NOW)
+			tv[1].tv_nsec = UTIME_NOW;
+		else if (valid & FUSE_SET_ATTR_MTIME)
+			tv[1] = attr->st_mtim;
+		res = fi ? futimens((int)fi->fh, tv) : utimensat(AT_FDCWD, proc, tv, 0);
+		if (res && errno == ENOENT && S_ISLNK(0)) /* symlinks: not reachable via /proc path */
+			res = 0;
+		if (res)
+			goto out;
+	}
+out:
+	if (res)
+		return (void)fuse_reply_err(req, errno);
+	data_getattr(req, ino, fi);
+}
+
+static void data_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	char buf[PATH_MAX + 1];
+	ssize_t n = readlinkat(dnode(ino)->fd, "", buf, sizeof(buf));
+
+	if (n < 0)
+		return (void)fuse_reply_err(req, errno);
+	if (n == sizeof(buf))
+		return (void)fuse_reply_err(req, ENAMETOOLONG);
+	buf[n] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	struct node *p = dnode(parent);
+	int res;
+
+	if (bad_name(name))
+		return (void)fuse_reply_err(req, EPERM);
+	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode))
+		return (void)fuse_reply_err(req, EPERM); /* no device nodes in a sandbox */
+	res = mknodat(p->fd, name, mode, rdev);
+	if (!res)
+		res = data_own(p, name);
+	data_reply_entry(req, p, name, res);
+}
+
+static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct node *p = dnode(parent);
+	int res;
+
+	if (bad_name(name))
+		return (void)fuse_reply_err(req, EPERM);
+	res = mkdirat(p->fd, name, mode);
+	if (!res)
+		res = data_own(p, name);
+	data_reply_entry(req, p, name, res);
+}
+
+static void data_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct node *p = dnode(parent);
+	int res;
+
+	if (bad_name(name))
+		return (void)fuse_reply_err(req, EPERM);
+	res = symlinkat(link, p->fd, name);
+	if (!res)
+		res = data_own(p, name);
+	data_reply_entry(req, p, name, res);
+}
+
+static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
+{
+	struct node *n = dnode(ino), *p = dnode(parent);
+	struct fuse_entry_param e;
+	char proc[64];
+	int res;
+
+	if (bad_name(name))
+		return (void)fuse_reply_err(req, EPERM);
+	if (p->kind != N_DATA || n->view != p->view)
+		return (void)fuse_reply_err(req, EXDEV);
+	res = linkat(n->fd, "", p->fd, name, AT_EMPTY_PATH);
+	if (res && errno == ENOENT && !data_proc_path(n, proc, sizeof(proc)))
+		res = linkat(AT_FDCWD, proc, p->fd, name, AT_SYMLINK_FOLLOW);
+	if (res)
+		return (void)fuse_reply_err(req, errno);
+	pthread_mutex_lock(&n->view->lock);
+	n->nlookup++;
+	pthread_mutex_unlock(&n->view->lock);
+	memset(&e, 0, sizeof(e));
+	if (fstatat(n->fd, "", &e.attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		data_forget(n, 1);
+		return (void)fuse_reply_err(req, errno);
+	}
+	data_entry(n, &e.attr, &e);
+	fuse_reply_entry(req, &e);
+}
+
+static void data_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(dnode(parent)->fd, name, 0) ? errno : 0);
+}
+
+static void data_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, unlinkat(dnode(parent)->fd, name, AT_REMOVEDIR) ? errno : 0);
+}
+
+static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+	const char *newname, unsigned int flags)
+{
+	struct node *p = dnode(parent), *np = dnode(newparent);
+
+	if (bad_name(name) || bad_name(newname))
+		return (void)fuse_reply_err(req, EPERM);
+	if (np->kind != N_DATA)
+		return (void)fuse_reply_err(req, EPERM);
+	if (p->view != np->view)
+		return (void)fuse_reply_err(req, EXDEV);
+	fuse_reply_err(req, renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0);
+}
+
+static void data_forget_op(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	data_forget(dnode(ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static int data_open_fd(struct node *n, int flags)
+{
+	char proc[64];
+
+	if (data_proc_path(n, proc, sizeof(proc))) {
+		errno = EIO;
+		return -1;
+	}
+	return open(proc, (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC);
+}
+
+/* Keep the page cache across opens while the host file is unchanged:
+ * a job may have changed it from inside the sandbox (close-to-open). */
+static void data_cache_policy(struct node *n, int fd, struct fuse_file_info *fi)
+{
+	struct stat st;
+	bool same;
+
+	if (fstat(fd, &st))
+		return;
+	pthread_mutex_lock(&n->view->lock);
+	same = st.st_mtim.tv_sec == n->stamp_mtim.tv_sec && st.st_mtim.tv_nsec == n->stamp_mtim.tv_nsec &&
+	       st.st_ctim.tv_sec == n->stamp_ctim.tv_sec && st.st_ctim.tv_nsec == n->stamp_ctim.tv_nsec &&
+	       st.st_size == n->stamp_size;
+	data_stamp(n, &st);
+	pthread_mutex_unlock(&n->view->lock);
+	fi->keep_cache = same;
+	if (!same)
+		fuse_lowlevel_notify_inval_inode(fs.se, node_ino(n), -1, 0); /* attributes only */
+}
+
+static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = dnode(ino);
+	int fd = data_open_fd(n, fi->flags);
+
+	if (fd < 0)
+		return (void)fuse_reply_err(req, errno);
+	fi->fh = (uint64_t)fd;
+	if (!(fi->flags & O_TRUNC))
+		data_cache_policy(n, fd, fi);
+	fuse_reply_open(req, fi);
+}
+
+static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
+{
+	struct node *p = dnode(parent);
+	struct fuse_entry_param e;
+	int fd, err;
+
+	if (bad_name(name))
+		return (void)fuse_reply_err(req, EPERM);
+	/* O_NOFOLLOW: a symlink planted by a job between the kernel's lookup
+	 * and this call must not make the daemon create a file elsewhere. */
+	fd = openat(p->fd, name, (fi->flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC), mode);
+	if (fd < 0)
+		return (void)fuse_reply_err(req, errno);
+	if (fchown(fd, p->view->sbx_uid, p->view->sbx_gid)) {
+		err = errno;
+		close(fd);
+		return (void)fuse_reply_err(req, err);
+	}
+	err = data_do_lookup(p, name, &e);
+	if (err) {
+		close(fd);
+		return (void)fuse_reply_err(req, err);
+	}
+	fi->fh = (uint64_t)fd;
+	fuse_reply_create(req, &e, fi);
+}
+
+static void data_read_buf(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+
+	(void)ino;
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = (int)fi->fh;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
+	struct fuse_file_info *fi)
+{
+	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+	ssize_t res;
+
+	(void)ino;
+	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	out.buf[0].fd = (int)fi->fh;
+	out.buf[0].pos = off;
+	res = fuse_buf_copy(&out, in, 0);
+	if (res < 0)
+		return (void)fuse_reply_err(req, (int)-res);
+	fuse_reply_write(req, (size_t)res);
+}
+
+static void data_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	/* close(dup()) makes the host filesystem see a flush, as passthrough_ll does */
+	int fd = dup((int)fi->fh);
+
+	(void)ino;
+	fuse_reply_err(req, fd < 0 || close(fd) ? errno : 0);
+}
+
+static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = dnode(ino);
+	struct stat st;
+
+	/* Our own writes changed the host file; remember that state so the
+	 * next open keeps the (coherent) page cache. */
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && !fstat((int)fi->fh, &st)) {
+		pthread_mutex_lock(&n->view->lock);
+		data_stamp(n, &st);
+		pthread_mutex_unlock(&n->view->lock);
+	}
+	close((int)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, (datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh)) ? errno : 0);
+}
+
+struct data_dir {
+	DIR *dp;
+	struct dirent *entry;
+	off_t offset;
+};
+
+static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct data_dir *d = calloc(1, sizeof(*d));
+	int fd, err;
+
+	if (!d)
+		return (void)fuse_reply_err(req, ENOMEM);
+	fd = openat(dnode(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || !(d->dp = fdopendir(fd))) {
+		err = errno;
+		if (fd >= 0)
+			close(fd);
+		free(d);
+		return (void)fuse_reply_err(req, err);
+	}
+	fi->fh = (uint64_t)(uintptr_t)d;
+	fi->cache_readdir = 0;
+	fuse_reply_open(req, fi);
+}
+
+static void data_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, struct fuse_file_info *fi,
+	int plus)
+{
+	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
+	struct node *dir = dnode(ino);
+	char *buf = calloc(1, size), *p = buf;
+	size_t rem = size;
+	int err = 0;
+
+	if (!buf)
+		return (void)fuse_reply_err(req, ENOMEM);
+	if (offset != d->offset) {
+		seekdir(d->dp, offset);
+		d->entry = NULL;
+		d->offset = offset;
+	}
+	for (;;) {
+		struct fuse_entry_param e;
+		struct node *added = NULL;
+		size_t entsize;
+		const char *name;
+
+		if (!d->entry) {
+			errno = 0;
+			d->entry = readdir(d->dp);
+			if (!d->entry) {
+				err = errno;
+				break;
+			}
+		}
+		name = d->entry->d_name;
+		if (plus) {
+			if (!strcmp(name, ".") || !strcmp(name, "..")) {
+				memset(&e, 0, sizeof(e));
+				e.attr.st_ino = d->entry->d_ino;
+				e.attr.st_mode = (mode_t)(d->entry->d_type << 12);
+			} else {
+				err = data_do_lookup(dir, name, &e);
+				if (err)
+					break;
+				added = node_of(e.ino);
+			}
+			entsize = fuse_add_direntry_plus(req, p, rem, name, &e, d->entry->d_off);
+		} else {
+			struct stat st = { .st_ino = d->entry->d_ino, .st_mode = (mode_t)(d->entry->d_type << 12) };
+			entsize = fuse_add_direntry(req, p, rem, name, &st, d->entry->d_off);
+		}
+		if (entsize > rem) {
+			if (added)
+				data_forget(added, 1);
+			break;
+		}
+		p += entsize;
+		rem -= entsize;
+		d->offset = d->entry->d_off;
+		d->entry = NULL;
+	}
+	if (err && rem == size)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_buf(req, buf, size - rem);
+	free(buf);
+}
+
+static void data_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	data_do_readdir(req, ino, size, off, fi, 0);
+}
+
+static void data_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	data_do_readdir(req, ino, size, off, fi, 1);
+}
+
+static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	closedir(d->dp);
+	free(d);
+	fuse_reply_err(req, 0);
+}
+
+static void data_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
+	int fd = dirfd(d->dp);
+
+	(void)ino;
+	fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) ? errno : 0);
+}
+
+static void data_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(dnode(ino)->fd, &sv))
+		return (void)fuse_reply_err(req, errno);
+	fuse_reply_statfs(req, &sv);
+}
+
+static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
+{
+	(void)ino;
+	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) ? errno : 0);
+}
+
+static void data_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
+{
+	(void)ino;
+	fuse_reply_err(req, flock((int)fi->fh, op) ? errno : 0);
+}
+
+/* xattrs go through /proc/self/fd/N; symlinks cannot carry user xattrs. */
+static void data_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	char proc[64], *value = NULL;
+	ssize_t n;
+
+	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	if (size) {
+		value = malloc(size);
+		if (!value)
+			return (void)fuse_reply_err(req, ENOMEM);
+	}
+	n = getxattr(proc, name, value, size);
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, value, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+	free(value);
+}
+
+static void data_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	char proc[64], *value = NULL;
+	ssize_t n;
+
+	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	if (size) {
+		value = malloc(size);
+		if (!value)
+			return (void)fuse_reply_err(req, ENOMEM);
+	}
+	n = listxattr(proc, value, size);
+	if (n < 0)
+		fuse_reply_err(req, errno);
+	else if (size)
+		fuse_reply_buf(req, value, (size_t)n);
+	else
+		fuse_reply_xattr(req, (size_t)n);
+	free(value);
+}
+
+static void data_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
+{
+	char proc[64];
+
+	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	fuse_reply_err(req, setxattr(proc, name, value, size, flags) ? errno : 0);
+}
+
+static void data_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	char proc[64];
+
+	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	fuse_reply_err(req, removexattr(proc, name) ? errno : 0);
+}
+
+static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
+	fuse_ino_t ino_out, off_t off_out, struct fuse_file_info *fi_out, size_t len, int flags)
+{
+	ssize_t n;
+
+	if (dnode(ino_in)->view != dnode(ino_out)->view)
+		return (void)fuse_reply_err(req, EXDEV);
+	n = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len, (unsigned)flags);
+	if (n < 0)
+		return (void)fuse_reply_err(req, errno);
+	fuse_reply_write(req, (size_t)n);
+}
+
+static void data_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, struct fuse_file_info *fi)
+{
+	off_t r;
+
+	(void)ino;
+	r = lseek((int)fi->fh, off, whence);
+	if (r < 0)
+		return (void)fuse_reply_err(req, errno);
+	fuse_reply_lseek(req, r);
+}
+
+const struct fuse_lowlevel_ops data_ops = {
+	.forget = data_forget_op,
+	.getattr = data_getattr,
+	.setattr = data_setattr,
+	.readlink = data_readlink,
+	.mknod = data_mknod,
+	.mkdir = data_mkdir,
+	.symlink = data_symlink,
+	.link = data_link,
+	.unlink = data_unlink,
+	.rmdir = data_rmdir,
+	.rename = data_rename,
+	.open = data_open,
+	.create = data_create,
+	.read = data_read_buf,
+	.write_buf = data_write_buf,
+	.flush = data_flush,
+	.release = data_release,
+	.fsync = data_fsync,
+	.opendir = data_opendir,
+	.readdir = data_readdir,
+	.readdirplus = data_readdirplus,
+	.releasedir = data_releasedir,
+	.fsyncdir = data_fsyncdir,
+	.statfs = data_statfs,
+	.fallocate = data_fallocate,
+	.flock = data_flock,
+	.getxattr = data_getxattr,
+	.listxattr = data_listxattr,
+	.setxattr = data_setxattr,
+	.removexattr = data_removexattr,
+	.copy_file_range = data_copy_file_range,
+	.lseek = data_lseek,
+};

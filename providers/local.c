@@ -1,0 +1,693 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * local.c - the local provider: each sandbox is a persistent bubblewrap
+ * sandbox on this host.
+ *
+ * Shape of a sandbox (host view):
+ *   bwrap (outer, our child, in its own session)
+ *     └─ bwrap init: pid 1 of a new pid namespace, with new mount, ipc, uts
+ *        (and net unless network.mode is open) namespaces
+ *          └─ setpriv → sh → sleep: the sandbox's unprivileged "init" work
+ * bwrap is started by root without a user namespace (a user namespace made by
+ * root would map the sandbox uid to host root), so the namespaces belong to
+ * the host; setpriv drops to the sandbox uid, clears every capability and
+ * sets no_new_privs before anything of the sandbox runs.  Readiness is a line
+ * the sandbox writes on fd 4 once all mounts exist and privileges are gone.
+ *
+ * The init pid (and its start time, against pid reuse) is kept in
+ * thread_dir/local.json so a restarted daemon adopts the sandbox.  Destroy
+ * sends SIGKILL to the init: as pid 1 of its namespace its death ends every
+ * process in the sandbox (a SIGTERM from outside would be ignored).
+ *
+ * Jobs run through the sbxfs-exec supervisor (local_exec.c), which joins
+ * the init's namespaces.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../common/buf.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "provider.h"
+#include "provider_int.h"
+
+#define LOCAL_MAX_ARGS 256
+
+struct local_box {
+	struct sbx_box base; /* first: see local_box() */
+	pid_t init_pid;      /* 0 when the sandbox is known dead */
+	unsigned long long init_start;
+	unsigned long long mntns;
+	pid_t bwrap_pid; /* our child, or 0 when adopted */
+	uid_t uid;
+	gid_t gid;
+	char token[24];
+	char *thread_dir;
+};
+
+static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
+static char local_setpriv[PATH_MAX] = "/usr/bin/setpriv";
+static char local_exec_helper[PATH_MAX];
+static char local_cgroup_root[PATH_MAX]; /* "" when no cgroup v2 is mounted */
+
+static struct local_box *local_box(struct sbx_box *b)
+{
+	if (!b || b->prov != &provider_local)
+		abort(); /* a box handed to the wrong provider is a programming error */
+	return (struct local_box *)b;
+}
+
+static void local_find_cgroup2(void)
+{
+	FILE *f = fopen("/proc/self/mounts", "re");
+	char dev[256], dir[PATH_MAX], type[64];
+
+	local_cgroup_root[0] = '\0';
+	if (!f)
+		return;
+	while (fscanf(f, "%255s %4095s %63s %*[^\n]", dev, dir, type) == 3) {
+		if (!strcmp(type, "cgroup2")) {
+			if (str_fmt(local_cgroup_root, sizeof(local_cgroup_root), "%s/sbxfs", dir) ||
+			    (mkdir(local_cgroup_root, 0755) && errno != EEXIST))
+				local_cgroup_root[0] = '\0';
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	char self[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (access(local_bwrap, X_OK)) {
+		snprintf(err, errlen, "local provider: %s not found (install bubblewrap)", local_bwrap);
+		return SBX_ERR_INVAL;
+	}
+	if (!cfg->local_rootfs && access(local_setpriv, X_OK)) {
+		snprintf(err, errlen, "local provider: %s not found (install util-linux)", local_setpriv);
+		return SBX_ERR_INVAL;
+	}
+	if (cfg->local_rootfs && access(cfg->local_rootfs, X_OK)) {
+		snprintf(err, errlen, "local.rootfs: %s: %s", cfg->local_rootfs, strerror(errno));
+		return SBX_ERR_INVAL;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0) {
+		snprintf(err, errlen, "local provider: cannot find own executable: %s", strerror(errno));
+		return SBX_ERR_IO;
+	}
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	/* Built tree: next to sbxfs; installed: PREFIX/libexec/sbxfs/. */
+	if (str_fmt(local_exec_helper, sizeof(local_exec_helper), "%s/sbxfs-exec", self) ||
+	    access(local_exec_helper, X_OK))
+		if (str_fmt(local_exec_helper, sizeof(local_exec_helper), "%s/../libexec/sbxfs/sbxfs-exec", self) ||
+		    access(local_exec_helper, X_OK)) {
+			snprintf(err, errlen, "local provider: sbxfs-exec helper not found next to %s", self);
+			return SBX_ERR_INVAL;
+		}
+	local_find_cgroup2();
+	if (!local_cgroup_root[0])
+		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
+	return SBX_OK;
+}
+
+struct argv_builder {
+	const char *v[LOCAL_MAX_ARGS];
+	int n;
+	struct buf strings[LOCAL_MAX_ARGS]; /* storage for formatted arguments */
+	int ns;
+	int overflow;
+};
+
+static void av_add(struct argv_builder *a, const char *s)
+{
+	if (a->n >= LOCAL_MAX_ARGS - 1) {
+		a->overflow = 1;
+		return;
+	}
+	a->v[a->n++] = s;
+	a->v[a->n] = NULL;
+}
+
+static const char *av_fmt(struct argv_builder *a, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static const char *av_fmt(struct argv_builder *a, const char *fmt, ...)
+{
+	struct buf *b;
+	va_list ap;
+
+	if (a->ns >= LOCAL_MAX_ARGS) {
+		a->overflow = 1;
+		return "";
+	}
+	b = &a->strings[a->ns++];
+	buf_init(b, BUF_CAP_PATH);
+	va_start(ap, fmt);
+	if (buf_vaddf(b, fmt, ap))
+		a->overflow = 1;
+	va_end(ap);
+	return buf_str(b);
+}
+
+static void av_free(struct argv_builder *a)
+{
+	for (int i = 0; i < a->ns; i++)
+		buf_free(&a->strings[i]);
+}
+
+/* bwrap creates missing parents of a mount point with mode 0700, which would
+ * hide them from the sandbox uid: create every ancestor 0755 first. */
+static void av_dirs(struct argv_builder *a, const char *path)
+{
+	char tmp[PATH_MAX];
+
+	if (str_fmt(tmp, sizeof(tmp), "%s", path)) {
+		a->overflow = 1;
+		return;
+	}
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		av_add(a, "--perms");
+		av_add(a, "0755");
+		av_add(a, "--dir");
+		av_add(a, av_fmt(a, "%s", tmp));
+		*p = '/';
+	}
+}
+
+static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
+{
+	static const char *sysdirs[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", NULL };
+	char target[PATH_MAX];
+	struct stat st;
+
+	if (cfg->local_rootfs) {
+		av_add(a, "--ro-bind");
+		av_add(a, cfg->local_rootfs);
+		av_add(a, "/");
+		return;
+	}
+	av_add(a, "--ro-bind");
+	av_add(a, "/usr");
+	av_add(a, "/usr");
+	for (int i = 0; sysdirs[i]; i++) {
+		if (lstat(sysdirs[i], &st))
+			continue;
+		if (S_ISLNK(st.st_mode)) {
+			ssize_t n = readlink(sysdirs[i], target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			av_add(a, "--symlink");
+			av_add(a, av_fmt(a, "%s", target));
+			av_add(a, sysdirs[i]);
+		} else if (S_ISDIR(st.st_mode)) {
+			av_add(a, "--ro-bind");
+			av_add(a, sysdirs[i]);
+			av_add(a, sysdirs[i]);
+		}
+	}
+	av_add(a, "--ro-bind");
+	av_add(a, "/etc");
+	av_add(a, "/etc");
+}
+
+static void av_bind(struct argv_builder *a, const char *how, const char *src, const char *dst)
+{
+	av_dirs(a, dst);
+	av_add(a, how);
+	av_add(a, src);
+	av_add(a, dst);
+}
+
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
+{
+	const struct sbx_config *cfg = s->cfg;
+
+	av_add(a, local_bwrap);
+	av_add(a, "--unshare-pid");
+	av_add(a, "--unshare-ipc");
+	av_add(a, "--unshare-uts");
+	av_add(a, "--unshare-cgroup-try");
+	if (cfg->net_mode != NET_OPEN)
+		av_add(a, "--unshare-net");
+	av_add(a, "--hostname");
+	av_add(a, av_fmt(a, "sbx-%s", s->token));
+	av_rootfs(a, cfg);
+	av_add(a, "--proc");
+	av_add(a, "/proc");
+	av_add(a, "--dev");
+	av_add(a, "/dev");
+	av_add(a, "--tmpfs");
+	av_add(a, "/tmp");
+	av_bind(a, "--bind", s->workspace, "/mnt/user-data/workspace");
+	av_bind(a, "--bind", s->uploads, "/mnt/user-data/uploads");
+	av_bind(a, "--bind", s->outputs, "/mnt/user-data/outputs");
+	av_bind(a, "--ro-bind", s->skills, cfg->skills_container_path);
+	for (size_t i = 0; i < cfg->n_mounts; i++)
+		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
+			cfg->mounts[i].container_path);
+	av_add(a, "--info-fd");
+	av_add(a, "3");
+	av_add(a, "--");
+	av_add(a, local_setpriv);
+	av_add(a, av_fmt(a, "--reuid=%u", (unsigned)s->uid));
+	av_add(a, av_fmt(a, "--regid=%u", (unsigned)s->gid));
+	av_add(a, "--clear-groups");
+	av_add(a, "--inh-caps=-all");
+	av_add(a, "--bounding-set=-all");
+	av_add(a, "--no-new-privs");
+	av_add(a, "/bin/sh");
+	av_add(a, "-c");
+	av_add(a, "echo ready >&4; exec 4>&-; exec sleep 2147483647");
+}
+
+/* Read until EOF or the deadline into b; returns 0 on EOF, -1 on timeout/error. */
+static int local_read_until_eof(int fd, struct buf *b, uint64_t deadline_ms)
+{
+	char chunk[1024];
+
+	for (;;) {
+		uint64_t now = util_now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (now >= deadline_ms) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		int r = poll(&p, 1, (int)(deadline_ms - now));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			errno = r == 0 ? ETIMEDOUT : errno;
+			return -1;
+		}
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			return 0;
+		if (buf_add(b, chunk, (size_t)n))
+			return -1;
+	}
+}
+
+static void local_log_tail(const char *scope, const char *logpath)
+{
+	struct buf b = BUF_INIT(64 * 1024);
+	const char *s, *line;
+
+	if (util_read_file(logpath, &b) || !b.len) {
+		buf_free(&b);
+		return;
+	}
+	s = buf_str(&b);
+	line = s + b.len;
+	for (int lines = 0; line > s && lines < 4; lines++) {
+		line--;
+		while (line > s && line[-1] != '\n')
+			line--;
+	}
+	log_err(scope, "bubblewrap said: %s", line);
+	buf_free(&b);
+}
+
+static int local_save(struct local_box *lb)
+{
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i}", "init_pid", (int)lb->init_pid, "init_start",
+		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	int r = -1;
+
+	if (text && !buf_addf(&path, "%s/local.json", lb->thread_dir))
+		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
+	free(text);
+	json_decref(o);
+	buf_free(&path);
+	return r;
+}
+
+static unsigned long long local_ns_ino(pid_t pid, const char *ns)
+{
+	char path[64];
+	struct stat st;
+
+	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
+		return 0;
+	return (unsigned long long)st.st_ino;
+}
+
+static void local_box_free(struct local_box *lb)
+{
+	if (!lb)
+		return;
+	free(lb->thread_dir);
+	free(lb);
+}
+
+/* Kill what a failed create left: the outer bwrap takes the init with it. */
+static void local_abort_spawn(pid_t bwrap, pid_t init)
+{
+	if (init > 0)
+		kill(init, SIGKILL);
+	if (bwrap > 0) {
+		kill(bwrap, SIGKILL);
+		while (waitpid(bwrap, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+}
+
+static pid_t local_spawn(struct argv_builder *a, int info_w, int ready_w, int log_fd)
+{
+	pid_t pid = fork();
+
+	if (pid != 0)
+		return pid;
+	/* child: only async-signal-safe calls from here on */
+	setsid(); /* a Ctrl-C of the daemon's terminal must not reach sandboxes */
+	if (dup2(info_w, 3) < 0 || dup2(ready_w, 4) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
+		_exit(127);
+	int nul = open("/dev/null", O_RDONLY);
+	if (nul >= 0 && nul != 0) {
+		dup2(nul, 0);
+		close(nul);
+	}
+	close_range(5, ~0U, 0);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execv(a->v[0], (char *const *)a->v);
+	_exit(127);
+}
+
+static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
+{
+	struct argv_builder *a = calloc(1, sizeof(*a));
+	struct local_box *lb = calloc(1, sizeof(*lb));
+	struct buf info = BUF_INIT(64 * 1024), logpath = BUF_INIT(BUF_CAP_PATH);
+	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1;
+	enum sbx_err result = SBX_ERR_IO;
+	pid_t bwrap = -1, init = 0;
+	json_t *j = NULL;
+	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
+	char scope[160], ch;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (!a || !lb) {
+		result = SBX_ERR_NOMEM;
+		goto out;
+	}
+	local_build_argv(a, s);
+	if (a->overflow) {
+		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
+		result = SBX_ERR_INVAL;
+		goto out;
+	}
+	if (buf_addf(&logpath, "%s/sandbox.log", s->thread_dir))
+		goto out;
+	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
+		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	bwrap = local_spawn(a, info_p[1], ready_p[1], log_fd);
+	if (bwrap < 0) {
+		log_err(scope, "local: fork: %s", strerror(errno));
+		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
+		goto out;
+	}
+	close(info_p[1]);
+	close(ready_p[1]);
+	info_p[1] = ready_p[1] = -1;
+	if (local_read_until_eof(info_p[0], &info, deadline) ||
+	    !(j = json_loadb(info.ptr ? info.ptr : "", info.len, 0, NULL)) ||
+	    (init = (pid_t)json_integer_value(json_object_get(j, "child-pid"))) <= 0) {
+		result = errno == ETIMEDOUT ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+		log_err(scope, "local: bubblewrap did not start the sandbox");
+		local_log_tail(scope, logpath.ptr);
+		goto out;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = ready_p[0], .events = POLLIN };
+		uint64_t now = util_now_ms();
+		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 1 && read(ready_p[0], &ch, 1) == 1)
+			break;
+		result = r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
+		local_log_tail(scope, logpath.ptr);
+		goto out;
+	}
+	lb->base.prov = &provider_local;
+	lb->init_pid = init;
+	lb->init_start = util_proc_starttime(init);
+	lb->mntns = local_ns_ino(init, "mnt");
+	lb->bwrap_pid = bwrap;
+	lb->uid = s->uid;
+	lb->gid = s->gid;
+	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	lb->thread_dir = strdup(s->thread_dir);
+	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	*out = &lb->base;
+	lb = NULL;
+	bwrap = -1;
+	init = 0;
+	result = SBX_OK;
+out:
+	if (bwrap > 0)
+		local_abort_spawn(bwrap, init);
+	for (int i = 0; i < 2; i++) {
+		if (info_p[i] >= 0)
+			close(info_p[i]);
+		if (ready_p[i] >= 0)
+			close(ready_p[i]);
+	}
+	if (log_fd >= 0)
+		close(log_fd);
+	if (a) {
+		av_free(a);
+		free(a);
+	}
+	json_decref(j);
+	buf_free(&info);
+	buf_free(&logpath);
+	local_box_free(lb);
+	return result;
+}
+
+static bool local_alive(struct local_box *lb)
+{
+	if (lb->bwrap_pid > 0 && waitpid(lb->bwrap_pid, NULL, WNOHANG) == lb->bwrap_pid)
+		lb->bwrap_pid = 0; /* reaped: the sandbox has ended */
+	return lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start &&
+	       local_ns_ino(lb->init_pid, "mnt") == lb->mntns;
+}
+
+static enum sbx_err local_health(struct sbx_box *b)
+{
+	return local_alive(local_box(b)) ? SBX_OK : SBX_ERR_GONE;
+}
+
+static void local_forget(struct sbx_box *b)
+{
+	local_box_free(local_box(b));
+}
+
+static enum sbx_err local_destroy(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	uint64_t deadline = util_now_ms() + 10000;
+
+	if (local_alive(lb))
+		kill(lb->init_pid, SIGKILL);
+	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
+		usleep(2000);
+	if (lb->bwrap_pid > 0)
+		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	if (!buf_addf(&path, "%s/local.json", lb->thread_dir))
+		unlink(path.ptr);
+	if (local_cgroup_root[0]) {
+		buf_reset(&path);
+		if (!buf_addf(&path, "%s/%s", local_cgroup_root, lb->token))
+			util_rm_rf(path.ptr); /* only empty job cgroups remain: rmdir them */
+	}
+	buf_free(&path);
+	local_box_free(lb);
+	return SBX_OK;
+}
+
+static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64 * 1024);
+	struct local_box *lb = NULL;
+	json_t *j = NULL;
+	enum sbx_err result = SBX_ERR_GONE;
+
+	if (buf_addf(&path, "%s/local.json", s->thread_dir) || util_read_file(path.ptr, &text))
+		goto out;
+	j = json_loadb(buf_str(&text), text.len, 0, NULL);
+	lb = calloc(1, sizeof(*lb));
+	if (!j || !lb || !(lb->thread_dir = strdup(s->thread_dir)))
+		goto out;
+	lb->base.prov = &provider_local;
+	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
+	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
+	lb->uid = s->uid;
+	lb->gid = s->gid;
+	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
+	if (!local_alive(lb))
+		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */
+	*out = &lb->base;
+	lb = NULL;
+	result = SBX_OK;
+out:
+	json_decref(j);
+	buf_free(&path);
+	buf_free(&text);
+	local_box_free(lb);
+	return result;
+}
+
+static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, pid_t *pid_out)
+{
+	struct local_box *lb = local_box(b);
+	struct argv_builder *a = calloc(1, sizeof(*a));
+	enum sbx_err result = SBX_ERR_IO;
+	pid_t pid;
+
+	if (!a)
+		return SBX_ERR_NOMEM;
+	if (!local_alive(lb)) {
+		result = SBX_ERR_GONE;
+		goto out;
+	}
+	av_add(a, local_exec_helper);
+	av_add(a, av_fmt(a, "--pid=%d", (int)lb->init_pid));
+	av_add(a, av_fmt(a, "--start=%llu", lb->init_start));
+	av_add(a, av_fmt(a, "--uid=%u", (unsigned)lb->uid));
+	av_add(a, av_fmt(a, "--gid=%u", (unsigned)lb->gid));
+	av_add(a, av_fmt(a, "--timeout=%ld", e->timeout));
+	av_add(a, av_fmt(a, "--job-dir=%s", e->job_dir));
+	if (local_cgroup_root[0])
+		av_add(a, av_fmt(a, "--cgroup=%s/%s/%s", local_cgroup_root, lb->token, e->job_name));
+	av_add(a, "--");
+	av_add(a, e->cmd);
+	if (a->overflow) {
+		result = SBX_ERR_INVAL;
+		goto out;
+	}
+	pid = fork();
+	if (pid < 0) {
+		result = SBX_ERR_NOMEM;
+		goto out;
+	}
+	if (pid == 0) {
+		setsid();
+		int nul = open("/dev/null", O_RDWR);
+		if (nul >= 0) {
+			dup2(nul, 0);
+			dup2(nul, 1);
+			dup2(nul, 2);
+		}
+		close_range(3, ~0U, 0);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execve(a->v[0], (char *const *)a->v, e->env);
+		_exit(127);
+	}
+	*pid_out = pid;
+	result = SBX_OK;
+out:
+	av_free(a);
+	free(a);
+	return result;
+}
+
+static enum sbx_err local_exec_signal(struct sbx_box *b, const char *job_dir, int sig)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(4096);
+	enum sbx_err result = SBX_ERR_GONE;
+	long pgid = 0;
+
+	(void)local_box(b);
+	if (buf_addf(&path, "%s/pgid", job_dir) || util_read_file(path.ptr, &text))
+		goto out;
+	pgid = strtol(buf_str(&text), NULL, 10);
+	if (pgid <= 1)
+		goto out;
+	if (sig == SIGKILL) {
+		/* The job's cgroup holds every process it started, also those
+		 * that left its process group: cgroup.kill ends them all. */
+		buf_reset(&path);
+		buf_reset(&text);
+		if (!buf_addf(&path, "%s/cgroup", job_dir) && !util_read_file(path.ptr, &text) && text.len) {
+			struct buf kill_path = BUF_INIT(BUF_CAP_PATH);
+			int fd = -1;
+			if (!buf_addf(&kill_path, "%s/cgroup.kill", buf_str(&text)))
+				fd = open(kill_path.ptr, O_WRONLY | O_CLOEXEC);
+			if (fd >= 0) {
+				if (write(fd, "1", 1) != 1)
+					log_warn("local", "cgroup.kill %s: %s", kill_path.ptr, strerror(errno));
+				close(fd);
+			}
+			buf_free(&kill_path);
+		}
+	}
+	if (kill(-(pid_t)pgid, sig) && errno != ESRCH) {
+		result = SBX_ERR_IO;
+		goto out;
+	}
+	result = SBX_OK;
+out:
+	buf_free(&path);
+	buf_free(&text);
+	return result;
+}
+
+static const struct sbx_provider_ops local_ops = {
+	.init = local_init,
+	.create = local_create,
+	.health = local_health,
+	.destroy = local_destroy,
+	.forget = local_forget,
+	.adopt = local_adopt,
+	.exec_start = local_exec_start,
+	.exec_signal = local_exec_signal,
+};
+
+const struct sbx_provider provider_local = {
+	.name = "local",
+	.caps = SBX_CAP_BIND_FILES | SBX_CAP_SKILLS_MOUNT | SBX_CAP_EXEC,
+	.ops = &local_ops,
+};

@@ -1,0 +1,886 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.c - the sandbox lifecycle: registry, per-scope serialisation, warm
+ * pool, replicas soft cap, idle reaper, adoption, reload and shutdown.
+ *
+ * Why two locks: acquiring a sandbox can take seconds (fork, network,
+ * docker), and different scopes must never wait on each other.  So the
+ * registry lock (pool.lock) only guards state transitions and is dropped
+ * before any provider call, while the per-scope mutex serialises the slow
+ * operations of one scope.  See pool.h for the lock order.
+ *
+ * Persistence: sandbox.json in the thread directory says a sandbox exists
+ * (written after create, removed after destroy); `uid` keeps the scope's
+ * host uid forever so files written by an earlier incarnation stay writable.
+ */
+#define _GNU_SOURCE
+#include "pool.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+
+#define POOL_BUCKETS 1024
+
+const double pool_hist_bounds[12] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10 };
+
+static struct {
+	pthread_mutex_t lock;
+	struct sbx *table[POOL_BUCKETS];  /* protected by lock */
+	struct sbx_config *cfg;           /* protected by lock; referenced */
+	const struct sbx_provider *prov;  /* protected by lock */
+	unsigned char *uid_used;          /* protected by lock; bitmap over the uid range */
+	uid_t uid_base;
+	unsigned uid_count;
+	struct pool_stats st;             /* protected by lock (counters) */
+	pthread_t reaper;
+	pthread_cond_t reaper_cond;
+	bool reaper_running, stopping;
+} pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .reaper_cond = PTHREAD_COND_INITIALIZER };
+
+static unsigned pool_hash(const char *token)
+{
+	return (unsigned)strtoul(token + SCOPE_TOKEN_LEN - 6, NULL, 16) % POOL_BUCKETS;
+}
+
+/* Caller holds pool.lock. */
+static struct sbx *pool_lookup_locked(const char *token)
+{
+	for (struct sbx *s = pool.table[pool_hash(token)]; s; s = s->next)
+		if (!strcmp(s->token, token))
+			return s;
+	return NULL;
+}
+
+static int pool_thread_dir(const char *state_dir, const char *user, const char *thread, struct buf *b)
+{
+	return buf_addf(b, "%s/users/%s/threads/%s", state_dir, user, thread);
+}
+
+/* Caller holds pool.lock.  Returns the scope's entry, creating it. */
+static struct sbx *pool_entry_locked(const char *user, const char *thread)
+{
+	char token[SCOPE_TOKEN_LEN + 1];
+	struct buf dir = BUF_INIT(BUF_CAP_PATH);
+	struct sbx *s;
+
+	if (names_scope_token(user, thread, token))
+		return NULL;
+	s = pool_lookup_locked(token);
+	if (s)
+		return s;
+	s = calloc(1, sizeof(*s));
+	if (!s || pool_thread_dir(pool.cfg->state_dir, user, thread, &dir)) {
+		free(s);
+		buf_free(&dir);
+		return NULL;
+	}
+	snprintf(s->user, sizeof(s->user), "%s", user);
+	snprintf(s->thread, sizeof(s->thread), "%s", thread);
+	memcpy(s->token, token, sizeof(token));
+	s->thread_dir = buf_take(&dir, NULL);
+	s->uid = (uid_t)-1;
+	s->refs = 1; /* the registry's */
+	pthread_mutex_init(&s->scope, NULL);
+	s->next = pool.table[pool_hash(token)];
+	pool.table[pool_hash(token)] = s;
+	return s;
+}
+
+void pool_get(struct sbx *s)
+{
+	pthread_mutex_lock(&pool.lock);
+	s->refs++;
+	pthread_mutex_unlock(&pool.lock);
+}
+
+void pool_put(struct sbx *s)
+{
+	/* Entries stay in the registry for the daemon's lifetime (they are
+	 * small, and a scope once seen tends to come back); refs only guard
+	 * against use by a holder after shutdown frees them. */
+	pthread_mutex_lock(&pool.lock);
+	s->refs--;
+	pthread_mutex_unlock(&pool.lock);
+}
+
+enum sbx_state pool_state(struct sbx *s, unsigned *gen)
+{
+	enum sbx_state st;
+
+	pthread_mutex_lock(&pool.lock);
+	st = s->state;
+	if (gen)
+		*gen = s->gen;
+	pthread_mutex_unlock(&pool.lock);
+	return st;
+}
+
+void pool_note_error(const char *scope, const char *kind, const char *fmt, ...)
+{
+	char msg[300], at[32];
+	va_list ap;
+	json_t *o;
+	char *text;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	util_iso8601(util_wall_now(), at);
+	o = json_pack("{s:s,s:s,s:s,s:s}", "scope", scope, "kind", kind, "error", msg, "at", at);
+	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	pthread_mutex_lock(&pool.lock);
+	pool.st.errors++;
+	snprintf(pool.st.last_error, sizeof(pool.st.last_error), "%s", text ? text : "");
+	pthread_mutex_unlock(&pool.lock);
+	free(text);
+	json_decref(o);
+}
+
+/* ---- uids ---------------------------------------------------------------- */
+
+static int pool_read_uid(const char *thread_dir, uid_t *uid, gid_t *gid)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(256);
+	unsigned long u, g;
+	int r = -1;
+
+	if (!buf_addf(&path, "%s/uid", thread_dir) && !util_read_file(path.ptr, &text) &&
+	    sscanf(buf_str(&text), "%lu:%lu", &u, &g) == 2) {
+		*uid = (uid_t)u;
+		*gid = (gid_t)g;
+		r = 0;
+	}
+	buf_free(&path);
+	buf_free(&text);
+	return r;
+}
+
+/* Caller holds pool.lock. */
+static void pool_mark_uid_locked(uid_t uid)
+{
+	if (uid >= pool.uid_base && uid - pool.uid_base < pool.uid_count)
+		pool.uid_used[(uid - pool.uid_base) / 8] |= (unsigned char)(1u << ((uid - pool.uid_base) % 8));
+}
+
+/* Decide the scope's uid: users: mapping, else the uid recorded for the
+ * thread, else a free uid from the configured range.  Called under
+ * s->scope; takes pool.lock briefly. */
+static int pool_assign_uid(struct sbx *s, struct sbx_config *cfg)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64);
+	uid_t uid;
+	gid_t gid;
+	int r;
+
+	r = config_user_lookup(cfg, s->user, &uid, &gid);
+	if (r < 0)
+		return EACCES;
+	if (r == 1 && pool_read_uid(s->thread_dir, &uid, &gid)) {
+		pthread_mutex_lock(&pool.lock);
+		unsigned i;
+		for (i = 0; i < pool.uid_count; i++)
+			if (!(pool.uid_used[i / 8] & (1u << (i % 8))))
+				break;
+		if (i < pool.uid_count)
+			pool_mark_uid_locked(pool.uid_base + i);
+		pthread_mutex_unlock(&pool.lock);
+		if (i == pool.uid_count) {
+			log_err("pool", "no free uid left in local.uid_base..+uid_count");
+			return ENOSPC;
+		}
+		uid = gid = pool.uid_base + i;
+	}
+	if (util_mkdir_p(s->thread_dir, 0700) || buf_addf(&path, "%s/uid", s->thread_dir) ||
+	    buf_addf(&text, "%u:%u\n", (unsigned)uid, (unsigned)gid) ||
+	    util_write_atomic(path.ptr, text.ptr, text.len, 0600)) {
+		log_err("pool", "cannot record the uid in %s: %s", s->thread_dir, strerror(errno));
+		buf_free(&path);
+		buf_free(&text);
+		return EIO;
+	}
+	buf_free(&path);
+	buf_free(&text);
+	s->uid = uid;
+	s->gid = gid;
+	return 0;
+}
+
+/* ---- the thread's host directories ---------------------------------------- */
+
+struct pool_dirs {
+	struct buf ws, up, out, skills;
+};
+
+static void pool_dirs_free(struct pool_dirs *d)
+{
+	buf_free(&d->ws);
+	buf_free(&d->up);
+	buf_free(&d->out);
+	buf_free(&d->skills);
+}
+
+static int pool_dirs(struct sbx *s, struct pool_dirs *d, bool make)
+{
+	struct buf *all[] = { &d->ws, &d->up, &d->out, &d->skills };
+
+	for (int i = 0; i < 4; i++)
+		buf_init(all[i], BUF_CAP_PATH);
+	if (buf_addf(&d->ws, "%s/user-data/workspace", s->thread_dir) ||
+	    buf_addf(&d->up, "%s/user-data/uploads", s->thread_dir) ||
+	    buf_addf(&d->out, "%s/user-data/outputs", s->thread_dir) ||
+	    buf_addf(&d->skills, "%s/skills", s->thread_dir))
+		return ENOMEM;
+	if (!make)
+		return 0;
+	for (int i = 0; i < 4; i++) {
+		if (util_mkdir_p(all[i]->ptr, 0755))
+			return errno == ENOSPC ? ENOSPC : EIO;
+		/* The top of each data dir belongs to the sandbox uid so both the
+		 * sandbox and (through the FUSE mapping) the user can write it. */
+		if (chown(all[i]->ptr, s->uid, s->gid))
+			return EIO;
+	}
+	return 0;
+}
+
+static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg, struct sbx_spec *spec)
+{
+	spec->user = s->user;
+	spec->thread = s->thread;
+	spec->token = s->token;
+	spec->thread_dir = s->thread_dir;
+	spec->workspace = d->ws.ptr;
+	spec->uploads = d->up.ptr;
+	spec->outputs = d->out.ptr;
+	spec->skills = d->skills.ptr;
+	spec->uid = s->uid;
+	spec->gid = s->gid;
+	spec->cfg = cfg;
+}
+
+static int pool_save(struct sbx *s)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:f,s:i,s:i}", "user", s->user, "thread", s->thread, "token",
+		s->token, "provider", s->prov->name, "created_at", s->created_at, "uid", (int)s->uid, "gid",
+		(int)s->gid);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	char *text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
+	int r = -1;
+
+	if (text && !buf_addf(&path, "%s/sandbox.json", s->thread_dir))
+		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
+	free(text);
+	json_decref(o);
+	buf_free(&path);
+	return r;
+}
+
+static void pool_unsave(struct sbx *s)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+
+	if (!buf_addf(&path, "%s/sandbox.json", s->thread_dir))
+		unlink(path.ptr);
+	buf_free(&path);
+}
+
+/* ---- destroy, evict, reap ---------------------------------------------------- */
+
+/* Caller holds s->scope and has set state DESTROYING. */
+static void pool_destroy_held(struct sbx *s, const char *why)
+{
+	char scope[140];
+	enum sbx_err e;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (s->box) {
+		e = s->prov->ops->destroy(s->box);
+		if (e)
+			log_warn(scope, "destroy: %s", sbx_err_name(e));
+	}
+	s->box = NULL;
+	pool_unsave(s);
+	config_put(s->cfg);
+	s->cfg = NULL;
+	log_info(scope, "sandbox destroyed (%s)", why);
+	pthread_mutex_lock(&pool.lock);
+	s->state = SBX_NONE;
+	pthread_mutex_unlock(&pool.lock);
+}
+
+/* Caller holds pool.lock.  Picks the oldest warm entry nobody is working
+ * on (its scope lock is free), locks its scope, marks it DESTROYING. */
+static struct sbx *pool_pick_warm_locked(uint64_t older_than_ms, bool oldest)
+{
+	struct sbx *best = NULL;
+
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			if (s->state != SBX_WARM || s->warm_since_ms > older_than_ms)
+				continue;
+			if (!oldest) {
+				best = s;
+				goto found;
+			}
+			if (!best || s->warm_since_ms < best->warm_since_ms)
+				best = s;
+		}
+found:
+	if (!best || pthread_mutex_trylock(&best->scope))
+		return NULL;
+	best->state = SBX_DESTROYING;
+	return best;
+}
+
+static unsigned pool_count_locked(void)
+{
+	unsigned n = 0;
+
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next)
+			if (s->state == SBX_ACTIVE || s->state == SBX_WARM || s->state == SBX_CREATING)
+				n++;
+	return n;
+}
+
+/* Before a create: keep active + warm (+ creating) under replicas by
+ * destroying the oldest warm sandbox.  Active ones are never evicted. */
+static void pool_enforce_replicas(int replicas, const char *scope)
+{
+	struct sbx *victim;
+
+	for (;;) {
+		pthread_mutex_lock(&pool.lock);
+		if ((int)pool_count_locked() <= replicas) {
+			pthread_mutex_unlock(&pool.lock);
+			return;
+		}
+		victim = pool_pick_warm_locked(UINT64_MAX, true);
+		if (victim)
+			pool.st.evictions++;
+		pthread_mutex_unlock(&pool.lock);
+		if (!victim) {
+			log_warn(scope, "replicas (%d) exceeded and no warm sandbox to evict: creating anyway", replicas);
+			return;
+		}
+		pool_destroy_held(victim, "evicted: replicas soft cap");
+		pthread_mutex_unlock(&victim->scope);
+	}
+}
+
+static void pool_reap_once(long idle_timeout)
+{
+	uint64_t now = util_now_ms();
+	struct sbx *victim;
+
+	if (idle_timeout <= 0)
+		return;
+	for (;;) {
+		pthread_mutex_lock(&pool.lock);
+		victim = now > (uint64_t)idle_timeout * 1000
+				 ? pool_pick_warm_locked(now - (uint64_t)idle_timeout * 1000, false)
+				 : NULL;
+		if (victim)
+			pool.st.reaps++;
+		pthread_mutex_unlock(&pool.lock);
+		if (!victim)
+			return;
+		pool_destroy_held(victim, "idle timeout");
+		pthread_mutex_unlock(&victim->scope);
+	}
+}
+
+static void *pool_reaper_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&pool.lock);
+	while (!pool.stopping) {
+		long interval = pool.cfg->idle_check_interval, idle = pool.cfg->idle_timeout;
+		struct timespec ts;
+
+		pthread_mutex_unlock(&pool.lock);
+		pool_reap_once(idle);
+		pthread_mutex_lock(&pool.lock);
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += interval;
+		if (!pool.stopping)
+			pthread_cond_timedwait(&pool.reaper_cond, &pool.lock, &ts);
+	}
+	pthread_mutex_unlock(&pool.lock);
+	return NULL;
+}
+
+/* ---- acquire / release ---------------------------------------------------- */
+
+static void pool_observe(int kind, double secs)
+{
+	int b;
+
+	for (b = 0; b < 12 && secs > pool_hist_bounds[b]; b++)
+		;
+	pool.st.acquire_hist[kind][b]++;
+	pool.st.acquire_sum[kind] += secs;
+	pool.st.acquire_count[kind]++;
+}
+
+/* Create a fresh sandbox for s.  Caller holds s->scope; state is CREATING. */
+static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct sbx_provider *prov,
+	const char *scope)
+{
+	struct pool_dirs d;
+	struct sbx_spec spec;
+	enum sbx_err e;
+	int err;
+
+	if (s->uid == (uid_t)-1 || cfg->n_users || cfg->users_passwd) {
+		err = pool_assign_uid(s, cfg);
+		if (err) {
+			log_err(scope, "no uid for the sandbox: %s", strerror(err));
+			pool_note_error(scope, "uid", "no uid for the sandbox: %s", strerror(err));
+			return err;
+		}
+	}
+	err = pool_dirs(s, &d, true);
+	if (err) {
+		log_err(scope, "cannot prepare %s: %s", s->thread_dir, strerror(errno));
+		pool_note_error(scope, "state_dir", "cannot prepare the thread directory: %s", strerror(errno));
+		pool_dirs_free(&d);
+		return err;
+	}
+	pool_enforce_replicas(cfg->replicas, scope);
+	pool_spec(s, &d, cfg, &spec);
+	e = prov->ops->create(&spec, &s->box);
+	pool_dirs_free(&d);
+	if (e) {
+		log_err(scope, "create failed: %s", sbx_err_name(e));
+		pool_note_error(scope, "create", "provider %s: %s", prov->name, sbx_err_name(e));
+		s->box = NULL;
+		return sbx_err_errno(e) == ENOENT ? EIO : sbx_err_errno(e);
+	}
+	s->prov = prov;
+	s->cfg = config_get(cfg);
+	s->created_at = util_wall_now();
+	if (pool_save(s)) {
+		log_err(scope, "cannot record the sandbox: %s", strerror(errno));
+		prov->ops->destroy(s->box);
+		s->box = NULL;
+		config_put(s->cfg);
+		s->cfg = NULL;
+		return EIO;
+	}
+	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, s->box->remote_id, (unsigned)s->uid);
+	return 0;
+}
+
+int pool_acquire(const char *user, const char *thread, struct sbx **out)
+{
+	struct sbx_config *cfg;
+	const struct sbx_provider *prov;
+	uint64_t t0 = util_now_ms();
+	char scope[140];
+	struct sbx *s;
+	int err = 0, kind = 0;
+
+	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
+	pthread_mutex_lock(&pool.lock);
+	s = pool.stopping ? NULL : pool_entry_locked(user, thread);
+	if (!s) {
+		pthread_mutex_unlock(&pool.lock);
+		return pool.stopping ? ESHUTDOWN : ENOMEM;
+	}
+	s->refs++;
+	pthread_mutex_unlock(&pool.lock);
+
+	pthread_mutex_lock(&s->scope);
+	pthread_mutex_lock(&pool.lock);
+	cfg = config_get(pool.cfg);
+	prov = pool.prov;
+	enum sbx_state st = s->state;
+	if (st == SBX_ACTIVE || st == SBX_CREATING) {
+		pthread_mutex_unlock(&pool.lock);
+		err = EEXIST;
+		goto out;
+	}
+	s->state = SBX_CREATING;
+	pthread_mutex_unlock(&pool.lock);
+
+	if (st == SBX_WARM && s->prov == prov && s->prov->ops->health(s->box) == SBX_OK) {
+		kind = 1;
+		log_info(scope, "sandbox reclaimed from the warm pool");
+	} else {
+		if (st == SBX_WARM) {
+			log_info(scope, "warm sandbox failed its health check: recreating");
+			pool_destroy_held(s, "failed health check");
+			pthread_mutex_lock(&pool.lock);
+			s->state = SBX_CREATING;
+			pthread_mutex_unlock(&pool.lock);
+		}
+		err = pool_create_held(s, cfg, prov, scope);
+	}
+	pthread_mutex_lock(&pool.lock);
+	if (err) {
+		s->state = SBX_NONE;
+	} else {
+		s->state = SBX_ACTIVE;
+		s->gen++;
+		s->acquired_at = util_wall_now();
+		pool_observe(kind, (double)(util_now_ms() - t0) / 1000.0);
+	}
+	pthread_mutex_unlock(&pool.lock);
+out:
+	pthread_mutex_unlock(&s->scope);
+	config_put(cfg);
+	if (err) {
+		pool_put(s);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+int pool_release(struct sbx *s)
+{
+	char scope[140];
+	bool stale;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	pthread_mutex_lock(&s->scope);
+	pthread_mutex_lock(&pool.lock);
+	if (s->state != SBX_ACTIVE) {
+		pthread_mutex_unlock(&pool.lock);
+		pthread_mutex_unlock(&s->scope);
+		return ENOENT;
+	}
+	/* A sandbox of a provider that a reload replaced is destroyed, not parked. */
+	stale = s->prov != pool.prov || pool.stopping;
+	s->state = stale ? SBX_DESTROYING : SBX_WARM;
+	s->warm_since_ms = util_now_ms();
+	pthread_mutex_unlock(&pool.lock);
+	if (stale)
+		pool_destroy_held(s, "its provider was replaced");
+	else
+		log_info(scope, "sandbox released into the warm pool");
+	pthread_mutex_unlock(&s->scope);
+	return 0;
+}
+
+struct sbx *pool_find_active(const char *user, const char *thread)
+{
+	char token[SCOPE_TOKEN_LEN + 1];
+	struct sbx *s;
+
+	if (names_scope_token(user, thread, token))
+		return NULL;
+	pthread_mutex_lock(&pool.lock);
+	s = pool_lookup_locked(token);
+	if (s && s->state == SBX_ACTIVE && !strcmp(s->user, user) && !strcmp(s->thread, thread))
+		s->refs++;
+	else
+		s = NULL;
+	pthread_mutex_unlock(&pool.lock);
+	return s;
+}
+
+void pool_each_active(const char *user, void (*fn)(struct sbx *s, void *arg), void *arg)
+{
+	pthread_mutex_lock(&pool.lock);
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next)
+			if (s->state == SBX_ACTIVE && !strcmp(s->user, user))
+				fn(s, arg);
+	pthread_mutex_unlock(&pool.lock);
+}
+
+bool pool_user_has_active(const char *user)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&pool.lock);
+	for (int i = 0; i < POOL_BUCKETS && !found; i++)
+		for (struct sbx *s = pool.table[i]; s && !found; s = s->next)
+			if ((s->state == SBX_ACTIVE || s->state == SBX_CREATING) && !strcmp(s->user, user))
+				found = true;
+	pthread_mutex_unlock(&pool.lock);
+	return found;
+}
+
+int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, pid_t *pid)
+{
+	enum sbx_err e = SBX_ERR_GONE;
+
+	pthread_mutex_lock(&s->scope);
+	if (pool_state(s, NULL) == SBX_ACTIVE && s->box)
+		e = s->prov->ops->exec_start ? s->prov->ops->exec_start(s->box, spec, pid) : SBX_ERR_NOTSUP;
+	pthread_mutex_unlock(&s->scope);
+	return sbx_err_errno(e);
+}
+
+int pool_exec_signal(struct sbx *s, const char *job_dir, int sig)
+{
+	enum sbx_err e = SBX_ERR_GONE;
+
+	/* No scope lock: a kill must not wait behind a slow operation; the
+	 * provider only signals processes recorded in job_dir. */
+	if (s->prov && s->prov->ops->exec_signal)
+		e = s->prov->ops->exec_signal(s->box, job_dir, sig);
+	return sbx_err_errno(e);
+}
+
+int pool_status_json(struct sbx *s, struct buf *out)
+{
+	char created[32], acquired[32];
+	json_t *o, *skills;
+	char *text;
+	int r;
+
+	pthread_mutex_lock(&s->scope);
+	pthread_mutex_lock(&pool.lock);
+	static const char *names[] = { "none", "creating", "active", "warm", "destroying" };
+	util_iso8601(s->created_at, created);
+	util_iso8601(s->acquired_at, acquired);
+	skills = json_pack("{s:s,s:i,s:i,s:n}", "state", "mounted", "generation_written", 0, "generation_synced", 0,
+		"last_error");
+	o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:o}", "id", s->token, "user", s->user, "thread",
+		s->thread, "provider", s->prov ? s->prov->name : "none", "state", names[s->state], "created_at",
+		created, "acquired_at", acquired, "remote_id", s->box ? s->box->remote_id : "", "uid", (int)s->uid,
+		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
+	if (o && s->box && !strncmp(s->box->remote_id, "pid:", 4))
+		json_object_set_new(o, "init_pid", json_integer(strtol(s->box->remote_id + 4, NULL, 10)));
+	pthread_mutex_unlock(&pool.lock);
+	pthread_mutex_unlock(&s->scope);
+	text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(o);
+	if (!text)
+		return -1;
+	r = buf_adds(out, text) || buf_adds(out, "\n");
+	free(text);
+	return r ? -1 : 0;
+}
+
+void pool_stats(struct pool_stats *st)
+{
+	pthread_mutex_lock(&pool.lock);
+	*st = pool.st;
+	st->provider = pool.prov->name;
+	st->replicas = pool.cfg->replicas;
+	st->idle_timeout = pool.cfg->idle_timeout;
+	st->idle_check_interval = pool.cfg->idle_check_interval;
+	st->active = st->warm = st->creating = 0;
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			st->active += s->state == SBX_ACTIVE;
+			st->warm += s->state == SBX_WARM;
+			st->creating += s->state == SBX_CREATING;
+		}
+	pthread_mutex_unlock(&pool.lock);
+}
+
+struct sbx_config *pool_config(void)
+{
+	struct sbx_config *c;
+
+	pthread_mutex_lock(&pool.lock);
+	c = config_get(pool.cfg);
+	pthread_mutex_unlock(&pool.lock);
+	return c;
+}
+
+struct sbx_config *pool_sbx_config(struct sbx *s)
+{
+	struct sbx_config *c = NULL;
+
+	pthread_mutex_lock(&s->scope);
+	if (s->cfg)
+		c = config_get(s->cfg);
+	pthread_mutex_unlock(&s->scope);
+	return c;
+}
+
+/* ---- start, adoption, reload, shutdown ---------------------------------------- */
+
+static void pool_adopt_one(const char *user, const char *thread)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64 * 1024);
+	struct pool_dirs d;
+	struct sbx_spec spec;
+	struct sbx_box *box = NULL;
+	json_t *j = NULL;
+	struct sbx *s;
+	char scope[140];
+	const char *pname;
+
+	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
+	pthread_mutex_lock(&pool.lock);
+	s = pool_entry_locked(user, thread);
+	pthread_mutex_unlock(&pool.lock);
+	if (!s)
+		return;
+	if (!pool_read_uid(s->thread_dir, &s->uid, &s->gid)) {
+		pthread_mutex_lock(&pool.lock);
+		pool_mark_uid_locked(s->uid);
+		pthread_mutex_unlock(&pool.lock);
+	}
+	if (buf_addf(&path, "%s/sandbox.json", s->thread_dir) || util_read_file(path.ptr, &text))
+		goto out; /* no sandbox recorded: data only */
+	j = json_loadb(buf_str(&text), text.len, 0, NULL);
+	pname = j ? json_string_value(json_object_get(j, "provider")) : NULL;
+	if (!pname || strcmp(pname, pool.prov->name)) {
+		log_warn(scope, "recorded sandbox of provider '%s' is not this provider's: left alone",
+			pname ? pname : "?");
+		goto out;
+	}
+	if (pool_dirs(s, &d, false) == 0) {
+		pool_spec(s, &d, pool.cfg, &spec);
+		if (pool.prov->ops->adopt(&spec, &box) == SBX_OK) {
+			s->box = box;
+			s->prov = pool.prov;
+			s->cfg = config_get(pool.cfg);
+			s->created_at = json_real_value(json_object_get(j, "created_at"));
+			pthread_mutex_lock(&pool.lock);
+			s->state = SBX_WARM;
+			s->warm_since_ms = util_now_ms();
+			pool.st.adopted++;
+			pthread_mutex_unlock(&pool.lock);
+			log_info(scope, "adopted into the warm pool (%s%s)", box->remote_id,
+				pool.prov->ops->health(box) ? ", stale: recreated on reclaim" : "");
+		} else {
+			pool_unsave(s);
+		}
+	}
+	pool_dirs_free(&d);
+out:
+	json_decref(j);
+	buf_free(&path);
+	buf_free(&text);
+}
+
+static void pool_scan(const char *state_dir)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	DIR *users, *threads;
+	struct dirent *u, *t;
+
+	if (buf_addf(&path, "%s/users", state_dir) || !(users = opendir(path.ptr))) {
+		buf_free(&path);
+		return;
+	}
+	while ((u = readdir(users))) {
+		if (!names_valid(u->d_name))
+			continue;
+		buf_reset(&path);
+		if (buf_addf(&path, "%s/users/%s/threads", state_dir, u->d_name) || !(threads = opendir(path.ptr)))
+			continue;
+		while ((t = readdir(threads)))
+			if (names_valid(t->d_name))
+				pool_adopt_one(u->d_name, t->d_name);
+		closedir(threads);
+	}
+	closedir(users);
+	buf_free(&path);
+}
+
+int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
+{
+	const struct sbx_provider *prov = provider_find(cfg->use);
+
+	if (!prov) {
+		snprintf(err, errlen, "use: provider '%s' is not built into this sbxfs (available: local)", cfg->use);
+		return -1;
+	}
+	if (prov->ops->init(cfg, err, errlen))
+		return -1;
+	pool.cfg = config_get(cfg);
+	pool.prov = prov;
+	pool.uid_base = cfg->local_uid_base;
+	pool.uid_count = cfg->local_uid_count;
+	pool.uid_used = calloc(pool.uid_count / 8 + 1, 1);
+	if (!pool.uid_used) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	pool_scan(cfg->state_dir);
+	pool.stopping = false;
+	if (pthread_create(&pool.reaper, NULL, pool_reaper_main, NULL)) {
+		snprintf(err, errlen, "cannot start the idle reaper");
+		return -1;
+	}
+	pool.reaper_running = true;
+	return 0;
+}
+
+void pool_reload(struct sbx_config *cfg)
+{
+	const struct sbx_provider *prov = provider_find(cfg->use), *old;
+	struct sbx_config *oldcfg;
+	struct sbx *victim;
+
+	if (!prov)
+		return;
+	pthread_mutex_lock(&pool.lock);
+	old = pool.prov;
+	oldcfg = pool.cfg;
+	pool.cfg = config_get(cfg);
+	pool.prov = prov;
+	pthread_cond_signal(&pool.reaper_cond);
+	pthread_mutex_unlock(&pool.lock);
+	config_put(oldcfg);
+	if (old == prov)
+		return;
+	/* The old provider's warm sandboxes go now; active ones on release. */
+	for (;;) {
+		pthread_mutex_lock(&pool.lock);
+		victim = NULL;
+		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
+			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next)
+				if (s->state == SBX_WARM && s->prov == old && !pthread_mutex_trylock(&s->scope)) {
+					s->state = SBX_DESTROYING;
+					victim = s;
+				}
+		pthread_mutex_unlock(&pool.lock);
+		if (!victim)
+			break;
+		pool_destroy_held(victim, "provider changed by reload");
+		pthread_mutex_unlock(&victim->scope);
+	}
+}
+
+void pool_shutdown(void)
+{
+	bool keep;
+
+	pthread_mutex_lock(&pool.lock);
+	pool.stopping = true;
+	keep = pool.cfg && pool.cfg->keep_on_exit;
+	pthread_cond_signal(&pool.reaper_cond);
+	pthread_mutex_unlock(&pool.lock);
+	if (pool.reaper_running)
+		pthread_join(pool.reaper, NULL);
+	pool.reaper_running = false;
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			pthread_mutex_lock(&s->scope);
+			if (s->box && keep) {
+				s->prov->ops->forget(s->box);
+				s->box = NULL;
+			} else if (s->box) {
+				pthread_mutex_lock(&pool.lock);
+				s->state = SBX_DESTROYING;
+				pthread_mutex_unlock(&pool.lock);
+				pool_destroy_held(s, "shutdown");
+			}
+			pthread_mutex_unlock(&s->scope);
+		}
+	if (keep)
+		log_info("pool", "keep_on_exit: sandboxes left running for the next start to adopt");
+}

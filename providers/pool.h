@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.h - the sandbox lifecycle (DESIGN §4): registry of scopes, per-scope
+ * serialisation, the warm pool with its replicas soft cap and idle reaper,
+ * adoption on start, reload and shutdown.
+ *
+ * One struct sbx per scope (user, thread) that the daemon knows of, active,
+ * warm or being created.  Its fields are split by lock:
+ *   - pool.lock (a mutex) protects the registry, every sbx's state,
+ *     timestamps, refs and generation;
+ *   - sbx->scope (a mutex) serialises acquire, release, exec and destroy of
+ *     one scope and is held across provider calls.
+ * Lock order: sbx->scope before pool.lock; pool.lock is never held across a
+ * provider call and never waits for a scope lock (it only trylocks one, to
+ * pick an eviction victim that nobody is using).
+ *
+ * The FUSE layer holds references (pool_get/pool_put) to the sbx of every
+ * sandbox directory it shows.
+ */
+#ifndef SBX_POOL_H
+#define SBX_POOL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../common/buf.h"
+#include "../common/config.h"
+#include "../common/names.h"
+#include "provider.h"
+
+enum sbx_state {
+	SBX_NONE,       /* known scope, no sandbox */
+	SBX_CREATING,   /* acquire in progress */
+	SBX_ACTIVE,     /* acquired: its directory is visible */
+	SBX_WARM,       /* released, still running, reclaimable */
+	SBX_DESTROYING, /* being destroyed (eviction, reaper, shutdown) */
+};
+
+struct sbx {
+	char user[NAME_MAX_LEN + 1];
+	char thread[NAME_MAX_LEN + 1];
+	char token[SCOPE_TOKEN_LEN + 1];
+	char *thread_dir; /* state_dir/users/<user>/threads/<thread>, immutable */
+	uid_t uid;        /* the sandbox's host uid, immutable after first acquire */
+	gid_t gid;
+
+	/* protected by pool.lock */
+	enum sbx_state state;
+	int refs;        /* the registry's own ref + every holder */
+	unsigned gen;    /* incarnation: bumped at each acquire */
+	double created_at, acquired_at;
+	uint64_t warm_since_ms;
+	struct sbx *next; /* hash chain */
+
+	/* protected by scope; read by status under scope or as a snapshot */
+	pthread_mutex_t scope;
+	struct sbx_box *box;
+	const struct sbx_provider *prov;
+	struct sbx_config *cfg; /* the config this sandbox was created with */
+
+	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
+};
+
+struct pool_stats {
+	const char *provider;
+	unsigned active, warm, creating;
+	int replicas;
+	long idle_timeout, idle_check_interval;
+	uint64_t evictions, reaps, errors, adopted;
+	uint64_t acquire_hist[2][13]; /* [cold, warm][bucket], cumulative-ready counts */
+	double acquire_sum[2];
+	uint64_t acquire_count[2];
+	char last_error[512]; /* "" or JSON object text */
+};
+
+extern const double pool_hist_bounds[12];
+
+/* Start: pick the provider, load uid allocations, adopt what is running.
+ * Returns 0 or -1 with err filled. */
+int pool_init(struct sbx_config *cfg, char *err, size_t errlen);
+/* Acquire (mkdir).  On success returns 0 and a held reference in *out. */
+int pool_acquire(const char *user, const char *thread, struct sbx **out);
+/* Release (rmdir): park in the warm pool.  0 or errno. */
+int pool_release(struct sbx *s);
+/* The active sandbox of a scope, referenced, or NULL. */
+struct sbx *pool_find_active(const char *user, const char *thread);
+/* Call fn for each active sandbox of user (under pool.lock: fn must not block). */
+void pool_each_active(const char *user, void (*fn)(struct sbx *s, void *arg), void *arg);
+bool pool_user_has_active(const char *user);
+void pool_get(struct sbx *s);
+void pool_put(struct sbx *s);
+/* Snapshot of state and generation. */
+enum sbx_state pool_state(struct sbx *s, unsigned *gen);
+/* The sandbox's status JSON (DESIGN §3). */
+int pool_status_json(struct sbx *s, struct buf *out);
+/* Run a job in an active sandbox (serialised with acquire/release). */
+int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, pid_t *pid);
+int pool_exec_signal(struct sbx *s, const char *job_dir, int sig);
+void pool_stats(struct pool_stats *st);
+/* Record a failure for /sbx/.status and the error counter. */
+void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* SIGHUP: switch to cfg for new acquires (takes a reference). */
+void pool_reload(struct sbx_config *cfg);
+struct sbx_config *pool_config(void); /* referenced; config_put() it */
+/* The config an active sandbox was created with, referenced, or NULL. */
+struct sbx_config *pool_sbx_config(struct sbx *s);
+/* Unmount/SIGTERM: destroy everything (or forget it with keep_on_exit). */
+void pool_shutdown(void);
+
+#endif

@@ -1,0 +1,234 @@
+# SPDX-License-Identifier: MIT
+"""Helpers shared by the black-box tests: process table scans, mount table,
+status/metrics parsing.  Nothing here talks to sbxfs except through files."""
+
+import errno
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+SCOPE_TOKEN_ALICE_THREAD1 = "dc977b840cb8638e"
+
+
+# --------------------------------------------------------------------------
+# mount table
+
+
+def mounts():
+    """[(mountpoint, fstype)] from /proc/mounts (octal escapes decoded)."""
+    out = []
+    with open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3:
+                continue
+            mp = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), parts[1])
+            out.append((mp, parts[2]))
+    return out
+
+
+def mount_fstype(path):
+    path = str(path)
+    found = None
+    for mp, fstype in mounts():
+        if mp == path:
+            found = fstype  # last one wins (stacked mounts)
+    return found
+
+
+def is_mounted(path):
+    return mount_fstype(path) is not None
+
+
+# --------------------------------------------------------------------------
+# processes
+
+
+class ProcRef:
+    """A process identified by pid *and* start time, so pid reuse never makes
+    a dead process look alive (or makes us signal a stranger)."""
+
+    def __init__(self, pid):
+        self.pid = int(pid)
+        self.start = proc_starttime(self.pid)
+
+    def alive(self):
+        if self.start is None:
+            return False
+        st = proc_stat(self.pid)
+        if st is None:
+            return False
+        state, start = st
+        return start == self.start and state not in ("Z", "X")
+
+    def kill(self):
+        if self.alive():
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def __repr__(self):
+        return f"ProcRef(pid={self.pid}, alive={self.alive()}, cmd={proc_cmdline(self.pid)!r})"
+
+
+def proc_stat(pid):
+    """(state, starttime) of pid, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # comm may contain spaces and parentheses: split after the last ')'
+    rest = data[data.rindex(")") + 2:].split()
+    # rest[0] is field 3 (state); starttime is field 22 -> rest[19]
+    return rest[0], int(rest[19])
+
+
+def proc_starttime(pid):
+    st = proc_stat(pid)
+    return None if st is None else st[1]
+
+
+def proc_ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    rest = data[data.rindex(")") + 2:].split()
+    return int(rest[1])
+
+
+def proc_cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def pid_alive(pid):
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def procs_matching(substr, exclude=()):
+    """Live processes whose command line contains substr: {pid: cmdline}."""
+    substr = str(substr)
+    me = os.getpid()
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        pid = int(d)
+        if pid == me or pid in exclude:
+            continue
+        cmd = proc_cmdline(pid)
+        if cmd and substr in cmd and pid_alive(pid):
+            out[pid] = cmd
+    return out
+
+
+def process_trees(substr, exclude=()):
+    """Root pids of the process trees whose members' command lines contain
+    substr (a bwrap sandbox is 2-3 processes with the same command line: the
+    outside monitor, the namespace's pid 1, ...; it counts once)."""
+    procs = procs_matching(substr, exclude)
+    roots = []
+    for pid in procs:
+        if proc_ppid(pid) not in procs:
+            roots.append(pid)
+    return sorted(roots)
+
+
+def descendants_and_self(pid):
+    """pid and every process below it (host pid namespace view)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            pp = proc_ppid(int(d))
+            if pp is not None:
+                children.setdefault(pp, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def wait_until(pred, timeout, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# control files
+
+
+def read_text(path):
+    with open(path, "r") as f:
+        return f.read()
+
+
+def read_json(path):
+    txt = read_text(path)
+    try:
+        return json.loads(txt)
+    except ValueError as e:
+        raise AssertionError(f"{path} is not JSON: {e}: {txt!r}")
+
+
+def status(sandbox_dir):
+    return read_json(Path(sandbox_dir) / "status")
+
+
+def init_pid(sandbox_dir):
+    st = status(sandbox_dir)
+    assert "init_pid" in st, f"status has no init_pid: {st}"
+    pid = st["init_pid"]
+    assert isinstance(pid, int) and pid > 1, f"bad init_pid in status: {st}"
+    return pid
+
+
+def parse_metrics(text):
+    """{'name{labels}': float} for every sample line of Prometheus text."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*(?:\{[^}]*\})?)\s+(\S+)", line)
+        if m:
+            try:
+                out[m.group(1)] = float(m.group(2))
+            except ValueError:
+                pass
+    return out
+
+
+def expect_errno(fn, *errnos):
+    """Call fn(); it must raise OSError with one of errnos.  Returns the error."""
+    try:
+        r = fn()
+    except OSError as e:
+        names = "/".join(errno.errorcode.get(x, str(x)) for x in errnos)
+        got = errno.errorcode.get(e.errno, str(e.errno))
+        assert e.errno in errnos, f"expected {names}, got {got}: {e}"
+        return e
+    names = "/".join(errno.errorcode.get(x, str(x)) for x in errnos)
+    raise AssertionError(f"expected {names}, but the call succeeded (returned {r!r})")
+
+
+def errname(e):
+    return errno.errorcode.get(e, str(e))
