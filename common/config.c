@@ -140,9 +140,8 @@ static char *resolve_var(const char *v, bool *resolved)
 		memcpy(name, v + 2, (size_t)(e - v - 2));
 		name[e - v - 2] = '\0';
 	} else {
-		if (strlen(v + 1) >= sizeof(name))
+		if (str_fmt(name, sizeof(name), "%s", v + 1))
 			return strdup(v);
-		strcpy(name, v + 1); /* length checked above */
 	}
 	if (!names_env_key_valid(name))
 		return strdup(v);
