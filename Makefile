@@ -16,8 +16,9 @@ VERSION := 0.1.0
 PKGS := fuse3 libcurl jansson yaml-0.1 libcrypto
 CC ?= gcc
 CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
-	  -DSBXFS_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+SAN ?=
+ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
+	  -DSBXFS_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o
@@ -31,16 +32,24 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 
 .PHONY: all run test asan bench deps clean install check-style
 
-all: sbxfs sbxfs-exec
+all: sbxfs sbxfs-exec sbxfs-init
 
 sbxfs: $(OBJS)
-	$(CC) $(CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
 
-sbxfs-exec: providers/local_exec.o
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+# The helpers run after setns()/chroot() into a sandbox, where sanitizer
+# runtimes cannot work: they are built without $(SAN).  sbxfs-init runs on the
+# sandbox's root filesystem, so it is static.
+HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64 $(shell pkg-config --cflags jansson 2>/dev/null)
+
+sbxfs-exec: providers/local_exec.c
+	$(CC) $(HELPER_CFLAGS) -o $@ $< $(shell pkg-config --libs jansson 2>/dev/null)
+
+sbxfs-init: providers/local_init.c
+	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
 %.o: %.c $(HDRS)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 deps:
 	@missing=$$(for p in $(DEBIAN_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
@@ -58,8 +67,7 @@ test: deps all
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-		LDFLAGS="-fsanitize=address,undefined"
+	$(MAKE) all CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
@@ -67,10 +75,11 @@ bench: deps all
 install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
+	install -D -m 0755 sbxfs-init $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-init
 	install -D -m 0644 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
 
 check-style:
 	@bash .ci/banned-functions
 
 clean:
-	rm -f sbxfs sbxfs-exec $(OBJS) providers/local_exec.o
+	rm -f sbxfs sbxfs-exec sbxfs-init $(OBJS) providers/local_exec.o

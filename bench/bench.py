@@ -45,7 +45,6 @@ ROWS = ("seqwrite", "seqread", "randread", "smallfiles", "tree", "acquire", "job
 USER = "bench"
 THREAD = "t1"
 PEER_UID = 200999          # uid of the directly started bubblewrap peer
-UID_RANGE = (200000, 260000)  # sbxfs local.uid_base .. + uid_count (defaults)
 NEEDLE = "SBXFS_NEEDLE_7f3a"
 # the bindfs peer: plain pass-through FUSE with its default options (Debian 12: bindfs 1.14
 # on libfuse 2, single-threaded, no big_writes so writes arrive 4 KiB at a time)
@@ -223,20 +222,18 @@ def vmrss_kib(pid):
     return None
 
 
-def count_uid_range_procs(lo=UID_RANGE[0], hi=UID_RANGE[1]):
-    """processes whose real uid is in the sandbox uid range (i.e. live local sandboxes)."""
+def count_procs_mentioning(text):
+    """processes whose command line mentions text (a daemon's state_dir: its bwrap sandboxes
+    bind directories from there, so this counts live sandboxes of that daemon only)."""
     n = 0
+    needle = text.encode()
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            with open("/proc/%s/status" % d) as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        uid = int(line.split()[1])
-                        if lo <= uid < hi:
-                            n += 1
-                        break
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if needle in f.read() and int(d) != os.getpid():
+                    n += 1
         except OSError:
             pass
     return n
@@ -492,6 +489,8 @@ class Bench:
         self.dirs = {}
         self.W = None
         self.backing = None
+        self.load0 = loadavg()
+        self.foreign_mounts = count_fstype("fuse.sbxfs")
 
     # ---- setup / teardown -------------------------------------------------
     def setup(self):
@@ -529,7 +528,11 @@ class Bench:
             if errs:
                 self.notes.append("daemon log (main instance) has %d error/warning lines, first: `%s`"
                                   % (len(errs), errs[0][:200]))
-            self.daemon.stop()
+            td = self.daemon.stop()
+            left = count_procs_mentioning(self.daemon.state + "/")
+            self.notes.append("main daemon: unmount to exit %s; processes naming its state_dir "
+                              "left afterwards: %d" % ("%.2f s" % td if td is not None else
+                                                       "FAILED (had to be killed)", left))
             self.daemon = None
 
     def sides(self):
@@ -667,7 +670,7 @@ class Bench:
     def row_smallfiles(self):
         n = self.nfiles
         rcr = Row("create+write 4 KiB+close, %d files (ops/s)" % n, "ops/s", True)
-        rst = Row("stat %d files, warm (ops/s)" % n, "ops/s", True)
+        rst = Row("stat %d files, right after creating them (ops/s)" % n, "ops/s", True)
         run_ = Row("unlink %d files (ops/s)" % n, "ops/s", True)
         data = b"x" * 4096
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
@@ -957,7 +960,7 @@ class Bench:
         try:
             d.start()
             rss0 = vmrss_kib(d.proc.pid)
-            procs0 = count_uid_range_procs()
+            procs0 = count_procs_mentioning(d.state + "/")
             os.mkdir(os.path.join(d.mnt, USER))
             t = time.perf_counter()
             done = 0
@@ -975,7 +978,7 @@ class Bench:
                     break
             dt = time.perf_counter() - t
             rss1 = vmrss_kib(d.proc.pid)
-            procs1 = count_uid_range_procs()
+            procs1 = count_procs_mentioning(d.state + "/")
             if done == n:
                 ra.add("sbxfs", dt)
             else:
@@ -990,17 +993,17 @@ class Bench:
                     st = json.loads(f.read())
             except (OSError, ValueError) as e:
                 self.notes.append("many: /sbx/.status unreadable: %s" % e)
-            self.notes.append("many: %d acquired in %.1f s (%.1f ms each); processes in the sandbox uid "
-                              "range %d -> %d; .status active=%s warm=%s"
+            self.notes.append("many: %d acquired in %.1f s (%.1f ms each); processes naming its "
+                              "state_dir (bwrap and its pid 1: 2 per sandbox) %d -> %d; .status active=%s warm=%s"
                               % (done, dt, dt * 1e3 / max(done, 1), procs0, procs1,
                                  st and st.get("active"), st and st.get("warm")))
             td = d.stop(timeout=max(120, budget))
-            left = count_uid_range_procs()
+            left = count_procs_mentioning(d.state + "/")
             if td is not None:
                 rt.add("sbxfs", td)
             else:
                 rt.fail("sbxfs", "daemon did not exit after unmount")
-            self.notes.append("many: after unmount, processes left in the sandbox uid range: %d" % left)
+            self.notes.append("many: after unmount, processes naming its state_dir left: %d" % left)
             errs = d.log_lines()
             if errs:
                 self.notes.append("many: daemon log has %d error/warning lines, first: `%s`"
@@ -1054,6 +1057,9 @@ class Bench:
             "- command: `%s`" % cmd,
             "- sbxfs: `%s` (%s); config: use local, replicas 64, idle_timeout 0" % (self.a.sbxfs, ver),
             "- scratch: %s (on %s)" % (self.workdir, fs_type(self.workdir)),
+            "- load average at start %s, at end %s; other fuse.sbxfs mounts on the host during "
+            "the run: %d (other daemons and tests compete for the 2 CPUs; compare columns, "
+            "not runs)" % (self.load0, loadavg(), self.foreign_mounts),
             "- mode: %s; N=%d for big rows, %d for small ones; each figure is the median of N runs "
             "[min–max]; latency rows give p50 / p99 over their samples"
             % ("quick" if self.a.quick else "full", self.n_big, self.n_small),
@@ -1067,6 +1073,16 @@ class Bench:
             "`2.00x vs bindfs` = sbxfs is twice as fast as bindfs.",
             "",
         ])
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def count_fstype(fstype):
+    with open("/proc/mounts") as f:
+        return sum(1 for line in f if line.split()[2] == fstype)
 
 
 def fs_type(path):
@@ -1146,10 +1162,13 @@ def main():
         text += "\nNotes:\n\n" + "\n".join("- " + n for n in b.notes) + "\n"
     text += "\nTotal bench time: %.0f s\n" % (time.monotonic() - T0)
     print(text)
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as f:
+    out = a.out
+    if rc != 0:   # never clobber the last complete results with an aborted run
+        out = os.path.splitext(out)[0] + ".aborted.md"
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         f.write(text)
-    log("wrote %s" % a.out)
+    log("wrote %s" % out)
     return rc
 
 

@@ -31,10 +31,19 @@ for t in bindfs bwrap fusermount3 setpriv tar grep find; do
 done
 
 work=$(mktemp -d /var/tmp/sbxfs-bench.XXXXXX)
+pypid= wdpid=
 
 cleanup() {
 	local rc=$? mp pidf pid
 	set +e
+	trap - INT TERM
+	[ -n "$wdpid" ] && kill "$wdpid" 2>/dev/null
+	# the driver cleans up after itself on SIGTERM; give it a moment
+	if [ -n "$pypid" ] && kill -0 "$pypid" 2>/dev/null; then
+		kill -TERM "$pypid" 2>/dev/null
+		for _ in $(seq 150); do kill -0 "$pypid" 2>/dev/null || break; sleep 0.2; done
+		kill -KILL "$pypid" 2>/dev/null
+	fi
 	# innermost mounts first (bindfs sits on the state_dir of the main daemon)
 	for mp in $(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r); do
 		umount "$mp" 2>/dev/null || fusermount3 -u "$mp" 2>/dev/null || umount -l "$mp"
@@ -48,6 +57,11 @@ cleanup() {
 			kill -KILL "$pid" 2>/dev/null
 		fi
 	done
+	# last resort: sandboxes of a daemon that died without cleaning up name our scratch
+	# dir in their bwrap command line; SIGKILL of their pid 1 ends each one
+	for pid in $(grep -lF "$work/" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
+		[ "$pid" != "$$" ] && kill -KILL "$pid" 2>/dev/null
+	done
 	if ! awk -v w="$work/" 'index($2, w) == 1 { f = 1 } END { exit !f }' /proc/mounts; then
 		rm -rf --one-file-system "$work"
 	else
@@ -60,5 +74,18 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 cd "$repo"
-# 15 minutes hard stop: the driver aims at < 10
-timeout --signal=TERM --kill-after=60 900 "$PY" "$here/bench.py" --workdir "$work" "$@"
+"$PY" "$here/bench.py" --workdir "$work" "$@" &
+pypid=$!
+# hard stop after 15 minutes (the driver aims at < 10)
+(
+	trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+	sleep 900 & sp=$!
+	wait "$sp"
+	echo "bench/run.sh: 15 minute limit, stopping" >&2
+	kill -TERM "$pypid"
+) &
+wdpid=$!
+rc=0
+wait "$pypid" || rc=$?
+pypid=
+exit "$rc"

@@ -334,6 +334,7 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 {
 	struct node *n = dnode(ino), *p = dnode(parent);
 	struct fuse_entry_param e;
+	struct stat st;
 	char proc[64];
 	int res;
 
@@ -349,12 +350,12 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 	pthread_mutex_lock(&n->view->lock);
 	n->nlookup++;
 	pthread_mutex_unlock(&n->view->lock);
-	memset(&e, 0, sizeof(e));
-	if (fstatat(n->fd, "", &e.attr, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		int err = errno;
 		data_forget(n, 1);
-		return (void)fuse_reply_err(req, errno);
+		return (void)fuse_reply_err(req, err);
 	}
-	data_entry(n, &e.attr, &e);
+	data_entry(n, &st, &e);
 	fuse_reply_entry(req, &e);
 }
 

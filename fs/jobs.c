@@ -206,7 +206,8 @@ static void job_take_result_locked(struct job *j)
 		job_write_file(j, "result", text, strlen(text));
 	}
 	json_decref(r);
-	j->kill_deadline_ms = 0;
+	/* A pending kill escalation stays: processes the job left behind in
+	 * its cgroup are ended too when the grace period is over. */
 }
 
 static void job_unwatch_locked(struct job *j)
@@ -602,7 +603,7 @@ static void escalate_kills(uint64_t now, int *timeout_ms)
 	pthread_mutex_lock(&jobs_lock);
 	for (struct job *j = jobs; j && n < 64; j = j->next) {
 		pthread_mutex_lock(&j->lock);
-		if (j->kill_deadline_ms && j->state == J_RUNNING) {
+		if (j->kill_deadline_ms) {
 			if (j->kill_deadline_ms <= now) {
 				j->kill_deadline_ms = 0;
 				jobs_get_ref(j);
@@ -615,7 +616,7 @@ static void escalate_kills(uint64_t now, int *timeout_ms)
 	}
 	pthread_mutex_unlock(&jobs_lock);
 	for (int i = 0; i < n; i++) {
-		log_info(due[i]->scope, "job still running %d ms after SIGTERM: SIGKILL", JOB_KILL_GRACE_MS);
+		log_info(due[i]->scope, "kill: SIGKILL to whatever of the job runs %d ms after SIGTERM", JOB_KILL_GRACE_MS);
 		pool_exec_signal(due[i]->sbx, due[i]->dir, SIGKILL);
 		jobs_put(due[i]);
 	}

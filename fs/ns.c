@@ -557,8 +557,11 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 		return data_ops.write_buf(req, ino, in, off, fi);
 	if (n->kind != N_JOBFILE)
 		return (void)fuse_reply_err(req, EPERM);
-	if (dst.buf[0].size > BUF_CAP_CTL)
+	/* Commands are small, but stdin is data: accept a whole FUSE write. */
+	if (dst.buf[0].size > (n->which == JF_STDIN ? 2 * 1024 * 1024 : BUF_CAP_CTL)) {
+		log_warn("jobs", "a %zu-byte write to a job control file refused", dst.buf[0].size);
 		return (void)fuse_reply_err(req, E2BIG);
+	}
 	mem = malloc(dst.buf[0].size + 1);
 	if (!mem)
 		return (void)fuse_reply_err(req, ENOMEM);

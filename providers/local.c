@@ -4,15 +4,14 @@
  * sandbox on this host.
  *
  * Shape of a sandbox (host view):
- *   bwrap (outer, our child, in its own session)
- *     └─ bwrap init: pid 1 of a new pid namespace, with new mount, ipc, uts
+ *   bwrap (our child, in its own session, outside the sandbox)
+ *     └─ sbxfs-init: pid 1 of a new pid namespace, with new mount, ipc, uts
  *        (and net unless network.mode is open) namespaces
- *          └─ setpriv → sh → sleep: the sandbox's unprivileged "init" work
  * bwrap is started by root without a user namespace (a user namespace made by
  * root would map the sandbox uid to host root), so the namespaces belong to
- * the host; setpriv drops to the sandbox uid, clears every capability and
- * sets no_new_privs before anything of the sandbox runs.  Readiness is a line
- * the sandbox writes on fd 4 once all mounts exist and privileges are gone.
+ * the host.  sbxfs-init (local_init.c, static, bind-mounted read-only at
+ * /run/sbxfs-init) drops to the sandbox uid, clears every capability and sets
+ * no_new_privs before it reports "ready" on fd 4; then it reaps orphans.
  *
  * The init pid (and its start time, against pid reuse) is kept in
  * thread_dir/local.json so a restarted daemon adopts the sandbox.  Destroy
@@ -58,8 +57,9 @@ struct local_box {
 };
 
 static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
-static char local_setpriv[PATH_MAX] = "/usr/bin/setpriv";
 static char local_exec_helper[PATH_MAX];
+static char local_init_helper[PATH_MAX];
+#define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
 static char local_cgroup_root[PATH_MAX]; /* "" when no cgroup v2 is mounted */
 
 static struct local_box *local_box(struct sbx_box *b)
@@ -88,6 +88,15 @@ static void local_find_cgroup2(void)
 	fclose(f);
 }
 
+static int local_find_helper(const char *dir, const char *name, char *out, size_t len)
+{
+	if (!str_fmt(out, len, "%s/%s", dir, name) && !access(out, X_OK))
+		return 0;
+	if (!str_fmt(out, len, "%s/../libexec/sbxfs/%s", dir, name) && !access(out, X_OK))
+		return 0;
+	return -1;
+}
+
 static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	char self[PATH_MAX], *slash;
@@ -95,10 +104,6 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 
 	if (access(local_bwrap, X_OK)) {
 		snprintf(err, errlen, "local provider: %s not found (install bubblewrap)", local_bwrap);
-		return SBX_ERR_INVAL;
-	}
-	if (!cfg->local_rootfs && access(local_setpriv, X_OK)) {
-		snprintf(err, errlen, "local provider: %s not found (install util-linux)", local_setpriv);
 		return SBX_ERR_INVAL;
 	}
 	if (cfg->local_rootfs && access(cfg->local_rootfs, X_OK)) {
@@ -114,13 +119,12 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	slash = strrchr(self, '/');
 	*slash = '\0';
 	/* Built tree: next to sbxfs; installed: PREFIX/libexec/sbxfs/. */
-	if (str_fmt(local_exec_helper, sizeof(local_exec_helper), "%s/sbxfs-exec", self) ||
-	    access(local_exec_helper, X_OK))
-		if (str_fmt(local_exec_helper, sizeof(local_exec_helper), "%s/../libexec/sbxfs/sbxfs-exec", self) ||
-		    access(local_exec_helper, X_OK)) {
-			snprintf(err, errlen, "local provider: sbxfs-exec helper not found next to %s", self);
-			return SBX_ERR_INVAL;
-		}
+	if (local_find_helper(self, "sbxfs-exec", local_exec_helper, sizeof(local_exec_helper)) ||
+	    local_find_helper(self, "sbxfs-init", local_init_helper, sizeof(local_init_helper))) {
+		snprintf(err, errlen, "local provider: sbxfs-exec or sbxfs-init not found next to %s or in %s/../libexec/sbxfs",
+			self, self);
+		return SBX_ERR_INVAL;
+	}
 	local_find_cgroup2();
 	if (!local_cgroup_root[0])
 		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
@@ -256,6 +260,8 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	av_add(a, "/proc");
 	av_add(a, "--dev");
 	av_add(a, "/dev");
+	av_add(a, "--perms");
+	av_add(a, "1777");
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
 	av_bind(a, "--bind", s->workspace, "/mnt/user-data/workspace");
@@ -265,19 +271,14 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
 			cfg->mounts[i].container_path);
+	av_bind(a, "--ro-bind", local_init_helper, LOCAL_INIT_PATH);
+	av_add(a, "--as-pid-1");
 	av_add(a, "--info-fd");
 	av_add(a, "3");
 	av_add(a, "--");
-	av_add(a, local_setpriv);
-	av_add(a, av_fmt(a, "--reuid=%u", (unsigned)s->uid));
-	av_add(a, av_fmt(a, "--regid=%u", (unsigned)s->gid));
-	av_add(a, "--clear-groups");
-	av_add(a, "--inh-caps=-all");
-	av_add(a, "--bounding-set=-all");
-	av_add(a, "--no-new-privs");
-	av_add(a, "/bin/sh");
-	av_add(a, "-c");
-	av_add(a, "echo ready >&4; exec 4>&-; exec sleep 2147483647");
+	av_add(a, LOCAL_INIT_PATH);
+	av_add(a, av_fmt(a, "--uid=%u", (unsigned)s->uid));
+	av_add(a, av_fmt(a, "--gid=%u", (unsigned)s->gid));
 }
 
 /* Read until EOF or the deadline into b; returns 0 on EOF, -1 on timeout/error. */
@@ -583,7 +584,9 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	struct local_box *lb = local_box(b);
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	enum sbx_err result = SBX_ERR_IO;
-	pid_t pid;
+	int ready[2] = { -1, -1 };
+	pid_t pid = -1;
+	char ch;
 
 	if (!a)
 		return SBX_ERR_NOMEM;
@@ -606,72 +609,97 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		result = SBX_ERR_INVAL;
 		goto out;
 	}
+	if (pipe2(ready, O_CLOEXEC))
+		goto out;
 	pid = fork();
 	if (pid < 0) {
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
 	if (pid == 0) {
-		setsid();
+		setsid(); /* a Ctrl-C of the daemon's terminal must not reach jobs */
 		int nul = open("/dev/null", O_RDWR);
 		if (nul >= 0) {
 			dup2(nul, 0);
 			dup2(nul, 1);
 			dup2(nul, 2);
 		}
-		close_range(3, ~0U, 0);
+		if (dup2(ready[1], 3) < 0)
+			_exit(127);
+		close_range(4, ~0U, 0);
 		sigset_t none;
 		sigemptyset(&none);
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		execve(a->v[0], (char *const *)a->v, e->env);
 		_exit(127);
 	}
+	close(ready[1]);
+	ready[1] = -1;
+	/* The supervisor answers once the job's process group and cgroup exist
+	 * (so a kill right after cmd reaches it), or closes the pipe on failure;
+	 * then the result file says why. */
+	for (;;) {
+		struct pollfd p = { .fd = ready[0], .events = POLLIN };
+		int r = poll(&p, 1, 10000);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 1 && read(ready[0], &ch, 1) == 1)
+			break;
+		log_warn("local", "job supervisor %d did not report the job started", (int)pid);
+		break;
+	}
 	*pid_out = pid;
 	result = SBX_OK;
 out:
+	for (int i = 0; i < 2; i++)
+		if (ready[i] >= 0)
+			close(ready[i]);
 	av_free(a);
 	free(a);
 	return result;
 }
 
+/* Signal every process of a job: all members of its cgroup (so processes that
+ * left its process group are reached too), and its process group.  SIGKILL
+ * uses cgroup.kill, which also catches processes forked meanwhile. */
 static enum sbx_err local_exec_signal(struct sbx_box *b, const char *job_dir, int sig)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(4096);
+	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(4096), cg = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err result = SBX_ERR_GONE;
 	long pgid = 0;
 
-	(void)local_box(b);
-	if (buf_addf(&path, "%s/pgid", job_dir) || util_read_file(path.ptr, &text))
-		goto out;
-	pgid = strtol(buf_str(&text), NULL, 10);
-	if (pgid <= 1)
-		goto out;
-	if (sig == SIGKILL) {
-		/* The job's cgroup holds every process it started, also those
-		 * that left its process group: cgroup.kill ends them all. */
-		buf_reset(&path);
-		buf_reset(&text);
-		if (!buf_addf(&path, "%s/cgroup", job_dir) && !util_read_file(path.ptr, &text) && text.len) {
-			struct buf kill_path = BUF_INIT(BUF_CAP_PATH);
-			int fd = -1;
-			if (!buf_addf(&kill_path, "%s/cgroup.kill", buf_str(&text)))
-				fd = open(kill_path.ptr, O_WRONLY | O_CLOEXEC);
+	(void)b; /* the job directory says everything: works for adopted and released sandboxes */
+	if (!buf_addf(&path, "%s/pgid", job_dir) && !util_read_file(path.ptr, &text))
+		pgid = strtol(buf_str(&text), NULL, 10);
+	buf_reset(&path);
+	if (!buf_addf(&path, "%s/cgroup", job_dir))
+		util_read_file(path.ptr, &cg);
+	if (cg.len) {
+		struct buf f = BUF_INIT(BUF_CAP_PATH), procs = BUF_INIT(1024 * 1024);
+		if (sig == SIGKILL) {
+			int fd = buf_addf(&f, "%s/cgroup.kill", buf_str(&cg)) ? -1 : open(f.ptr, O_WRONLY | O_CLOEXEC);
 			if (fd >= 0) {
-				if (write(fd, "1", 1) != 1)
-					log_warn("local", "cgroup.kill %s: %s", kill_path.ptr, strerror(errno));
+				if (write(fd, "1", 1) == 1)
+					result = SBX_OK;
 				close(fd);
 			}
-			buf_free(&kill_path);
+		} else if (!buf_addf(&f, "%s/cgroup.procs", buf_str(&cg)) && !util_read_file(f.ptr, &procs)) {
+			for (char *p = procs.ptr; p && *p;) {
+				long pid = strtol(p, &p, 10);
+				if (pid > 1 && kill((pid_t)pid, sig) == 0)
+					result = SBX_OK;
+				while (*p == '\n')
+					p++;
+			}
 		}
+		buf_free(&f);
+		buf_free(&procs);
 	}
-	if (kill(-(pid_t)pgid, sig) && errno != ESRCH) {
-		result = SBX_ERR_IO;
-		goto out;
-	}
-	result = SBX_OK;
-out:
+	if (pgid > 1 && kill(-(pid_t)pgid, sig) == 0)
+		result = SBX_OK;
 	buf_free(&path);
 	buf_free(&text);
+	buf_free(&cg);
 	return result;
 }
 

@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 	long timeout = 600;
 	const char *job_dir = NULL, *cgroup = NULL, *cmd = NULL;
 	static const char *nss[] = { "ipc", "uts", "net", "pid", "mnt" };
-	int nsfd[5], rootfd, dirfd, in, out, err, cgprocs = -1, cgkill = -1, status = 0, i;
+	int nsfd[5], rootfd, dirfd, in, out, err, cgprocs = -1, cgkill = -1, status = 0, i, sync[2];
 	char text[256], path[PATH_MAX];
 
 	for (i = 1; i < argc; i++) {
@@ -208,6 +208,8 @@ int main(int argc, char **argv)
 			die("joining the sandbox");
 	if (fchdir(rootfd) || chroot("."))
 		die("entering the sandbox's root");
+	if (pipe2(sync, O_CLOEXEC))
+		die("pipe");
 	child = fork();
 	if (child < 0)
 		die("fork");
@@ -215,6 +217,9 @@ int main(int argc, char **argv)
 		if (cgprocs >= 0 && write(cgprocs, "0", 1) != 1)
 			die("joining the job cgroup");
 		setsid();
+		close(sync[0]);
+		close(sync[1]); /* the parent now knows the job is in its cgroup and group */
+		close(3);       /* the daemon's readiness pipe is not the job's */
 		if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			die("dup2");
 		drop_privileges(uid, gid);
@@ -225,8 +230,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbxfs: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
 		_exit(127);
 	}
+	close(sync[1]);
+	while (read(sync[0], text, 1) < 0 && errno == EINTR)
+		;
+	close(sync[0]);
 	snprintf(text, sizeof(text), "%d\n", (int)child);
 	write_at(dirfd, "pgid", text);
+	if (write(3, "R", 1) != 1) /* tell the daemon: the job can be signalled now */
+		fprintf(stderr, "sbxfs-exec: cannot report the start\n");
+	close(3);
 	{
 		/* no SA_RESTART: the alarm must interrupt waitpid() */
 		struct sigaction sa = { .sa_handler = on_alarm };
@@ -261,7 +273,7 @@ int main(int argc, char **argv)
 		}
 		if (timed_out)
 			state = "timed_out";
-		else if (faccessat(dirfd, "kill-requested", F_OK, 0) == 0)
+		else if (WIFSIGNALED(status) && faccessat(dirfd, "kill-requested", F_OK, 0) == 0)
 			state = "killed";
 		o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at",
 			(double)ts.tv_sec + ts.tv_nsec / 1e9);
@@ -271,5 +283,7 @@ int main(int argc, char **argv)
 		free(j);
 		json_decref(o);
 	}
-	return 0;
+	/* _exit: no atexit work after the setns()/chroot() of this process
+	 * (sanitizer runtimes hang trying to inspect it). */
+	_exit(0);
 }
