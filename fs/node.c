@@ -174,47 +174,43 @@ struct view *view_current(struct sbx *s)
 	return v;
 }
 
-static void view_unlink_locked(struct view *v, struct node *n, struct view **drop, int *ndrop)
+/* fs_lock held: the owner lets go of n.  Returns 1 when n was freed (its
+ * reference on the view must then be dropped, outside fs_lock). */
+static int view_unlink_locked(struct node *n)
 {
 	if (!n)
-		return;
+		return 0;
 	n->linked = false;
-	if (vnode_maybe_free_locked(n))
-		drop[(*ndrop)++] = v;
+	return vnode_maybe_free_locked(n) ? 1 : 0;
 }
 
 void view_kill(struct sbx *s)
 {
-	struct view *drop[CTL_COUNT + 4 + 4096];
-	int ndrop = 0;
 	struct view *v;
+	int nput = 0;
 
 	pthread_mutex_lock(&fs_lock);
 	v = s->fsdata;
 	s->fsdata = NULL;
 	if (v) {
 		v->dead = true;
-		view_unlink_locked(v, v->dir, drop, &ndrop);
-		for (int i = 0; i < CTL_COUNT; i++)
-			view_unlink_locked(v, v->ctl[i], drop, &ndrop);
-		view_unlink_locked(v, v->jobs, drop, &ndrop);
+		nput += view_unlink_locked(v->dir);
+		for (int i = 0; i < CTL_COUNT; i++) {
+			nput += view_unlink_locked(v->ctl[i]);
+			v->ctl[i] = NULL;
+		}
+		nput += view_unlink_locked(v->jobs);
 		while (v->jobnodes) {
 			struct node *n = v->jobnodes;
 			v->jobnodes = n->hnext;
-			if (ndrop < (int)(sizeof(drop) / sizeof(drop[0])))
-				view_unlink_locked(v, n, drop, &ndrop);
-			else
-				n->linked = false; /* freed on forget; its view ref leaks nothing visible */
+			nput += view_unlink_locked(n);
 		}
 		v->dir = v->jobs = NULL;
-		for (int i = 0; i < CTL_COUNT; i++)
-			v->ctl[i] = NULL;
+		nput++; /* the sbx's reference */
 	}
 	pthread_mutex_unlock(&fs_lock);
-	for (int i = 0; i < ndrop; i++)
-		view_put(drop[i]);
-	if (v)
-		view_put(v); /* the sbx's reference */
+	while (nput-- > 0)
+		view_put(v);
 }
 
 /* ---- users ------------------------------------------------------------------ */
@@ -379,20 +375,19 @@ struct node *view_job_node_locked(struct view *v, struct job *j, int which)
 
 void view_drop_job(struct view *v, struct job *j)
 {
-	struct view *drop[JF_COUNT + 2];
 	struct node **pp, *n;
-	int ndrop = 0;
+	int nput = 0;
 
 	pthread_mutex_lock(&fs_lock);
 	for (pp = &v->jobnodes; (n = *pp);) {
-		if (n->job != j || ndrop >= (int)(sizeof(drop) / sizeof(drop[0]))) {
+		if (n->job != j) {
 			pp = &n->hnext;
 			continue;
 		}
 		*pp = n->hnext;
-		view_unlink_locked(v, n, drop, &ndrop);
+		nput += view_unlink_locked(n);
 	}
 	pthread_mutex_unlock(&fs_lock);
-	for (int i = 0; i < ndrop; i++)
-		view_put(drop[i]);
+	while (nput-- > 0)
+		view_put(v);
 }
