@@ -72,6 +72,9 @@ def _av_dirs(argv, path):
 def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="0123456789abcdef"):
     """argv of the bubblewrap sandbox that sbxfs's local provider starts (local_build_argv()
     in providers/local.c, network mode open, no extra mounts, skills at /mnt/skills).
+    The daemon's pid 1 is its own helper (/run/sbxfs-init: drops to the uid, no caps,
+    no_new_privs, "ready" on fd 4, reaps orphans); the peer does the same with
+    setpriv + sh, the standard tools, so the bwrap flags are identical and only pid 1 differs.
 
     peer_dir:  host dir holding workspace/ uploads/ outputs/ skills/ (see make_peer_dir)
     inner:     the shell command run inside (as the unprivileged uid)
@@ -86,13 +89,14 @@ def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="01234567
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
     argv += ["--ro-bind", "/etc", "/etc",
-             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     for how, sub, dst in (("--bind", "workspace", "/mnt/user-data/workspace"),
                           ("--bind", "uploads", "/mnt/user-data/uploads"),
                           ("--bind", "outputs", "/mnt/user-data/outputs"),
                           ("--ro-bind", "skills", "/mnt/skills")):
         _av_dirs(argv, dst)
         argv += [how, os.path.join(peer_dir, sub), dst]
+    argv += ["--as-pid-1"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     argv += ["--", "/usr/bin/setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
@@ -994,7 +998,7 @@ class Bench:
             except (OSError, ValueError) as e:
                 self.notes.append("many: /sbx/.status unreadable: %s" % e)
             self.notes.append("many: %d acquired in %.1f s (%.1f ms each); processes naming its "
-                              "state_dir (bwrap and its pid 1: 2 per sandbox) %d -> %d; .status active=%s warm=%s"
+                              "state_dir (bwrap argv) %d -> %d; .status active=%s warm=%s"
                               % (done, dt, dt * 1e3 / max(done, 1), procs0, procs1,
                                  st and st.get("active"), st and st.get("warm")))
             td = d.stop(timeout=max(120, budget))

@@ -60,7 +60,7 @@ int util_write_atomic(const char *path, const void *data, size_t len, mode_t mod
 		p += w;
 		len -= (size_t)w;
 	}
-	if (fsync(fd) || close(fd)) {
+	if (close(fd)) {
 		fd = -1;
 		goto out;
 	}

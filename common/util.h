@@ -14,7 +14,10 @@
 
 /* mkdir -p with the given mode for every created component. */
 int util_mkdir_p(const char *path, mode_t mode);
-/* Write a file atomically (tmp + fsync + rename). */
+/* Write a file atomically (tmp + rename): readers see the old or the new
+ * content, never a part.  No fsync: these are records of running processes,
+ * which a machine crash ends anyway, and a daemon crash keeps the page cache;
+ * an fsync here would cost more than a sandbox start. */
 int util_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
 /* Read a whole (small) file into b (bounded by b's cap). */
 int util_read_file(const char *path, struct buf *b);

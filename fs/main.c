@@ -305,8 +305,10 @@ int main(int argc, char **argv)
 		cfg->use, cfg->state_dir);
 	loop = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_clone_fd(loop, 1);
+	/* No idle-thread cap: with one, libfuse 3.14 creates and destroys a
+	 * worker (and its /dev/fuse clone and splice pipe) for nearly every
+	 * request under load (libfuse #652, #1034). */
 	fuse_loop_cfg_set_max_threads(loop, 64);
-	fuse_loop_cfg_set_idle_threads(loop, 8);
 	ret = fuse_session_loop_mt(fs.se, loop) ? 1 : 0;
 	fuse_loop_cfg_destroy(loop);
 	log_info("daemon", "shutting down");

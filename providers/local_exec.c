@@ -93,7 +93,7 @@ static void write_at(int dirfd, const char *name, const char *text)
 	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return;
-	if (write(fd, text, strlen(text)) < 0 || fsync(fd))
+	if (write(fd, text, strlen(text)) < 0)
 		fprintf(stderr, "sbxfs-exec: write %s: %s\n", name, strerror(errno));
 	close(fd);
 	renameat(dirfd, tmp, dirfd, name);
