@@ -23,7 +23,7 @@ LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o
 PROVIDERS := providers/providers.o providers/pool.o providers/local.o
-FS := fs/main.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o
+FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 

@@ -973,6 +973,7 @@ static int job_start(struct job *j, const char *cmdtext)
 	char **env = NULL, *cmd = NULL, *text = NULL;
 	json_t *o;
 	pid_t pid = 0;
+	double started;
 	int err = 0;
 
 	if (!cfg)
@@ -1004,6 +1005,7 @@ static int job_start(struct job *j, const char *cmdtext)
 	spec.job_dir = j->dir;
 	spec.job_name = j->name;
 	spec.timeout = cfg->bash_command_timeout;
+	started = util_wall_now(); /* before: the job may end before pool_exec returns */
 	err = pool_exec(j->sbx, &spec, &pid);
 	if (err) {
 		struct buf p = BUF_INIT(BUF_CAP_PATH);
@@ -1015,7 +1017,7 @@ static int job_start(struct job *j, const char *cmdtext)
 	}
 	free(text);
 	o = json_pack("{s:i,s:I,s:f}", "pid", (int)pid, "start", (json_int_t)util_proc_starttime(pid), "started_at",
-		util_wall_now());
+		started);
 	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (text)

@@ -33,6 +33,7 @@
 #define DEFAULT_CONFIG "/etc/sbxfs/mount.conf"
 
 void fs_nodes_init(void);
+int loop_run(struct fuse_session *se);
 
 struct opts {
 	const char *config;
@@ -238,7 +239,6 @@ int main(int argc, char **argv)
 {
 	struct opts o = { 0 };
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-	struct fuse_loop_config *loop = NULL;
 	struct sbx_config *cfg = NULL;
 	char err[1024];
 	pthread_t reloader;
@@ -303,14 +303,7 @@ int main(int argc, char **argv)
 	write_lock_pid(lockfd);
 	log_info("daemon", "sbxfs %s mounted on %s (provider %s, state_dir %s)", SBXFS_VERSION, o.mountpoint,
 		cfg->use, cfg->state_dir);
-	loop = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_clone_fd(loop, 1);
-	/* No idle-thread cap: with one, libfuse 3.14 creates and destroys a
-	 * worker (and its /dev/fuse clone and splice pipe) for nearly every
-	 * request under load (libfuse #652, #1034). */
-	fuse_loop_cfg_set_max_threads(loop, 64);
-	ret = fuse_session_loop_mt(fs.se, loop) ? 1 : 0;
-	fuse_loop_cfg_destroy(loop);
+	ret = loop_run(fs.se);
 	log_info("daemon", "shutting down");
 out_signals:
 	if (hup_pipe[1] >= 0) {
