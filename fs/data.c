@@ -618,13 +618,19 @@ static void data_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 	data_do_readdir(req, ino, size, off, fi, 1);
 }
 
-static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void data_dir_free(void *p)
 {
-	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
+	struct data_dir *d = p;
 
-	(void)ino;
 	closedir(d->dp);
 	free(d);
+}
+
+static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	/* retired, not freed: a READDIR of a killed reader may still be running */
+	fs_handle_retire((void *)(uintptr_t)fi->fh, data_dir_free);
 	fuse_reply_err(req, 0);
 }
 

@@ -155,6 +155,8 @@ int jobs_file_mode(int which);
 int jobs_truncate(struct node *n);
 
 /* ns.c */
+void fs_handle_retire(void *p, void (*free_fn)(void *p));
+void fs_handles_free_all(void);
 extern const struct fuse_lowlevel_ops fs_ops;
 void fs_fill_vattr(struct node *n, struct stat *st);
 

@@ -782,15 +782,20 @@ void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
-void jobs_release(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+static void jh_free(void *p)
 {
-	struct jh *h = (struct jh *)(uintptr_t)fi->fh;
+	struct jh *h = p;
 
-	(void)n;
 	if (h->fd >= 0)
 		close(h->fd);
 	buf_free(&h->snap);
 	free(h);
+}
+
+void jobs_release(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+{
+	(void)n;
+	fs_handle_retire((void *)(uintptr_t)fi->fh, jh_free); /* see ns.c: a late READ may still use it */
 	fuse_reply_err(req, 0);
 }
 

@@ -317,6 +317,7 @@ out_session:
 		fuse_session_unmount(fs.se);
 	pool_shutdown();
 	jobs_shutdown();
+	fs_handles_free_all();
 	fuse_session_destroy(fs.se);
 	fs.se = NULL;
 	goto out;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/util.h"
 #include "fs.h"
 
 struct fs fs;
@@ -500,6 +501,77 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_err(req, EINVAL);
 }
 
+/* ---- retiring open-file handles ------------------------------------------------------
+ *
+ * The kernel may send RELEASE while a READ of the same open file is still
+ * being processed by another worker (the reader got a fatal signal and
+ * stopped waiting).  So a virtual file's handle is not freed at release but
+ * retired, and freed once it has been retired for HANDLE_GRACE_MS: no worker
+ * keeps a request that long (waits are parked without the handle).
+ */
+#define HANDLE_GRACE_MS 10000
+
+struct retired {
+	void *p;
+	void (*free_fn)(void *p);
+	uint64_t at_ms;
+	struct retired *next;
+};
+
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct retired *retired_head, **retired_tail = &retired_head;
+
+void fs_handle_retire(void *p, void (*free_fn)(void *p))
+{
+	struct retired *r = calloc(1, sizeof(*r)), *done = NULL;
+	uint64_t now = util_now_ms();
+
+	pthread_mutex_lock(&retired_lock);
+	while (retired_head && retired_head->at_ms + HANDLE_GRACE_MS < now) {
+		struct retired *x = retired_head;
+		retired_head = x->next;
+		if (!retired_head)
+			retired_tail = &retired_head;
+		x->next = done;
+		done = x;
+	}
+	if (r) {
+		r->p = p;
+		r->free_fn = free_fn;
+		r->at_ms = now;
+		*retired_tail = r;
+		retired_tail = &r->next;
+	}
+	pthread_mutex_unlock(&retired_lock);
+	if (!r)
+		free_fn(p); /* out of memory: free now, as libfuse's examples do */
+	while (done) {
+		struct retired *x = done;
+		done = x->next;
+		x->free_fn(x->p);
+		free(x);
+	}
+}
+
+void fs_handles_free_all(void)
+{
+	pthread_mutex_lock(&retired_lock);
+	while (retired_head) {
+		struct retired *x = retired_head;
+		retired_head = x->next;
+		x->free_fn(x->p);
+		free(x);
+	}
+	retired_tail = &retired_head;
+	pthread_mutex_unlock(&retired_lock);
+}
+
+static void ctl_handle_free(void *p)
+{
+	buf_free(p);
+	free(p);
+}
+
 /* ---- control files ----------------------------------------------------------------- */
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -593,8 +665,7 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (n->kind == N_JOBFILE)
 		return jobs_release(req, n, fi);
 	b = (struct buf *)(uintptr_t)fi->fh;
-	buf_free(b);
-	free(b);
+	fs_handle_retire(b, ctl_handle_free);
 	fuse_reply_err(req, 0);
 }
 
@@ -652,6 +723,15 @@ static void vdir_add_sbx(struct sbx *s, void *arg)
 static void vdir_add_job(const char *name, void *arg)
 {
 	vdir_add(arg, name, DT_DIR);
+}
+
+static void vdir_free(void *p)
+{
+	struct vdir *d = p;
+
+	buf_free(&d->names);
+	free(d->types);
+	free(d);
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -763,9 +843,7 @@ static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	if (is_data(ino))
 		return data_ops.releasedir(req, ino, fi);
 	d = (struct vdir *)(uintptr_t)fi->fh;
-	buf_free(&d->names);
-	free(d->types);
-	free(d);
+	fs_handle_retire(d, vdir_free);
 	fuse_reply_err(req, 0);
 }
 

@@ -26,6 +26,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <spawn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,27 +379,64 @@ static void local_abort_spawn(pid_t bwrap, pid_t init)
 	}
 }
 
-static pid_t local_spawn(struct argv_builder *a, int info_w, int ready_w, int log_fd)
+/* Start argv[0] with the given fds as 0..4 (-1: /dev/null), in a new
+ * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
+ * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
+ * cloning: no copy of a daemon with many threads and mappings. */
+static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5])
 {
-	pid_t pid = fork();
-
-	if (pid != 0)
-		return pid;
-	/* child: only async-signal-safe calls from here on */
-	setsid(); /* a Ctrl-C of the daemon's terminal must not reach sandboxes */
-	if (dup2(info_w, 3) < 0 || dup2(ready_w, 4) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0)
-		_exit(127);
-	int nul = open("/dev/null", O_RDONLY);
-	if (nul >= 0 && nul != 0) {
-		dup2(nul, 0);
-		close(nul);
-	}
-	close_range(5, ~0U, 0);
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	int moved[5] = { -1, -1, -1, -1, -1 }, src[5];
 	sigset_t none;
+	pid_t pid = -1;
+	int r;
+
+	/* a source fd among 0..4 could be overwritten by an earlier dup2 */
+	for (int i = 0; i < 5; i++) {
+		src[i] = fds[i];
+		if (fds[i] >= 0 && fds[i] < 5 && fds[i] != i) {
+			moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
+			if (moved[i] < 0)
+				return -1;
+			src[i] = moved[i];
+		}
+	}
+	if (posix_spawn_file_actions_init(&fa))
+		goto out_moved;
+	if (posix_spawnattr_init(&attr)) {
+		posix_spawn_file_actions_destroy(&fa);
+		goto out_moved;
+	}
 	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	execv(a->v[0], (char *const *)a->v);
-	_exit(127);
+	r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	r |= posix_spawnattr_setsigmask(&attr, &none);
+	{
+		sigset_t def;
+		sigemptyset(&def);
+		sigaddset(&def, SIGPIPE);
+		sigaddset(&def, SIGUSR2);
+		sigaddset(&def, SIGHUP);
+		sigaddset(&def, SIGTERM);
+		sigaddset(&def, SIGINT);
+		r |= posix_spawnattr_setsigdefault(&attr, &def);
+	}
+	for (int i = 0; i < 5 && !r; i++) {
+		if (src[i] >= 0)
+			r |= posix_spawn_file_actions_adddup2(&fa, src[i], i);
+		else if (i <= 2)
+			r |= posix_spawn_file_actions_addopen(&fa, i, "/dev/null", O_RDWR, 0);
+	}
+	r |= posix_spawn_file_actions_addclosefrom_np(&fa, 5);
+	if (!r && posix_spawn(&pid, argv[0], &fa, &attr, argv, envp))
+		pid = -1;
+	posix_spawnattr_destroy(&attr);
+	posix_spawn_file_actions_destroy(&fa);
+out_moved:
+	for (int i = 0; i < 5; i++)
+		if (moved[i] >= 0)
+			close(moved[i]);
+	return pid;
 }
 
 static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
@@ -431,7 +469,11 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
 		goto out;
 	}
-	bwrap = local_spawn(a, info_p[1], ready_p[1], log_fd);
+	{
+		static char *const empty_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+		const int fds[5] = { -1, log_fd, log_fd, info_p[1], ready_p[1] };
+		bwrap = local_spawn((char *const *)a->v, empty_env, fds);
+	}
 	if (bwrap < 0) {
 		log_err(scope, "local: fork: %s", strerror(errno));
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
@@ -611,27 +653,13 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	}
 	if (pipe2(ready, O_CLOEXEC))
 		goto out;
-	pid = fork();
-	if (pid < 0) {
-		result = SBX_ERR_NOMEM;
-		goto out;
+	{
+		const int fds[5] = { -1, -1, -1, ready[1], -1 };
+		pid = local_spawn((char *const *)a->v, e->env, fds);
 	}
-	if (pid == 0) {
-		setsid(); /* a Ctrl-C of the daemon's terminal must not reach jobs */
-		int nul = open("/dev/null", O_RDWR);
-		if (nul >= 0) {
-			dup2(nul, 0);
-			dup2(nul, 1);
-			dup2(nul, 2);
-		}
-		if (dup2(ready[1], 3) < 0)
-			_exit(127);
-		close_range(4, ~0U, 0);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, NULL);
-		execve(a->v[0], (char *const *)a->v, e->env);
-		_exit(127);
+	if (pid < 0) {
+		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
+		goto out;
 	}
 	close(ready[1]);
 	ready[1] = -1;

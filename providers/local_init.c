@@ -60,8 +60,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbxfs-init: cannot report readiness: %s\n", strerror(errno));
 		return 1;
 	}
-	for (int fd = 3; fd < 1024; fd++)
-		close(fd);
+	close_range(3, ~0U, 0);
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_chld;
