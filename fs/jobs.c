@@ -427,38 +427,40 @@ static bool job_try_read(fuse_req_t req, struct job *j, int which, size_t size, 
 	}
 	{
 		struct buf p = BUF_INIT(BUF_CAP_PATH);
-		char *mem;
-		ssize_t n = -1;
+		struct stat sb;
 		int fd = -1;
 
 		if (!job_path(j, which == JF_STDOUT ? "stdout" : "stderr", &p))
 			fd = open(p.ptr, O_RDONLY | O_CLOEXEC);
 		buf_free(&p);
 		if (fd < 0) {
-			if (!job_ended(st) && errno == ENOENT)
-				return false;
-			if (errno == ENOENT) {
+			if (errno != ENOENT)
+				fuse_reply_err(req, errno);
+			else if (job_ended(st))
 				fuse_reply_buf(req, NULL, 0);
-				return true;
-			}
+			else
+				return false;
+			return true;
+		}
+		if (fstat(fd, &sb)) {
 			fuse_reply_err(req, errno);
-			return true;
+		} else if (off < sb.st_size) {
+			/* straight from the output file (splice when the kernel can):
+			 * no copy of the output passes through daemon memory */
+			size_t n = (size_t)(sb.st_size - off) < size ? (size_t)(sb.st_size - off) : size;
+			struct fuse_bufvec bv = FUSE_BUFVEC_INIT(n);
+			bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			bv.buf[0].fd = fd;
+			bv.buf[0].pos = off;
+			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+		} else if (job_ended(st)) {
+			fuse_reply_buf(req, NULL, 0);
+		} else {
+			close(fd);
+			return false;
 		}
-		mem = malloc(size ? size : 1);
-		if (mem)
-			n = pread(fd, mem, size, off);
 		close(fd);
-		if (n > 0 || (n == 0 && job_ended(st))) {
-			fuse_reply_buf(req, mem, (size_t)n);
-			free(mem);
-			return true;
-		}
-		free(mem);
-		if (n < 0) {
-			fuse_reply_err(req, mem ? errno : ENOMEM);
-			return true;
-		}
-		return false;
+		return true;
 	}
 }
 
