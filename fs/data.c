@@ -212,9 +212,12 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct node *n = dnode(ino);
 	struct stat st;
 
-	(void)fi;
 	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return (void)fuse_reply_err(req, errno);
+	/* Removed by a job inside the sandbox (our O_PATH fd keeps the inode):
+	 * gone for a path lookup, still there for an open file. */
+	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode))
+		return (void)fuse_reply_err(req, ENOENT);
 	data_present(n->view, &st);
 	fuse_reply_attr(req, &st, fs.data_timeout);
 }

@@ -119,6 +119,7 @@ void view_get_locked(struct view *v);
 void view_put(struct view *v);
 struct view *view_current(struct sbx *s); /* referenced, creating it */
 void view_kill(struct sbx *s);           /* at release */
+void view_inval_attrs(struct sbx *s);    /* after a job: drop cached attributes */
 struct user_ent *user_find_locked(const char *name);
 int users_load(void);
 int user_add(const char *name, uid_t uid, gid_t gid);

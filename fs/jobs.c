@@ -558,6 +558,7 @@ static void job_on_exit(struct job *j)
 	job_take_result_locked(j);
 	log_info(j->scope, "job ended: %s", job_state_names[j->state]);
 	pthread_mutex_unlock(&j->lock);
+	view_inval_attrs(j->sbx);
 }
 
 static struct job *job_by_wd(int wd)

@@ -391,3 +391,43 @@ void view_drop_job(struct view *v, struct job *j)
 	while (nput-- > 0)
 		view_put(v);
 }
+
+/* After a job ends, the files it changed from inside the sandbox must show
+ * their new attributes through the mount at once, not after the attribute
+ * timeout: invalidate the cached attributes of every inode of the sandbox's
+ * current view.  Called from the jobs event thread, never from a FUSE worker;
+ * only inode numbers leave the lock (a stale one is harmless: the kernel
+ * answers ENOENT or refetches). */
+void view_inval_attrs(struct sbx *s)
+{
+	fuse_ino_t *inos = NULL;
+	size_t n = 0, cap = 0;
+	struct view *v;
+
+	pthread_mutex_lock(&fs_lock);
+	v = s->fsdata;
+	if (v)
+		v->refs++;
+	pthread_mutex_unlock(&fs_lock);
+	if (!v)
+		return;
+	pthread_mutex_lock(&v->lock);
+	for (int b = 0; b < VIEW_BUCKETS; b++)
+		for (struct node *d = v->table[b]; d; d = d->hnext) {
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 256;
+				fuse_ino_t *p = realloc(inos, nc * sizeof(*p));
+				if (!p)
+					goto unlock;
+				inos = p;
+				cap = nc;
+			}
+			inos[n++] = node_ino(d);
+		}
+unlock:
+	pthread_mutex_unlock(&v->lock);
+	for (size_t i = 0; i < n && fs.se; i++)
+		fuse_lowlevel_notify_inval_inode(fs.se, inos[i], -1, 0);
+	free(inos);
+	view_put(v);
+}

@@ -933,3 +933,23 @@ def test_20_concurrent_jobs_across_4_sandboxes(sbxfs):
         assert (sbxs[si] / "workspace" / f"out-{ji}.txt").read_text() == f"{si}-{ji}\n"
     for si in range(4):
         assert sorted(os.listdir(sbxs[si] / "jobs")) == [f"j{ji}" for ji in range(5)]
+
+
+def test_job_changes_are_seen_through_the_mount_at_once(sandbox):
+    """A file the mount has cached (attributes and pages) and that a job then
+    changes inside the sandbox shows the change through the mount as soon as
+    the job has ended: size, content, and removal."""
+    m, t = sandbox
+    ws = t / "workspace"
+    f = ws / "shared.txt"
+    f.write_text("one\n")
+    assert f.read_text() == "one\n" and f.stat().st_size == 4  # cached now
+    gone = ws / "gone.txt"
+    gone.write_text("x")
+    assert gone.stat().st_size == 1
+    code, _, err = run_job(t, "chg", "echo two >> shared.txt; rm gone.txt")
+    assert code == 0, err
+    assert f.stat().st_size == 8
+    assert f.read_text() == "one\ntwo\n"
+    with pytest.raises(FileNotFoundError):
+        gone.stat()
