@@ -490,15 +490,6 @@ static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *i
 	fuse_reply_write(req, (size_t)res);
 }
 
-static void data_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	/* close(dup()) makes the host filesystem see a flush, as passthrough_ll does */
-	int fd = dup((int)fi->fh);
-
-	(void)ino;
-	fuse_reply_err(req, fd < 0 || close(fd) ? errno : 0);
-}
-
 static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
@@ -770,7 +761,6 @@ const struct fuse_lowlevel_ops data_ops = {
 	.create = data_create,
 	.read = data_read_buf,
 	.write_buf = data_write_buf,
-	.flush = data_flush,
 	.release = data_release,
 	.fsync = data_fsync,
 	.opendir = data_opendir,

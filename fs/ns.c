@@ -648,13 +648,6 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 	free(mem);
 }
 
-static void fs_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	if (is_data(ino))
-		return data_ops.flush(req, ino, fi);
-	fuse_reply_err(req, 0);
-}
-
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
@@ -963,7 +956,9 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.open = fs_open,
 	.read = fs_read,
 	.write_buf = fs_write_buf,
-	.flush = fs_flush,
+	/* no .flush: libfuse answers ENOSYS once and the kernel stops sending
+	 * FLUSH on every close(2) (a round trip per file; the data directories
+	 * are local files whose close reports nothing) */
 	.release = fs_release,
 	.fsync = fs_fsync,
 	.opendir = fs_opendir,
