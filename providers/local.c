@@ -272,7 +272,14 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
 			cfg->mounts[i].container_path);
-	av_bind(a, "--ro-bind", local_init_helper, LOCAL_INIT_PATH);
+	/* a private /run holds the init, also on a read-only local.rootfs */
+	av_add(a, "--perms");
+	av_add(a, "0755");
+	av_add(a, "--tmpfs");
+	av_add(a, "/run");
+	av_add(a, "--ro-bind");
+	av_add(a, local_init_helper);
+	av_add(a, LOCAL_INIT_PATH);
 	av_add(a, "--as-pid-1");
 	av_add(a, "--info-fd");
 	av_add(a, "3");

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""mount.conf validation (DESIGN §5, CONTRACT-NOTES): a bad key stops the
+"""mount.conf validation (DESIGN §5, README "Configuration"): a bad key stops the
 daemon at start with one line naming the key; unknown keys warn; .config
 never shows a secret."""
 
