@@ -123,14 +123,21 @@ void data_forget(struct node *n, uint64_t count)
 	view_put(v);
 }
 
+/* How long the kernel may trust what we say about a file of this view:
+ * short while a job may be changing files underneath. */
+static double data_timeout(struct view *v)
+{
+	return __atomic_load_n(&v->sbx->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
+}
+
 static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_param *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->ino = node_ino(n);
 	e->attr = *st;
 	data_present(n->view, &e->attr);
-	e->attr_timeout = fs.data_timeout;
-	e->entry_timeout = fs.data_timeout;
+	e->attr_timeout = data_timeout(n->view);
+	e->entry_timeout = e->attr_timeout;
 }
 
 static int data_finish_lookup(struct view *v, int fd, struct fuse_entry_param *e)
@@ -219,7 +226,7 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode))
 		return (void)fuse_reply_err(req, ENOENT);
 	data_present(n->view, &st);
-	fuse_reply_attr(req, &st, fs.data_timeout);
+	fuse_reply_attr(req, &st, data_timeout(n->view));
 }
 
 static int data_proc_path(struct node *n, char *out, size_t len)

@@ -103,7 +103,8 @@ struct fs {
 	double started_at;
 	uid_t mount_uid;
 	gid_t mount_gid;
-	double data_timeout; /* entry/attr timeout for data nodes */
+	double data_timeout;      /* entry/attr timeout for data nodes */
+	double data_timeout_busy; /* the same while a job runs in the sandbox */
 };
 
 extern struct fs fs;

@@ -180,12 +180,22 @@ static void job_write_file(struct job *j, const char *file, const char *text, si
 	buf_free(&p);
 }
 
+/* Caller holds j->lock: the job runs now / has ended (data cache timeouts). */
+static void job_set_running_locked(struct job *j, bool running)
+{
+	if (running && j->state != J_RUNNING)
+		__atomic_add_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+	else if (!running && j->state == J_RUNNING)
+		__atomic_sub_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+}
+
 /* Caller holds j->lock.  Take the supervisor's result as the final state. */
 static void job_take_result_locked(struct job *j)
 {
 	json_t *r = job_read_json(j, "result");
 	const char *st = r ? json_string_value(json_object_get(r, "state")) : NULL;
 
+	job_set_running_locked(j, false);
 	if (!st)
 		j->state = J_LOST;
 	else if (!strcmp(st, "exited"))
@@ -264,6 +274,7 @@ static void job_load_state(struct job *j)
 		json_decref(sup);
 		if (pid > 0 && util_proc_starttime(pid) == start) {
 			j->sup_pid = pid;
+			job_set_running_locked(j, true);
 			j->state = J_RUNNING;
 			if (job_watch_locked(j) == 0)
 				return;
@@ -1033,6 +1044,7 @@ static int job_start(struct job *j, const char *cmdtext)
 	pthread_mutex_lock(&j->lock);
 	j->sup_pid = pid;
 	j->our_child = true;
+	job_set_running_locked(j, true);
 	j->state = J_RUNNING;
 	if (job_watch_locked(j))
 		log_warn(j->scope, "cannot watch the job: %s", strerror(errno));

@@ -267,7 +267,11 @@ int main(int argc, char **argv)
 	fs.started_at = util_wall_now();
 	fs.mount_uid = getuid();
 	fs.mount_gid = getgid();
-	fs.data_timeout = 1.0;
+	/* Data attributes and names are cached for 10 s, 1 s while a job runs in
+	 * the sandbox; when a job ends its sandbox's cached attributes are
+	 * dropped (node.c), and an open always revalidates (data.c). */
+	fs.data_timeout = 10.0;
+	fs.data_timeout_busy = 1.0;
 	fs_nodes_init();
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);

@@ -61,6 +61,7 @@ struct sbx {
 	struct sbx_config *cfg; /* the config this sandbox was created with */
 
 	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
+	int jobs_running; /* the FUSE layer's count of running jobs (atomic) */
 };
 
 struct pool_stats {
