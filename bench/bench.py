@@ -96,7 +96,7 @@ def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="01234567
                           ("--ro-bind", "skills", "/mnt/skills")):
         _av_dirs(argv, dst)
         argv += [how, os.path.join(peer_dir, sub), dst]
-    argv += ["--as-pid-1"]
+    argv += ["--perms", "0755", "--tmpfs", "/run", "--as-pid-1"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     argv += ["--", "/usr/bin/setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
