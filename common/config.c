@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
+#include "json.h"
 #include <yaml.h>
 
 #include "log.h"
@@ -709,8 +709,6 @@ int config_show(const struct sbx_config *c, struct buf *out)
 {
 	json_t *o = json_object(), *env = json_object(), *mounts = json_array(), *net = json_object(),
 	       *doms = json_array(), *skills = json_object(), *local = json_object(), *users;
-	char *text;
-	int r;
 
 	for (size_t i = 0; i < c->n_env; i++)
 		json_object_set_new(env, c->env[i].key, json_string(c->env[i].shown));
@@ -765,15 +763,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "request_timeout", json_integer(c->request_timeout));
 	json_object_set_new(o, "sandbox_timeout", json_integer(c->sandbox_timeout));
 	json_object_set_new(o, "use_server_proxy", json_boolean(c->use_server_proxy));
-	text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-	json_decref(o);
-	if (!text)
-		return -1;
-	r = buf_adds(out, text);
-	if (!r)
-		r = buf_adds(out, "\n");
-	free(text);
-	return r;
+	return json_to_buf(o, out);
 }
 
 int config_user_lookup(const struct sbx_config *c, const char *name, uid_t *uid, gid_t *gid)

@@ -8,7 +8,7 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include <jansson.h>
+#include "../common/json.h"
 
 #include "../common/util.h"
 #include "fs.h"
@@ -21,8 +21,6 @@ static int ctl_status(struct buf *out)
 {
 	struct pool_stats st;
 	json_t *o, *le = NULL;
-	char *text;
-	int r;
 
 	pool_stats(&st);
 	if (st.last_error[0])
@@ -32,13 +30,7 @@ static int ctl_status(struct buf *out)
 		"creating", st.creating, "replicas", st.replicas, "idle_timeout", (int)st.idle_timeout,
 		"idle_check_interval", (int)st.idle_check_interval, "evictions", (json_int_t)st.evictions, "reaps",
 		(json_int_t)st.reaps, "adopted", (json_int_t)st.adopted, "last_error", le ? le : json_null());
-	text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(o);
-	if (!text)
-		return -1;
-	r = buf_adds(out, text) || buf_adds(out, "\n");
-	free(text);
-	return r ? -1 : 0;
+	return json_to_buf(o, out);
 }
 
 static int ctl_metrics(struct buf *out)

@@ -44,7 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <jansson.h>
+#include "../common/json.h"
 
 #include "../common/log.h"
 #include "../common/names.h"
@@ -152,13 +152,10 @@ static bool job_ended(enum job_state s)
 
 static json_t *job_read_json(struct job *j, const char *file)
 {
-	struct buf p = BUF_INIT(BUF_CAP_PATH), t = BUF_INIT(64 * 1024);
-	json_t *o = NULL;
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = job_path(j, file, &p) ? NULL : json_read_file(p.ptr);
 
-	if (!job_path(j, file, &p) && !util_read_file(p.ptr, &t))
-		o = json_loadb(buf_str(&t), t.len, 0, NULL);
 	buf_free(&p);
-	buf_free(&t);
 	return o;
 }
 
@@ -726,8 +723,6 @@ static int job_status_json(struct job *j, struct buf *out)
 	struct buf p = BUF_INIT(BUF_CAP_PATH), t = BUF_INIT(64);
 	json_t *o, *r, *started, *cmd, *pgid = json_null();
 	enum job_state st;
-	char *text;
-	int ret;
 
 	pthread_mutex_lock(&j->lock);
 	st = j->state;
@@ -754,13 +749,7 @@ static int job_status_json(struct job *j, struct buf *out)
 	json_decref(r);
 	json_decref(started);
 	json_decref(cmd);
-	text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(o);
-	if (!text)
-		return -1;
-	ret = buf_adds(out, text) || buf_adds(out, "\n");
-	free(text);
-	return ret ? -1 : 0;
+	return json_to_buf(o, out);
 }
 
 void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)

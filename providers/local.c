@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <jansson.h>
+#include "../common/json.h"
 
 #include "../common/buf.h"
 #include "../common/log.h"
@@ -596,14 +596,13 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64 * 1024);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct local_box *lb = NULL;
 	json_t *j = NULL;
 	enum sbx_err result = SBX_ERR_GONE;
 
-	if (buf_addf(&path, "%s/local.json", s->thread_dir) || util_read_file(path.ptr, &text))
+	if (buf_addf(&path, "%s/local.json", s->thread_dir) || !(j = json_read_file(path.ptr)))
 		goto out;
-	j = json_loadb(buf_str(&text), text.len, 0, NULL);
 	lb = calloc(1, sizeof(*lb));
 	if (!j || !lb || !(lb->thread_dir = strdup(s->thread_dir)))
 		goto out;
@@ -623,7 +622,6 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 out:
 	json_decref(j);
 	buf_free(&path);
-	buf_free(&text);
 	local_box_free(lb);
 	return result;
 }

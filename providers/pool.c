@@ -25,7 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <jansson.h>
+#include "../common/json.h"
 
 #include "../common/log.h"
 #include "../common/util.h"
@@ -641,8 +641,6 @@ int pool_status_json(struct sbx *s, struct buf *out)
 {
 	char created[32], acquired[32];
 	json_t *o, *skills;
-	char *text;
-	int r;
 
 	pthread_mutex_lock(&s->scope);
 	pthread_mutex_lock(&pool.lock);
@@ -659,13 +657,7 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		json_object_set_new(o, "init_pid", json_integer(strtol(s->box->remote_id + 4, NULL, 10)));
 	pthread_mutex_unlock(&pool.lock);
 	pthread_mutex_unlock(&s->scope);
-	text = o ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(o);
-	if (!text)
-		return -1;
-	r = buf_adds(out, text) || buf_adds(out, "\n");
-	free(text);
-	return r ? -1 : 0;
+	return json_to_buf(o, out);
 }
 
 void pool_stats(struct pool_stats *st)
@@ -711,8 +703,8 @@ struct sbx_config *pool_sbx_config(struct sbx *s)
 
 static void pool_adopt_one(const char *user, const char *thread)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64 * 1024);
-	struct pool_dirs d;
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct pool_dirs d = { 0 };
 	struct sbx_spec spec;
 	struct sbx_box *box = NULL;
 	json_t *j = NULL;
@@ -731,9 +723,8 @@ static void pool_adopt_one(const char *user, const char *thread)
 		pool_mark_uid_locked(s->uid);
 		pthread_mutex_unlock(&pool.lock);
 	}
-	if (buf_addf(&path, "%s/sandbox.json", s->thread_dir) || util_read_file(path.ptr, &text))
+	if (buf_addf(&path, "%s/sandbox.json", s->thread_dir) || !(j = json_read_file(path.ptr)))
 		goto out; /* no sandbox recorded: data only */
-	j = json_loadb(buf_str(&text), text.len, 0, NULL);
 	pname = j ? json_string_value(json_object_get(j, "provider")) : NULL;
 	if (!pname || strcmp(pname, pool.prov->name)) {
 		log_warn(scope, "recorded sandbox of provider '%s' is not this provider's: left alone",
@@ -762,7 +753,6 @@ static void pool_adopt_one(const char *user, const char *thread)
 out:
 	json_decref(j);
 	buf_free(&path);
-	buf_free(&text);
 }
 
 static void pool_scan(const char *state_dir)
