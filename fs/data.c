@@ -275,8 +275,6 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
 		res = fi ? futimens((int)fi->fh, tv) : utimensat(AT_FDCWD, proc, tv, 0);
-		if (res && errno == ENOENT && S_ISLNK(0)) /* symlinks: not reachable via /proc path */
-			res = 0;
 		if (res)
 			goto out;
 	}

@@ -156,7 +156,14 @@ void jobs_poll(fuse_req_t req, struct node *n, struct fuse_file_info *fi, struct
 int jobs_file_mode(int which);
 int jobs_truncate(struct node *n);
 
+/* node.c */
+int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);
+
+/* loop.c: serve requests until the session ends */
+int loop_run(struct fuse_session *se);
+
 /* ns.c */
+void fs_nodes_init(void);
 void fs_handle_retire(void *p, void (*free_fn)(void *p));
 void fs_handles_free_all(void);
 extern const struct fuse_lowlevel_ops fs_ops;

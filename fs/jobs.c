@@ -569,14 +569,6 @@ static void job_on_exit(struct job *j)
 	view_inval_attrs(j->sbx);
 }
 
-static struct job *job_by_wd(int wd)
-{
-	for (struct job *j = jobs; j; j = j->next)
-		if (j->wd[0] == wd || j->wd[1] == wd)
-			return j;
-	return NULL;
-}
-
 static void service_all(void)
 {
 	struct job *list[256];
@@ -650,9 +642,9 @@ static void *ev_main(void *arg)
 				if (read(ev_kick, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					log_warn("jobs", "eventfd: %s", strerror(errno));
 			} else if (evs[i].data.ptr == &ev_inotify) {
-				ssize_t len = read(ev_inotify, ibuf, sizeof(ibuf));
-				(void)len; /* any change: re-try the waiting readers */
-				(void)job_by_wd;
+				/* an output file grew: every waiting reader re-tries below */
+				while (read(ev_inotify, ibuf, sizeof(ibuf)) > 0)
+					;
 			} else {
 				job_on_exit(evs[i].data.ptr);
 			}

@@ -32,8 +32,6 @@
 #endif
 #define DEFAULT_CONFIG "/etc/sbxfs/mount.conf"
 
-void fs_nodes_init(void);
-int loop_run(struct fuse_session *se);
 
 struct opts {
 	const char *config;

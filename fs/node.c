@@ -341,8 +341,7 @@ int user_remove(const char *name)
 	return err;
 }
 
-/* readdir of the root: fs_lock held by the caller through this iterator. */
-int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);
+/* For readdir of the root: fn runs under fs_lock and must not block. */
 int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg)
 {
 	pthread_mutex_lock(&fs_lock);

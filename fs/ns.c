@@ -32,8 +32,6 @@ static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "
 static const char *job_names[JF_COUNT] = { "cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl" };
 static struct node *rootfiles[RF_COUNT];
 
-int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);
-
 #define VIRT_TIMEOUT 1.0
 
 static int name_index(const char *const *names, int count, const char *name)
@@ -930,7 +928,6 @@ static void fs_destroy(void *userdata)
 	(void)userdata;
 }
 
-void fs_nodes_init(void);
 void fs_nodes_init(void)
 {
 	for (int i = 0; i < RF_COUNT; i++)
