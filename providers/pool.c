@@ -845,8 +845,38 @@ void pool_reload(struct sbx_config *cfg)
 	}
 }
 
+/* Shutdown worker: destroy sandboxes until none is left.  A few of these
+ * run at once, because destroying waits for each sandbox's processes to be
+ * gone and a thousand sandboxes one after the other take seconds. */
+static void *pool_shutdown_worker(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct sbx *victim = NULL;
+
+		pthread_mutex_lock(&pool.lock);
+		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
+			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next)
+				if ((s->state == SBX_ACTIVE || s->state == SBX_WARM) && !pthread_mutex_trylock(&s->scope)) {
+					if (s->box) {
+						s->state = SBX_DESTROYING;
+						victim = s;
+					} else {
+						pthread_mutex_unlock(&s->scope);
+					}
+				}
+		pthread_mutex_unlock(&pool.lock);
+		if (!victim)
+			return NULL;
+		pool_destroy_held(victim, "shutdown");
+		pthread_mutex_unlock(&victim->scope);
+	}
+}
+
 void pool_shutdown(void)
 {
+	pthread_t workers[8];
+	int n = 0;
 	bool keep;
 
 	pthread_mutex_lock(&pool.lock);
@@ -857,20 +887,23 @@ void pool_shutdown(void)
 	if (pool.reaper_running)
 		pthread_join(pool.reaper, NULL);
 	pool.reaper_running = false;
-	for (int i = 0; i < POOL_BUCKETS; i++)
-		for (struct sbx *s = pool.table[i]; s; s = s->next) {
-			pthread_mutex_lock(&s->scope);
-			if (s->box && keep) {
-				s->prov->ops->forget(s->box);
+	if (keep) {
+		for (int i = 0; i < POOL_BUCKETS; i++)
+			for (struct sbx *s = pool.table[i]; s; s = s->next) {
+				pthread_mutex_lock(&s->scope);
+				if (s->box)
+					s->prov->ops->forget(s->box);
 				s->box = NULL;
-			} else if (s->box) {
-				pthread_mutex_lock(&pool.lock);
-				s->state = SBX_DESTROYING;
-				pthread_mutex_unlock(&pool.lock);
-				pool_destroy_held(s, "shutdown");
+				pthread_mutex_unlock(&s->scope);
 			}
-			pthread_mutex_unlock(&s->scope);
-		}
-	if (keep)
 		log_info("pool", "keep_on_exit: sandboxes left running for the next start to adopt");
+		return;
+	}
+	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
+		n++;
+	if (n == 0)
+		pool_shutdown_worker(NULL);
+	while (n > 0)
+		pthread_join(workers[--n], NULL);
+	/* No acquire can be in flight: every FUSE worker has ended before this. */
 }
