@@ -30,7 +30,7 @@ HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr
 
-.PHONY: all run test asan bench deps clean install check-style
+.PHONY: all run test unit asan bench deps clean install check-style
 
 all: sbxfs sbxfs-exec sbxfs-init
 
@@ -62,12 +62,18 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-test: deps all
+tests/unit/unit: tests/unit/unit.c $(COMMON)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(COMMON) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit
+	./tests/unit/unit
+
+test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
@@ -82,4 +88,4 @@ check-style:
 	@bash .ci/banned-functions
 
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init $(OBJS) providers/local_exec.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) providers/local_exec.o

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * unit.c - unit tests of the common layer (buffers, names and the scope
+ * token, configuration), run by `make test` before the black-box suite.
+ * Each check prints only on failure; the last line is "N passed, N failed".
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../common/buf.h"
+#include "../../common/config.h"
+#include "../../common/log.h"
+#include "../../common/names.h"
+
+static int passed, failed;
+
+#define CHECK(cond)                                                              \
+	do {                                                                     \
+		if (cond) {                                                      \
+			passed++;                                                \
+		} else {                                                         \
+			failed++;                                                \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+		}                                                                \
+	} while (0)
+
+static void test_buf(void)
+{
+	struct buf b = BUF_INIT(8);
+	char small[4];
+
+	CHECK(buf_adds(&b, "abc") == 0 && b.len == 3 && !strcmp(buf_str(&b), "abc"));
+	CHECK(buf_addf(&b, "%d", 12345) == 0 && !strcmp(buf_str(&b), "abc12345"));
+	/* past the cap: fails with E2BIG and frees the buffer */
+	errno = 0;
+	CHECK(buf_adds(&b, "x") == -1 && errno == E2BIG && b.ptr == NULL && b.len == 0);
+	CHECK(buf_adds(&b, "y") == -1); /* sticky */
+	buf_free(&b);
+
+	buf_init(&b, 64);
+	CHECK(buf_addpath(&b, "/a/") == 0 && buf_addpath(&b, "/b") == 0 && buf_addpath(&b, "c") == 0 &&
+	      !strcmp(buf_str(&b), "/a/b/c"));
+	size_t len;
+	char *taken = buf_take(&b, &len);
+	CHECK(taken && len == 6 && !strcmp(taken, "/a/b/c") && b.ptr == NULL);
+	free(taken);
+	CHECK(str_fmt(small, sizeof(small), "%s", "abc") == 0);
+	errno = 0;
+	CHECK(str_fmt(small, sizeof(small), "%s", "abcd") == -1 && errno == ENAMETOOLONG);
+}
+
+static void test_names(void)
+{
+	/* golden vectors of DeerFlow's derive_sandbox_scope_token */
+	static const char *vec[][3] = {
+		{ "alice", "thread-1", "dc977b840cb8638e" },
+		{ "", "t", "983743815e8fe2ac" },
+		{ "u", "", "27e14d2b41b03178" },
+		{ "\xe7\x94\xa8\xe6\x88\xb7", "\xe7\xba\xbf\xe7\xa8\x8b", "cfa8a5bf41ddff8d" },
+		{ "None", "abc", "c0b80df1b97d187e" },
+	};
+	char tok[SCOPE_TOKEN_LEN + 1];
+
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++)
+		CHECK(names_scope_token(vec[i][0], vec[i][1], tok) == 0 && !strcmp(tok, vec[i][2]));
+	CHECK(names_valid("alice") && names_valid("thread-1") && names_valid("a_b-C9"));
+	CHECK(!names_valid("") && !names_valid(".hidden") && !names_valid("a b") && !names_valid("a/b") &&
+	      !names_valid(".."));
+	char long_name[66];
+	memset(long_name, 'x', 65);
+	long_name[65] = '\0';
+	CHECK(!names_valid(long_name));
+	long_name[64] = '\0';
+	CHECK(names_valid(long_name));
+	CHECK(names_env_key_valid("PATH") && names_env_key_valid("_x1") && !names_env_key_valid("1BAD") &&
+	      !names_env_key_valid("A-B") && !names_env_key_valid(""));
+	CHECK(names_secret_like("API_TOKEN") && names_secret_like("db_password") && names_secret_like("GH_PAT") &&
+	      !names_secret_like("PATH") && !names_secret_like("LANG"));
+}
+
+static struct sbx_config *load(const char *yaml, char *err, size_t errlen)
+{
+	char path[] = "/tmp/sbxfs-unit-XXXXXX";
+	int fd = mkstemp(path);
+	struct sbx_config *c;
+
+	if (fd < 0 || write(fd, yaml, strlen(yaml)) != (ssize_t)strlen(yaml)) {
+		snprintf(err, errlen, "cannot write %s", path);
+		return NULL;
+	}
+	close(fd);
+	c = config_load(path, err, errlen);
+	unlink(path);
+	return c;
+}
+
+static void test_config(void)
+{
+	char err[512];
+	struct sbx_config *c;
+	struct buf shown = BUF_INIT(1 << 20);
+
+	c = load("", err, sizeof(err));
+	CHECK(c && !strcmp(c->use, "local") && c->replicas == 3 && c->idle_timeout == 600 &&
+	      c->bash_command_timeout == 600 && !strcmp(c->skills_container_path, "/mnt/skills"));
+	config_put(c);
+
+	setenv("SBXFS_UNIT_SECRET", "s3cr3t", 1);
+	c = load("replicas: 5\nenvironment:\n  FROM_ENV: $SBXFS_UNIT_SECRET\n  API_TOKEN: literal-secret\n"
+		 "  PLAIN: hello\napi_key: k3y\nnetwork:\n  mode: isolated\n  allow_domains: ['*.Example.com.', 'pypi.org']\n",
+		err, sizeof(err));
+	CHECK(c != NULL);
+	if (c) {
+		CHECK(c->replicas == 5 && c->net_mode == NET_ISOLATED && c->n_allow_domains == 2 &&
+		      !strcmp(c->allow_domains[0], "*.example.com"));
+		CHECK(c->n_env == 3 && !strcmp(c->env[0].value, "s3cr3t") && !strcmp(c->env[0].shown, "$SBXFS_UNIT_SECRET"));
+		CHECK(config_show(c, &shown) == 0 && !strstr(buf_str(&shown), "s3cr3t") &&
+		      !strstr(buf_str(&shown), "literal-secret") && !strstr(buf_str(&shown), "k3y") &&
+		      strstr(buf_str(&shown), "hello"));
+		config_put(c);
+	}
+	buf_free(&shown);
+
+	/* a DeerFlow config.yaml: keys come from sandbox: */
+	c = load("models: []\nsandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  replicas: 2\n", err,
+		sizeof(err));
+	CHECK(c && !strcmp(c->use, "local") && c->replicas == 2);
+	config_put(c);
+
+	static const struct {
+		const char *yaml, *key;
+	} bad[] = {
+		{ "replicas: 0\n", "replicas:" },
+		{ "replicas: many\n", "replicas:" },
+		{ "idle_timeout: -1\n", "idle_timeout:" },
+		{ "state_dir: relative/dir\n", "state_dir:" },
+		{ "environment:\n  1BAD: x\n", "environment.1BAD:" },
+		{ "use: nosuch\n", "use:" },
+		{ "network:\n  mode: weird\n", "network.mode:" },
+		{ "network:\n  temporary_grant_ttl: 10\n", "network.temporary_grant_ttl:" },
+		{ "network:\n  allow_domains: ['*']\n", "network.allow_domains:" },
+		{ "users: 7\n", "users:" },
+		{ "skills:\n  container_path: rel\n", "skills.container_path:" },
+		{ "keep_on_exit: maybe\n", "keep_on_exit:" },
+		{ "replicas: [1\n", "YAML syntax error" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		c = load(bad[i].yaml, err, sizeof(err));
+		CHECK(c == NULL && strstr(err, bad[i].key));
+		if (c || !strstr(err, bad[i].key))
+			fprintf(stderr, "  case %zu: %s -> %s\n", i, bad[i].yaml, err);
+		config_put(c);
+	}
+}
+
+int main(void)
+{
+	log_open(0, 0);
+	test_buf();
+	test_names();
+	test_config();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
