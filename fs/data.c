@@ -523,9 +523,17 @@ struct data_dir {
 	off_t offset;
 };
 
+static void data_dir_clean(void *p)
+{
+	struct data_dir *d = p;
+
+	if (d->dp)
+		closedir(d->dp);
+}
+
 static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct data_dir *d = calloc(1, sizeof(*d));
+	struct data_dir *d = fs_handle_alloc(sizeof(*d), data_dir_clean);
 	int fd, err;
 
 	if (!d)
@@ -535,7 +543,7 @@ static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		err = errno;
 		if (fd >= 0)
 			close(fd);
-		free(d);
+		fs_handle_discard(d);
 		return (void)fuse_reply_err(req, err);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
@@ -617,19 +625,11 @@ static void data_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 	data_do_readdir(req, ino, size, off, fi, 1);
 }
 
-static void data_dir_free(void *p)
-{
-	struct data_dir *d = p;
-
-	closedir(d->dp);
-	free(d);
-}
-
 static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
 	/* retired, not freed: a READDIR of a killed reader may still be running */
-	fs_handle_retire((void *)(uintptr_t)fi->fh, data_dir_free);
+	fs_handle_retire((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

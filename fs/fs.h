@@ -164,8 +164,12 @@ int loop_run(struct fuse_session *se);
 
 /* ns.c */
 void fs_nodes_init(void);
-void fs_handle_retire(void *p, void (*free_fn)(void *p));
-void fs_handles_free_all(void);
+/* Handles of open virtual files and directories (see ns.c for why):
+ * alloc zeroes size bytes; clean releases what the payload owns. */
+void *fs_handle_alloc(size_t size, void (*clean)(void *p));
+void fs_handle_retire(void *p);  /* at RELEASE: freed 10 s later */
+void fs_handle_discard(void *p); /* never given to the kernel: freed now */
+void fs_handles_free_all(void);  /* at exit */
 extern const struct fuse_lowlevel_ops fs_ops;
 void fs_fill_vattr(struct node *n, struct stat *st);
 

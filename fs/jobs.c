@@ -744,6 +744,15 @@ static int job_status_json(struct job *j, struct buf *out)
 	return json_to_buf(o, out);
 }
 
+static void jh_clean(void *p)
+{
+	struct jh *h = p;
+
+	if (h->fd >= 0)
+		close(h->fd);
+	buf_free(&h->snap);
+}
+
 void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	struct job *j = n->job;
@@ -755,13 +764,13 @@ void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 		return (void)fuse_reply_err(req, ENOENT);
 	if ((acc != O_RDONLY && !(mode & 0200)) || (acc != O_WRONLY && !(mode & 0400)))
 		return (void)fuse_reply_err(req, n->which == JF_CMD || acc == O_RDONLY ? EACCES : EPERM);
-	h = calloc(1, sizeof(*h));
+	h = fs_handle_alloc(sizeof(*h), jh_clean);
 	if (!h)
 		return (void)fuse_reply_err(req, ENOMEM);
 	h->fd = -1;
 	buf_init(&h->snap, BUF_CAP_JSON);
 	if (n->which == JF_STATUS && job_status_json(j, &h->snap)) {
-		free(h);
+		fs_handle_discard(h);
 		return (void)fuse_reply_err(req, EIO);
 	}
 	if (n->which == JF_CMD && acc == O_RDONLY) {
@@ -777,20 +786,11 @@ void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 	fuse_reply_open(req, fi);
 }
 
-static void jh_free(void *p)
-{
-	struct jh *h = p;
-
-	if (h->fd >= 0)
-		close(h->fd);
-	buf_free(&h->snap);
-	free(h);
-}
 
 void jobs_release(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	(void)n;
-	fs_handle_retire((void *)(uintptr_t)fi->fh, jh_free); /* see ns.c: a late READ may still use it */
+	fs_handle_retire((void *)(uintptr_t)fi->fh); /* see ns.c: a late READ may still use it */
 	fuse_reply_err(req, 0);
 }
 

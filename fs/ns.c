@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <dirent.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -499,75 +500,117 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_err(req, EINVAL);
 }
 
-/* ---- retiring open-file handles ------------------------------------------------------
+/* ---- open-file handles of virtual files and directories -------------------------------
  *
  * The kernel may send RELEASE while a READ of the same open file is still
  * being processed by another worker (the reader got a fatal signal and
- * stopped waiting).  So a virtual file's handle is not freed at release but
- * retired, and freed once it has been retired for HANDLE_GRACE_MS: no worker
- * keeps a request that long (waits are parked without the handle).
+ * stopped waiting).  So a handle is not freed at release but retired, and
+ * freed once it has been retired for HANDLE_GRACE_MS: no worker keeps a
+ * request that long (waits are parked without the handle).  Handles still
+ * open when the session ends (a lazy unmount with open files) are freed at
+ * exit from the live list.
  */
 #define HANDLE_GRACE_MS 10000
 
-struct retired {
-	void *p;
-	void (*free_fn)(void *p);
-	uint64_t at_ms;
-	struct retired *next;
+struct handle {
+	struct handle *prev, *next; /* handles_lock */
+	void (*clean)(void *p);     /* releases what the payload owns */
+	uint64_t retired_ms;        /* 0 while open */
+	max_align_t payload[];
 };
 
-static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct retired *retired_head, **retired_tail = &retired_head;
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct handle live = { &live, &live, NULL, 0 }, retired = { &retired, &retired, NULL, 0 };
 
-void fs_handle_retire(void *p, void (*free_fn)(void *p))
+static void handle_unlink(struct handle *h)
 {
-	struct retired *r = calloc(1, sizeof(*r)), *done = NULL;
+	h->prev->next = h->next;
+	h->next->prev = h->prev;
+}
+
+static void handle_append(struct handle *list, struct handle *h)
+{
+	h->prev = list->prev;
+	h->next = list;
+	list->prev->next = h;
+	list->prev = h;
+}
+
+static struct handle *handle_of(void *p)
+{
+	return (struct handle *)((char *)p - offsetof(struct handle, payload));
+}
+
+void *fs_handle_alloc(size_t size, void (*clean)(void *p))
+{
+	struct handle *h = calloc(1, sizeof(*h) + size);
+
+	if (!h)
+		return NULL;
+	h->clean = clean;
+	pthread_mutex_lock(&handles_lock);
+	handle_append(&live, h);
+	pthread_mutex_unlock(&handles_lock);
+	return h->payload;
+}
+
+static void handle_destroy(struct handle *h)
+{
+	if (h->clean)
+		h->clean(h->payload);
+	free(h);
+}
+
+void fs_handle_discard(void *p)
+{
+	struct handle *h = handle_of(p);
+
+	pthread_mutex_lock(&handles_lock);
+	handle_unlink(h);
+	pthread_mutex_unlock(&handles_lock);
+	handle_destroy(h);
+}
+
+void fs_handle_retire(void *p)
+{
+	struct handle *h = handle_of(p), *done = NULL;
 	uint64_t now = util_now_ms();
 
-	pthread_mutex_lock(&retired_lock);
-	while (retired_head && retired_head->at_ms + HANDLE_GRACE_MS < now) {
-		struct retired *x = retired_head;
-		retired_head = x->next;
-		if (!retired_head)
-			retired_tail = &retired_head;
+	pthread_mutex_lock(&handles_lock);
+	handle_unlink(h);
+	h->retired_ms = now;
+	handle_append(&retired, h);
+	while (retired.next != &retired && retired.next->retired_ms + HANDLE_GRACE_MS < now) {
+		struct handle *x = retired.next;
+		handle_unlink(x);
 		x->next = done;
 		done = x;
 	}
-	if (r) {
-		r->p = p;
-		r->free_fn = free_fn;
-		r->at_ms = now;
-		*retired_tail = r;
-		retired_tail = &r->next;
-	}
-	pthread_mutex_unlock(&retired_lock);
-	if (!r)
-		free_fn(p); /* out of memory: free now, as libfuse's examples do */
+	pthread_mutex_unlock(&handles_lock);
 	while (done) {
-		struct retired *x = done;
+		struct handle *x = done;
 		done = x->next;
-		x->free_fn(x->p);
-		free(x);
+		handle_destroy(x);
 	}
 }
 
 void fs_handles_free_all(void)
 {
-	pthread_mutex_lock(&retired_lock);
-	while (retired_head) {
-		struct retired *x = retired_head;
-		retired_head = x->next;
-		x->free_fn(x->p);
-		free(x);
-	}
-	retired_tail = &retired_head;
-	pthread_mutex_unlock(&retired_lock);
+	struct handle *lists[] = { &live, &retired };
+
+	pthread_mutex_lock(&handles_lock);
+	for (int i = 0; i < 2; i++)
+		while (lists[i]->next != lists[i]) {
+			struct handle *x = lists[i]->next;
+			handle_unlink(x);
+			handle_destroy(x);
+		}
+	pthread_mutex_unlock(&handles_lock);
 }
 
-static void ctl_handle_free(void *p)
+static void ctl_handle_clean(void *p)
 {
 	buf_free(p);
-	free(p);
 }
 
 /* ---- control files ----------------------------------------------------------------- */
@@ -587,13 +630,12 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (n->view && n->view->dead)
 		return (void)fuse_reply_err(req, ENOENT);
-	b = calloc(1, sizeof(*b));
+	b = fs_handle_alloc(sizeof(*b), ctl_handle_clean);
 	if (!b)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(b, BUF_CAP_JSON);
 	if (ctl_render(n, b)) {
-		buf_free(b);
-		free(b);
+		fs_handle_discard(b);
 		return (void)fuse_reply_err(req, EIO);
 	}
 	fi->fh = (uint64_t)(uintptr_t)b;
@@ -656,7 +698,7 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (n->kind == N_JOBFILE)
 		return jobs_release(req, n, fi);
 	b = (struct buf *)(uintptr_t)fi->fh;
-	fs_handle_retire(b, ctl_handle_free);
+	fs_handle_retire(b);
 	fuse_reply_err(req, 0);
 }
 
@@ -716,13 +758,12 @@ static void vdir_add_job(const char *name, void *arg)
 	vdir_add(arg, name, DT_DIR);
 }
 
-static void vdir_free(void *p)
+static void vdir_clean(void *p)
 {
 	struct vdir *d = p;
 
 	buf_free(&d->names);
 	free(d->types);
-	free(d);
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -735,7 +776,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return data_ops.opendir(req, ino, fi);
 	if (n->view && n->view->dead)
 		return (void)fuse_reply_err(req, ENOENT);
-	d = calloc(1, sizeof(*d));
+	d = fs_handle_alloc(sizeof(*d), vdir_clean);
 	if (!d)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(&d->names, BUF_CAP_JSON);
@@ -770,8 +811,7 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			vdir_add(d, job_names[i], DT_REG);
 		break;
 	default:
-		buf_free(&d->names);
-		free(d);
+		fs_handle_discard(d);
 		return (void)fuse_reply_err(req, ENOTDIR);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
@@ -834,7 +874,7 @@ static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	if (is_data(ino))
 		return data_ops.releasedir(req, ino, fi);
 	d = (struct vdir *)(uintptr_t)fi->fh;
-	fs_handle_retire(d, vdir_free);
+	fs_handle_retire(d);
 	fuse_reply_err(req, 0);
 }
 
