@@ -68,6 +68,7 @@ struct node {
 	ino_t ino;
 	struct node *hnext;    /* view's inode table chain (data) or job-node list (virtual) */
 	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
+	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
 	off_t stamp_size;
 };
 
@@ -93,6 +94,7 @@ struct view {
 	struct node *jobs;
 	struct node *jobnodes;       /* fs_lock: N_JOB/N_JOBFILE nodes of this view */
 	char *jobs_dir;              /* host: thread_dir/jobs */
+	struct view *vprev, *vnext;  /* fs_lock: every view that exists */
 	pthread_mutex_t lock;        /* the data inode table */
 	struct node *table[VIEW_BUCKETS];
 };

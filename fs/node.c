@@ -28,6 +28,30 @@
 pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct user_ent *users; /* fs_lock */
 static struct node root_node = { .kind = N_ROOT, .nlookup = 1, .linked = true, .fd = -1 };
+/* Everything the daemon allocated stays reachable until exit (so a leak
+ * check at exit finds only real leaks): nodes the kernel still knows after
+ * their owner let go, and every view. */
+static struct node orphans = { .oprev = &orphans, .onext = &orphans };
+static struct view all_views = { .vprev = &all_views, .vnext = &all_views };
+
+static void orphan_add_locked(struct node *n)
+{
+	if (n->onext)
+		return;
+	n->oprev = orphans.oprev;
+	n->onext = &orphans;
+	orphans.oprev->onext = n;
+	orphans.oprev = n;
+}
+
+static void orphan_del_locked(struct node *n)
+{
+	if (!n->onext)
+		return;
+	n->oprev->onext = n->onext;
+	n->onext->oprev = n->oprev;
+	n->oprev = n->onext = NULL;
+}
 
 struct node *node_of(fuse_ino_t ino)
 {
@@ -64,6 +88,10 @@ void view_get_locked(struct view *v)
 
 static void view_free(struct view *v)
 {
+	pthread_mutex_lock(&fs_lock);
+	v->vprev->vnext = v->vnext;
+	v->vnext->vprev = v->vprev;
+	pthread_mutex_unlock(&fs_lock);
 	pthread_mutex_destroy(&v->lock);
 	free(v->jobs_dir);
 	pool_put(v->sbx);
@@ -87,8 +115,13 @@ static struct view *vnode_maybe_free_locked(struct node *n)
 {
 	struct view *v = n->view;
 
-	if (n == &root_node || n->nlookup || n->linked)
+	if (n == &root_node || n->linked)
 		return NULL;
+	if (n->nlookup) {
+		orphan_add_locked(n);
+		return NULL;
+	}
+	orphan_del_locked(n);
 	if ((n->kind == N_JOB || n->kind == N_JOBFILE) && n->job)
 		jobs_put(n->job); /* never takes fs_lock */
 	free(n);
@@ -159,6 +192,10 @@ struct view *view_current(struct sbx *s)
 		v->pres_uid = uid;
 		v->pres_gid = gid;
 		pthread_mutex_init(&v->lock, NULL);
+		v->vprev = all_views.vprev;
+		v->vnext = &all_views;
+		all_views.vprev->vnext = v;
+		all_views.vprev = v;
 		v->dir = view_vnode(v, N_SANDBOX, 0);
 		for (int i = 0; i < CTL_COUNT; i++)
 			v->ctl[i] = view_vnode(v, N_CTL, i);
