@@ -188,11 +188,6 @@ int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_para
 	return data_finish_lookup(parent->view, fd, e);
 }
 
-bool data_is_stale(struct node *n)
-{
-	return n->view->dead;
-}
-
 static void data_reply_entry(fuse_req_t req, struct node *parent, const char *name, int res)
 {
 	struct fuse_entry_param e;

@@ -133,7 +133,6 @@ int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e);
 int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e);
 void data_forget(struct node *n, uint64_t nlookup);
 extern const struct fuse_lowlevel_ops data_ops;
-bool data_is_stale(struct node *n);
 
 /* ctl.c: contents of dot-files and control files */
 int ctl_render(struct node *n, struct buf *out);
@@ -156,7 +155,6 @@ void jobs_write(fuse_req_t req, struct node *n, const char *buf, size_t size, st
 void jobs_release(fuse_req_t req, struct node *n, struct fuse_file_info *fi);
 void jobs_poll(fuse_req_t req, struct node *n, struct fuse_file_info *fi, struct fuse_pollhandle *ph);
 int jobs_file_mode(int which);
-int jobs_truncate(struct node *n);
 
 /* node.c */
 int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);

@@ -864,12 +864,6 @@ void jobs_poll(fuse_req_t req, struct node *n, struct fuse_file_info *fi, struct
 	fuse_reply_poll(req, revents);
 }
 
-int jobs_truncate(struct node *n)
-{
-	(void)n;
-	return 0; /* writes to job files are commands; truncation means nothing */
-}
-
 static int job_env_valid(struct job *j, const char *text)
 {
 	const char *line = text;
