@@ -23,7 +23,8 @@ LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
 PROVIDERS := providers/providers.o providers/pool.o providers/local.o
-FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o
+FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
+      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
@@ -88,4 +89,4 @@ check-style:
 	@bash .ci/banned-functions
 
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) providers/local_exec.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) providers/local_exec.o fs/*.o providers/*.o common/*.o

@@ -15,5 +15,8 @@
 int json_to_buf(json_t *o, struct buf *out);
 /* Parse a JSON state file; NULL when missing or not JSON. New reference. */
 json_t *json_read_file(const char *path);
+/* A JSON string of bytes that may not be UTF-8 (a command): invalid
+ * sequences become U+FFFD.  NULL on ENOMEM. */
+json_t *json_string_lossy(const char *s, size_t len);
 
 #endif

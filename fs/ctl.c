@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
- * .config and a sandbox's id and status.  Each open renders a snapshot (the
- * files are opened with direct I/O, so their size is meaningless and `cat`
- * reads the whole snapshot).
+ * .config and a sandbox's id and status.  Each open renders a snapshot, and
+ * a stat renders one to tell its size (files are opened with direct I/O:
+ * `cat` reads the whole snapshot taken at open).
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -11,7 +11,7 @@
 #include "../common/json.h"
 
 #include "../common/util.h"
-#include "fs.h"
+#include "ctl.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"

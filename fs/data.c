@@ -36,7 +36,8 @@
 #include <unistd.h>
 
 #include "../common/log.h"
-#include "fs.h"
+#include "data.h"
+#include "handle.h"
 
 static struct node *dnode(fuse_ino_t ino)
 {
@@ -95,13 +96,11 @@ static struct node *data_node_get(struct view *v, int fd, const struct stat *st)
 	n->hnext = v->table[h];
 	v->table[h] = n;
 	pthread_mutex_unlock(&v->lock);
-	pthread_mutex_lock(&fs_lock);
-	view_get_locked(v);
-	pthread_mutex_unlock(&fs_lock);
+	view_get(v);
 	return n;
 }
 
-void data_forget(struct node *n, uint64_t count)
+static void data_forget(struct node *n, uint64_t count)
 {
 	struct view *v = n->view;
 	struct node **pp;
@@ -176,7 +175,7 @@ static bool bad_name(const char *name)
 	return !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/');
 }
 
-int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
+static int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 {
 	int fd;
 
@@ -386,10 +385,11 @@ static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fus
 	fuse_reply_err(req, renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0);
 }
 
-static void data_forget_op(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+static void data_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	data_forget(dnode(ino), nlookup);
-	fuse_reply_none(req);
+	struct fuse_entry_param e;
+
+	node_reply_entry(req, data_do_lookup(dnode(parent), name, &e), &e);
 }
 
 static int data_open_fd(struct node *n, int flags)
@@ -431,6 +431,7 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fd < 0)
 		return (void)fuse_reply_err(req, errno);
 	fi->fh = (uint64_t)fd;
+	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
 	if (!(fi->flags & O_TRUNC))
 		data_cache_policy(n, fd, fi);
 	fuse_reply_open(req, fi);
@@ -460,6 +461,7 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		return (void)fuse_reply_err(req, err);
 	}
 	fi->fh = (uint64_t)fd;
+	fi->noflush = 1;
 	fuse_reply_create(req, &e, fi);
 }
 
@@ -528,7 +530,7 @@ static void data_dir_clean(void *p)
 
 static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct data_dir *d = fs_handle_alloc(sizeof(*d), data_dir_clean);
+	struct data_dir *d = handle_alloc(sizeof(*d), data_dir_clean);
 	int fd, err;
 
 	if (!d)
@@ -538,7 +540,7 @@ static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		err = errno;
 		if (fd >= 0)
 			close(fd);
-		fs_handle_discard(d);
+		handle_discard(d);
 		return (void)fuse_reply_err(req, err);
 	}
 	fi->fh = (uint64_t)(uintptr_t)d;
@@ -624,7 +626,7 @@ static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 {
 	(void)ino;
 	/* retired, not freed: a READDIR of a killed reader may still be running */
-	fs_handle_retire((void *)(uintptr_t)fi->fh);
+	handle_retire((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -745,8 +747,8 @@ static void data_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, st
 	fuse_reply_lseek(req, r);
 }
 
-const struct fuse_lowlevel_ops data_ops = {
-	.forget = data_forget_op,
+static const struct fuse_lowlevel_ops data_ops = {
+	.lookup = data_lookup,
 	.getattr = data_getattr,
 	.setattr = data_setattr,
 	.readlink = data_readlink,
@@ -778,3 +780,45 @@ const struct fuse_lowlevel_ops data_ops = {
 	.copy_file_range = data_copy_file_range,
 	.lseek = data_lseek,
 };
+
+static const struct node_kind_ops k_data = { .ops = &data_ops, .forget = data_forget };
+
+void data_init(void)
+{
+	node_kind_register(N_DATA, &k_data);
+}
+
+/* After a job ends, the files it changed from inside the sandbox must show
+ * their new attributes through the mount at once, not after the attribute
+ * timeout: invalidate the cached attributes of every inode of the sandbox's
+ * current view.  Called from the jobs event thread, never from a FUSE worker;
+ * only inode numbers leave the lock (a stale one is harmless: the kernel
+ * answers ENOENT or refetches). */
+void data_inval_sbx(struct sbx *s)
+{
+	fuse_ino_t *inos = NULL;
+	size_t n = 0, cap = 0;
+	struct view *v = view_of_sbx(s);
+
+	if (!v)
+		return;
+	pthread_mutex_lock(&v->lock);
+	for (int b = 0; b < VIEW_BUCKETS; b++)
+		for (struct node *d = v->table[b]; d; d = d->hnext) {
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 256;
+				fuse_ino_t *p = realloc(inos, nc * sizeof(*p));
+				if (!p)
+					goto unlock;
+				inos = p;
+				cap = nc;
+			}
+			inos[n++] = node_ino(d);
+		}
+unlock:
+	pthread_mutex_unlock(&v->lock);
+	for (size_t i = 0; i < n && fs.se; i++)
+		fuse_lowlevel_notify_inval_inode(fs.se, inos[i], -1, 0);
+	free(inos);
+	view_put(v);
+}

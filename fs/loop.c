@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "fs.h"
+#include "node.h"
 
 #define LOOP_THREADS 32
 

@@ -1,37 +1,61 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * main.c - the sbxfs daemon: command line, configuration, the state_dir
- * lock, signals, and the FUSE session's life from mount to clean shutdown.
+ * lock, start-up in the right order, signals, and the FUSE session's life
+ * from mount to clean shutdown.
  *
  *   sbxfs [-c CONFIG] MOUNTPOINT [-f] [-d] [-o FUSE_OPTIONS]
  *
- * Shutdown (SIGTERM, SIGINT, fusermount3 -u): the FUSE loop ends, then the
- * pool destroys every sandbox (or leaves them for adoption with
- * keep_on_exit), then parked job reads are answered and the session ends.
- * SIGHUP reloads the configuration file (DESIGN §4).
+ * Start-up order, and why:
+ *   1. configuration, state_dir and its lock: a second daemon on the same
+ *      state_dir stops here, before touching anything;
+ *   2. the mount, after detaching a stale mount our own killed daemon left
+ *      on the mountpoint (so `kill -9` then the same command just works);
+ *   3. detach from the terminal (fork) BEFORE any thread exists: threads do
+ *      not survive a fork.  The parent waits until the child reports that
+ *      everything below is up, so `sbxfs /sbx` without -f exits 0 only with
+ *      a working mount, and 1 with the error on stderr otherwise;
+ *   4. adoption of the sandboxes a previous daemon left (pool_init), then
+ *      the threads (park, jobs, reload).  A failure from here on unmounts
+ *      and leaves every adopted sandbox running: a failed start never
+ *      destroys anything.
+ *
+ * Shutdown (SIGTERM, SIGINT, fusermount3 -u): the FUSE loop ends; new
+ * acquires are refused; slow work in flight ends; the pool destroys every
+ * sandbox (or leaves them for adoption with keep_on_exit); parked requests
+ * are answered.  SIGHUP reloads the configuration file (DESIGN §4).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/log.h"
 #include "../common/util.h"
-#include "fs.h"
+#include "data.h"
+#include "handle.h"
+#include "jobfs.h"
+#include "node.h"
+#include "park.h"
+#include "work.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
 #endif
 #define DEFAULT_CONFIG "/etc/sbxfs/mount.conf"
 
+int vtree_init(void);
+int loop_run(struct fuse_session *se);
 
 struct opts {
 	const char *config;
@@ -99,6 +123,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return 0;
 }
 
+/* ---- the state_dir lock ------------------------------------------------------------- */
+
 static int take_lock(const char *state_dir)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -137,6 +163,199 @@ static void write_lock_pid(int fd)
 	if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n)
 		log_warn("daemon", "cannot record the pid in the lock file: %s", strerror(errno));
 }
+
+/* ---- the mountpoint ---------------------------------------------------------------------- */
+
+/* STATE/mountpoint names where this state_dir was last mounted. */
+static int mountpoint_record(const char *state_dir, struct buf *path)
+{
+	return buf_addf(path, "%s/mountpoint", state_dir);
+}
+
+/* Is the mountpoint a FUSE sbxfs mount (of any daemon)? */
+static bool mountpoint_is_sbxfs(const char *real)
+{
+	char line[8192], mp[PATH_MAX], fstype[64];
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	bool found = false;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *dash = strstr(line, " - ");
+		if (!dash || sscanf(line, "%*d %*d %*u:%*u %*s %4095s", mp) != 1 || sscanf(dash + 3, "%63s", fstype) != 1)
+			continue;
+		if (!strcmp(mp, real) && !strcmp(fstype, "fuse.sbxfs"))
+			found = true;
+	}
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* The canonical path of a mountpoint that may be a dead mount (realpath()
+ * of it fails with ENOTCONN): its parent's real path and its name. */
+static char *mountpoint_canonical(const char *mountpoint)
+{
+	char *copy = strdup(mountpoint), *slash, *parent, *out = NULL;
+	const char *name;
+	struct buf b = BUF_INIT(PATH_MAX);
+
+	if (!copy)
+		return NULL;
+	slash = strrchr(copy, '/');
+	if (slash) {
+		*slash = '\0';
+		name = slash + 1;
+		parent = realpath(copy[0] ? copy : "/", NULL);
+	} else {
+		name = copy;
+		parent = realpath(".", NULL);
+	}
+	if (parent && !buf_addf(&b, "%s/%s", strcmp(parent, "/") ? parent : "", name))
+		out = buf_take(&b, NULL);
+	free(parent);
+	free(copy);
+	buf_free(&b);
+	return out;
+}
+
+/* A daemon of this state_dir was killed and left its mount behind (every
+ * access is ENOTCONN): we hold the state_dir lock, so nobody serves it;
+ * detach it so the new mount can take its place. */
+static void detach_stale_mount(const char *state_dir, const char *mountpoint)
+{
+	struct buf rec = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(PATH_MAX);
+	struct stat st;
+	char *real = NULL;
+
+	if (stat(mountpoint, &st) == 0 || errno != ENOTCONN)
+		goto out;
+	real = mountpoint_canonical(mountpoint);
+	if (!real || mountpoint_record(state_dir, &rec) || util_read_file(rec.ptr, &text) ||
+	    strcmp(real, buf_str(&text))) {
+		log_warn("daemon", "%s is a dead mount, but not one of this state_dir: left alone", mountpoint);
+		goto out;
+	}
+	if (!mountpoint_is_sbxfs(real)) {
+		log_warn("daemon", "%s is not connected but is not an sbxfs mount: left alone", mountpoint);
+		goto out;
+	}
+	if (umount2(real, MNT_DETACH))
+		log_warn("daemon", "cannot detach the stale mount on %s: %s", real, strerror(errno));
+	else
+		log_info("daemon", "detached the stale mount a killed sbxfs of this state_dir left on %s", real);
+out:
+	free(real);
+	buf_free(&rec);
+	buf_free(&text);
+}
+
+static void remember_mountpoint(const char *state_dir, const char *mountpoint)
+{
+	struct buf rec = BUF_INIT(BUF_CAP_PATH);
+	char *real = realpath(mountpoint, NULL);
+
+	if (real && !mountpoint_record(state_dir, &rec) && util_write_atomic(rec.ptr, real, strlen(real), 0600))
+		log_warn("daemon", "cannot record the mountpoint: %s", strerror(errno));
+	free(real);
+	buf_free(&rec);
+}
+
+/* The kernel's default readahead for a FUSE mount is 128 KiB; sequential
+ * reads go faster with 1 MiB in flight.  Best effort. */
+static void tune_readahead(const char *mountpoint)
+{
+	char line[4096], mp[4096], path[128];
+	unsigned maj, min;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *real = realpath(mountpoint, NULL);
+
+	while (f && real && fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, mp) != 3 || strcmp(mp, real))
+			continue;
+		if (!str_fmt(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min)) {
+			int fd = open(path, O_WRONLY | O_CLOEXEC);
+			if (fd >= 0) {
+				if (write(fd, "1024", 4) != 4)
+					log_debug("daemon", "read_ahead_kb: %s", strerror(errno));
+				close(fd);
+			}
+		}
+	}
+	if (f)
+		fclose(f);
+	free(real);
+}
+
+static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_args *args)
+{
+	struct buf mo = BUF_INIT(BUF_CAP_PATH);
+	int r;
+
+	r = fuse_opt_add_arg(args, "sbxfs");
+	if (o->debug)
+		r |= fuse_opt_add_arg(args, "-d");
+	r |= buf_adds(&mo, "fsname=sbxfs,subtype=sbxfs,default_permissions");
+	if (cfg->allow_other)
+		r |= buf_adds(&mo, ",allow_other");
+	if (o->fuse_opts.len)
+		r |= buf_addf(&mo, ",%s", o->fuse_opts.ptr);
+	r |= fuse_opt_add_arg(args, "-o");
+	r |= fuse_opt_add_arg(args, buf_str(&mo));
+	buf_free(&mo);
+	return r ? -1 : 0;
+}
+
+/* ---- detaching -------------------------------------------------------------------------- */
+
+/* Fork; the parent waits for the child's word (one byte: 0 = up) and exits
+ * with it.  Returns the fd the child reports on, or -1 in the foreground. */
+static int daemon_detach(void)
+{
+	int p[2];
+	pid_t pid;
+	char status = 1;
+
+	if (pipe2(p, O_CLOEXEC))
+		return -2;
+	pid = fork();
+	if (pid < 0)
+		return -2;
+	if (pid > 0) {
+		close(p[1]);
+		while (read(p[0], &status, 1) < 0 && errno == EINTR)
+			;
+		_exit(status ? 1 : 0);
+	}
+	close(p[0]);
+	if (setsid() < 0)
+		log_warn("daemon", "setsid: %s", strerror(errno));
+	return p[1];
+}
+
+/* The child is up: release the parent, leave the terminal, log to syslog. */
+static void daemon_ready(int notify_fd)
+{
+	char ok = 0;
+	int null;
+
+	if (notify_fd < 0)
+		return;
+	log_open(1, 0);
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+		close(null);
+	}
+	if (chdir("/"))
+		log_warn("daemon", "chdir /: %s", strerror(errno));
+	if (write(notify_fd, &ok, 1) != 1)
+		log_warn("daemon", "cannot report the start: %s", strerror(errno));
+	close(notify_fd);
+}
+
+/* ---- signals and reload ----------------------------------------------------------------- */
 
 static void raise_nofile(void)
 {
@@ -188,49 +407,72 @@ static void *reload_main(void *arg)
 	return NULL;
 }
 
-/* The kernel's default readahead for a FUSE mount is 128 KiB; sequential
- * reads go faster with 1 MiB in flight.  Best effort. */
-static void tune_readahead(const char *mountpoint)
+static int reload_start(pthread_t *t)
 {
-	char line[4096], mp[4096], path[128];
-	unsigned maj, min;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *real = realpath(mountpoint, NULL);
+	struct sigaction sa = { .sa_handler = on_hup };
+	int err;
 
-	while (f && real && fgets(line, sizeof(line), f)) {
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, mp) != 3 || strcmp(mp, real))
-			continue;
-		if (!str_fmt(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min)) {
-			int fd = open(path, O_WRONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				if (write(fd, "1024", 4) != 4)
-					log_debug("daemon", "read_ahead_kb: %s", strerror(errno));
-				close(fd);
-			}
-		}
-	}
-	if (f)
-		fclose(f);
-	free(real);
+	if (pipe2(hup_pipe, O_CLOEXEC))
+		return errno;
+	err = pthread_create(t, NULL, reload_main, NULL);
+	if (err)
+		return err;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGHUP, &sa, NULL);
+	return 0;
 }
 
-static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_args *args)
+static void reload_stop(pthread_t t)
 {
-	struct buf mo = BUF_INIT(BUF_CAP_PATH);
-	int r;
+	char q = 'q';
 
-	r = fuse_opt_add_arg(args, "sbxfs");
-	if (o->debug)
-		r |= fuse_opt_add_arg(args, "-d");
-	r |= buf_adds(&mo, "fsname=sbxfs,subtype=sbxfs,default_permissions");
-	if (cfg->allow_other)
-		r |= buf_adds(&mo, ",allow_other");
-	if (o->fuse_opts.len)
-		r |= buf_addf(&mo, ",%s", o->fuse_opts.ptr);
-	r |= fuse_opt_add_arg(args, "-o");
-	r |= fuse_opt_add_arg(args, buf_str(&mo));
-	buf_free(&mo);
-	return r ? -1 : 0;
+	signal(SIGHUP, SIG_IGN);
+	if (write(hup_pipe[1], &q, 1) == 1)
+		pthread_join(t, NULL);
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+static struct sbx_config *load_config(struct opts *o)
+{
+	const char *path = o->config ? o->config : access(DEFAULT_CONFIG, F_OK) == 0 ? DEFAULT_CONFIG : "/dev/null";
+	struct sbx_config *cfg;
+	char err[1024];
+
+	cfg = config_load(path, err, sizeof(err));
+	if (!cfg) {
+		fprintf(stderr, "sbxfs: config error: %s\n", err);
+		return NULL;
+	}
+	if (util_mkdir_p(cfg->state_dir, 0700)) {
+		fprintf(stderr, "sbxfs: config error: state_dir: cannot create %s: %s\n", cfg->state_dir,
+			strerror(errno));
+		config_put(cfg);
+		return NULL;
+	}
+	return cfg;
+}
+
+/* Everything that starts threads: after the fork.  0, or -1 with the cause
+ * on stderr; on failure nothing adopted is destroyed. */
+static int start_services(struct sbx_config *cfg, pthread_t *reloader)
+{
+	char err[1024];
+	int e;
+
+	if ((e = park_init())) {
+		fprintf(stderr, "sbxfs: cannot start the park thread: %s\n", strerror(e));
+		return -1;
+	}
+	if (pool_init(cfg, err, sizeof(err))) {
+		fprintf(stderr, "sbxfs: %s\n", err);
+		return -1;
+	}
+	if (users_load() || (e = jobfs_init()) || (e = reload_start(reloader))) {
+		fprintf(stderr, "sbxfs: cannot start: %s\n", strerror(e ? e : errno));
+		return -2;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -238,24 +480,16 @@ int main(int argc, char **argv)
 	struct opts o = { 0 };
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct sbx_config *cfg = NULL;
-	char err[1024];
 	pthread_t reloader;
-	int lockfd = -1, ret = 1, mounted = 0;
-	const char *cfgpath;
+	int lockfd = -1, ret = 1, notify_fd = -1, started;
 
 	if (parse_args(argc, argv, &o))
 		return 2;
 	log_open(0, o.debug);
-	cfgpath = o.config ? o.config : access(DEFAULT_CONFIG, F_OK) == 0 ? DEFAULT_CONFIG : "/dev/null";
-	cfg = config_load(cfgpath, err, sizeof(err));
-	if (!cfg) {
-		fprintf(stderr, "sbxfs: config error: %s\n", err);
-		return 1;
-	}
-	if (util_mkdir_p(cfg->state_dir, 0700)) {
-		fprintf(stderr, "sbxfs: config error: state_dir: cannot create %s: %s\n", cfg->state_dir, strerror(errno));
+	umask(0); /* the kernel applied the caller's umask already */
+	cfg = load_config(&o);
+	if (!cfg)
 		goto out;
-	}
 	lockfd = take_lock(cfg->state_dir);
 	if (lockfd < 0)
 		goto out;
@@ -267,69 +501,68 @@ int main(int argc, char **argv)
 	fs.mount_gid = getgid();
 	/* Data attributes and names are cached for 10 s, 1 s while a job runs in
 	 * the sandbox; when a job ends its sandbox's cached attributes are
-	 * dropped (node.c), and an open always revalidates (data.c). */
+	 * dropped (data.c), and an open always revalidates. */
 	fs.data_timeout = 10.0;
 	fs.data_timeout_busy = 1.0;
-	fs_nodes_init();
-	if (pool_init(cfg, err, sizeof(err))) {
-		fprintf(stderr, "sbxfs: %s\n", err);
+	if (vtree_init()) {
+		fprintf(stderr, "sbxfs: out of memory\n");
 		goto out;
 	}
-	if (users_load() || jobs_init()) {
-		fprintf(stderr, "sbxfs: cannot start: %s\n", strerror(errno));
-		goto out_pool;
-	}
+	data_init();
 	if (build_fuse_args(&o, cfg, &args))
-		goto out_pool;
+		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
-		goto out_pool;
-	if (fuse_set_signal_handlers(fs.se))
-		goto out_session;
-	if (pipe2(hup_pipe, O_CLOEXEC) == 0) {
-		struct sigaction sa = { .sa_handler = on_hup };
-		sigemptyset(&sa.sa_mask);
-		sigaction(SIGHUP, &sa, NULL);
-		pthread_create(&reloader, NULL, reload_main, NULL);
-	}
+		goto out;
+	detach_stale_mount(cfg->state_dir, o.mountpoint);
 	if (fuse_session_mount(fs.se, o.mountpoint)) {
 		fprintf(stderr, "sbxfs: cannot mount %s\n", o.mountpoint);
+		goto out_session;
+	}
+	remember_mountpoint(cfg->state_dir, o.mountpoint);
+	tune_readahead(o.mountpoint);
+	if (!o.foreground && (notify_fd = daemon_detach()) == -2) {
+		fprintf(stderr, "sbxfs: cannot detach: %s\n", strerror(errno));
+		goto out_unmount;
+	}
+	if (fuse_set_signal_handlers(fs.se))
+		goto out_unmount;
+	started = start_services(cfg, &reloader);
+	if (started) {
+		/* never destroy what was adopted: the next start takes it over */
+		work_shutdown();
+		pool_shutdown(true);
+		jobfs_shutdown();
+		park_shutdown();
 		goto out_signals;
 	}
-	mounted = 1;
-	tune_readahead(o.mountpoint);
-	if (fuse_daemonize(o.foreground))
-		goto out_signals;
-	if (!o.foreground)
-		log_open(1, o.debug);
 	write_lock_pid(lockfd);
+	daemon_ready(notify_fd);
+	notify_fd = -1;
 	log_info("daemon", "sbxfs %s mounted on %s (provider %s, state_dir %s)", SBXFS_VERSION, o.mountpoint,
 		cfg->use, cfg->state_dir);
 	ret = loop_run(fs.se);
 	log_info("daemon", "shutting down");
+	reload_stop(reloader);
+	pool_stop();
+	work_shutdown();
+	pool_shutdown(false);
+	jobfs_shutdown();
+	park_shutdown();
 out_signals:
-	if (hup_pipe[1] >= 0) {
-		char q = 'q';
-		if (write(hup_pipe[1], &q, 1) == 1)
-			pthread_join(reloader, NULL);
-	}
 	fuse_remove_signal_handlers(fs.se);
+out_unmount:
+	fuse_session_unmount(fs.se);
 out_session:
-	if (mounted)
-		fuse_session_unmount(fs.se);
-	pool_shutdown();
-	jobs_shutdown();
-	fs_handles_free_all();
+	handle_free_all();
 	fuse_session_destroy(fs.se);
 	fs.se = NULL;
-	goto out;
-out_pool:
-	pool_shutdown();
 out:
 	fuse_opt_free_args(&args);
 	buf_free(&o.fuse_opts);
 	if (lockfd >= 0)
 		close(lockfd);
 	config_put(cfg);
+	/* a detached child that failed: the parent exits 1 when the pipe closes */
 	return ret;
 }

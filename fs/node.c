@@ -1,18 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * node.c - lifetime of the FUSE layer's objects: virtual nodes, views (one
- * per sandbox incarnation) and user directories.
+ * per sandbox incarnation) and user directories; the registry of node kinds.
  *
  * Why views: a reclaimed sandbox must not reuse the inodes of its previous
  * incarnation (the kernel may still hold them under a deleted directory);
  * giving every incarnation its own inode table makes that impossible and
- * also keeps sandboxes apart: a data node belongs to exactly one view, so a
- * link or rename between two sandboxes is EXDEV by construction.
+ * also keeps sandboxes apart.
+ *
+ * Why view refs are atomic: every data node holds one, and data nodes come
+ * and go at the rate of file creations; a global lock there would serialise
+ * every sandbox's small-file traffic.
  *
  * User directories persist as STATE_DIR/users/<name>/.present so that they
  * come back after a restart, while warm or stopped threads do not show.
  */
 #define _GNU_SOURCE
+#include "node.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +28,6 @@
 
 #include "../common/log.h"
 #include "../common/util.h"
-#include "fs.h"
 
 pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct user_ent *users; /* fs_lock */
@@ -33,6 +37,17 @@ static struct node root_node = { .kind = N_ROOT, .nlookup = 1, .linked = true, .
  * their owner let go, and every view. */
 static struct node orphans = { .oprev = &orphans, .onext = &orphans };
 static struct view all_views = { .vprev = &all_views, .vnext = &all_views };
+static const struct node_kind_ops *kinds[N_KINDS];
+
+void node_kind_register(enum node_kind kind, const struct node_kind_ops *k)
+{
+	kinds[kind] = k;
+}
+
+const struct node_kind_ops *node_kind(enum node_kind kind)
+{
+	return (unsigned)kind < N_KINDS ? kinds[kind] : NULL;
+}
 
 static void orphan_add_locked(struct node *n)
 {
@@ -63,6 +78,11 @@ fuse_ino_t node_ino(struct node *n)
 	return n == &root_node ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
+struct node *node_root(void)
+{
+	return &root_node;
+}
+
 struct node *vnode_new(enum node_kind kind, int which)
 {
 	struct node *n = calloc(1, sizeof(*n));
@@ -76,14 +96,73 @@ struct node *vnode_new(enum node_kind kind, int which)
 	return n;
 }
 
+struct node *view_vnode_new_locked(struct view *v, enum node_kind kind, int which)
+{
+	struct node *n = vnode_new(kind, which);
+
+	if (!n)
+		return NULL;
+	n->view = v;
+	view_get(v);
+	n->hnext = v->vnodes;
+	v->vnodes = n;
+	return n;
+}
+
 void node_lookup_ref_locked(struct node *n)
 {
 	n->nlookup++;
 }
 
-void view_get_locked(struct view *v)
+void node_reply_entry(fuse_req_t req, int err, const struct fuse_entry_param *e)
 {
-	v->refs++;
+	struct fuse_entry_param neg;
+
+	if (err == ENOENT) {
+		memset(&neg, 0, sizeof(neg));
+		return (void)fuse_reply_entry(req, &neg);
+	}
+	if (err)
+		return (void)fuse_reply_err(req, err);
+	fuse_reply_entry(req, e);
+}
+
+void vnode_attr(struct node *n, mode_t mode, off_t size, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = (ino_t)node_ino(n);
+	st->st_uid = fs.mount_uid;
+	st->st_gid = fs.mount_gid;
+	if (n->kind == N_USER && n->user) {
+		st->st_uid = n->user->uid;
+		st->st_gid = n->user->gid;
+	} else if (n->view) {
+		st->st_uid = n->view->pres_uid;
+		st->st_gid = n->view->pres_gid;
+	}
+	st->st_atim.tv_sec = st->st_mtim.tv_sec = st->st_ctim.tv_sec = (time_t)fs.started_at;
+	st->st_blksize = 4096;
+	st->st_mode = mode;
+	st->st_nlink = S_ISDIR(mode) ? 2 : 1;
+	st->st_size = size;
+	st->st_blocks = (size + 511) / 512;
+}
+
+void vnode_entry_locked(struct node *n, mode_t mode, off_t size, double attr_timeout, struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	n->nlookup++;
+	e->ino = node_ino(n);
+	vnode_attr(n, mode, size, &e->attr);
+	e->attr_timeout = attr_timeout;
+	e->entry_timeout = 1.0;
+}
+
+/* ---- views ---------------------------------------------------------------------- */
+
+void view_get(struct view *v)
+{
+	__atomic_add_fetch(&v->refs, 1, __ATOMIC_RELAXED);
 }
 
 static void view_free(struct view *v)
@@ -100,59 +179,85 @@ static void view_free(struct view *v)
 
 void view_put(struct view *v)
 {
-	bool last;
-
-	pthread_mutex_lock(&fs_lock);
-	last = --v->refs == 0;
-	pthread_mutex_unlock(&fs_lock);
-	if (last)
+	if (__atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		view_free(v);
 }
 
 /* fs_lock held.  A virtual node's kernel refs are gone: free it if its
- * owner has let go too.  Returns the view reference to drop, if any. */
-static struct view *vnode_maybe_free_locked(struct node *n)
+ * owner has let go too.  Returns true when n was freed (and its view
+ * reference must be dropped). */
+static bool vnode_maybe_free_locked(struct node *n)
 {
-	struct view *v = n->view;
+	const struct node_kind_ops *k;
 
 	if (n == &root_node || n->linked)
-		return NULL;
+		return false;
 	if (n->nlookup) {
 		orphan_add_locked(n);
-		return NULL;
+		return false;
 	}
 	orphan_del_locked(n);
-	if ((n->kind == N_JOB || n->kind == N_JOBFILE) && n->job)
-		jobs_put(n->job); /* never takes fs_lock */
+	k = kinds[n->kind];
+	if (k && k->on_free)
+		k->on_free(n);
 	free(n);
-	return v;
+	return true;
 }
 
 void node_forget(struct node *n, uint64_t count)
 {
-	struct view *v;
+	const struct node_kind_ops *k = kinds[n->kind];
+	struct view *v = n->view;
+	bool freed;
 
-	if (n->kind == N_DATA) {
-		data_forget(n, count);
-		return;
-	}
+	if (k && k->forget)
+		return k->forget(n, count);
 	pthread_mutex_lock(&fs_lock);
 	n->nlookup = n->nlookup > count ? n->nlookup - count : 0;
-	v = vnode_maybe_free_locked(n);
+	freed = vnode_maybe_free_locked(n);
 	pthread_mutex_unlock(&fs_lock);
-	if (v)
+	if (freed && v)
 		view_put(v);
 }
 
-static struct node *view_vnode(struct view *v, enum node_kind kind, int which)
+int vnode_unlink_locked(struct node *n)
 {
-	struct node *n = vnode_new(kind, which);
+	if (!n)
+		return 0;
+	n->linked = false;
+	return vnode_maybe_free_locked(n) && n != &root_node ? 1 : 0;
+}
 
-	if (n) {
-		n->view = v;
-		v->refs++;
+/* fs_lock held.  A fresh view of s's current incarnation. */
+static struct view *view_new_locked(struct sbx *s, unsigned gen)
+{
+	struct buf jd = BUF_INIT(BUF_CAP_PATH);
+	struct user_ent *u = user_find_locked(s->user);
+	struct view *v = calloc(1, sizeof(*v));
+
+	if (!v || buf_addf(&jd, "%s/jobs", s->thread_dir)) {
+		free(v);
+		return NULL;
 	}
-	return n;
+	v->jobs_dir = buf_take(&jd, NULL);
+	v->sbx = s;
+	pool_get(s);
+	v->gen = gen;
+	v->refs = 1; /* the sbx's fsdata reference */
+	v->sbx_uid = s->uid;
+	v->sbx_gid = s->gid;
+	v->pres_uid = u ? u->uid : fs.mount_uid;
+	v->pres_gid = u ? u->gid : fs.mount_gid;
+	pthread_mutex_init(&v->lock, NULL);
+	v->vprev = all_views.vprev;
+	v->vnext = &all_views;
+	all_views.vprev->vnext = v;
+	all_views.vprev = v;
+	v->dir = view_vnode_new_locked(v, N_SANDBOX, 0);
+	for (int i = 0; i < CTL_COUNT; i++)
+		v->ctl[i] = view_vnode_new_locked(v, N_CTL, i);
+	v->jobs = view_vnode_new_locked(v, N_JOBS, 0);
+	return v;
 }
 
 struct view *view_current(struct sbx *s)
@@ -167,58 +272,31 @@ struct view *view_current(struct sbx *s)
 	if (v && (v->gen != gen || v->dead))
 		v = NULL;
 	if (!v) {
-		struct buf jd = BUF_INIT(BUF_CAP_PATH);
-		uid_t uid = fs.mount_uid;
-		gid_t gid = fs.mount_gid;
-		struct user_ent *u = user_find_locked(s->user);
-
-		if (u) {
-			uid = u->uid;
-			gid = u->gid;
+		v = view_new_locked(s, gen);
+		if (v) {
+			if (s->fsdata)
+				((struct view *)s->fsdata)->dead = true;
+			s->fsdata = v;
 		}
-		v = calloc(1, sizeof(*v));
-		if (!v || buf_addf(&jd, "%s/jobs", s->thread_dir)) {
-			free(v);
-			pthread_mutex_unlock(&fs_lock);
-			return NULL;
-		}
-		v->jobs_dir = buf_take(&jd, NULL);
-		v->sbx = s;
-		pool_get(s);
-		v->gen = gen;
-		v->refs = 1; /* the sbx's fsdata reference */
-		v->sbx_uid = s->uid;
-		v->sbx_gid = s->gid;
-		v->pres_uid = uid;
-		v->pres_gid = gid;
-		pthread_mutex_init(&v->lock, NULL);
-		v->vprev = all_views.vprev;
-		v->vnext = &all_views;
-		all_views.vprev->vnext = v;
-		all_views.vprev = v;
-		v->dir = view_vnode(v, N_SANDBOX, 0);
-		for (int i = 0; i < CTL_COUNT; i++)
-			v->ctl[i] = view_vnode(v, N_CTL, i);
-		v->jobs = view_vnode(v, N_JOBS, 0);
-		if (s->fsdata) {
-			struct view *old = s->fsdata;
-			old->dead = true;
-		}
-		s->fsdata = v;
 	}
-	v->refs++;
+	if (v)
+		view_get(v);
 	pthread_mutex_unlock(&fs_lock);
 	return v;
 }
 
-/* fs_lock held: the owner lets go of n.  Returns 1 when n was freed (its
- * reference on the view must then be dropped, outside fs_lock). */
-static int view_unlink_locked(struct node *n)
+struct view *view_of_sbx(struct sbx *s)
 {
-	if (!n)
-		return 0;
-	n->linked = false;
-	return vnode_maybe_free_locked(n) ? 1 : 0;
+	struct view *v;
+
+	pthread_mutex_lock(&fs_lock);
+	v = s->fsdata;
+	if (v && !v->dead)
+		view_get(v);
+	else
+		v = NULL;
+	pthread_mutex_unlock(&fs_lock);
+	return v;
 }
 
 void view_kill(struct sbx *s)
@@ -231,18 +309,14 @@ void view_kill(struct sbx *s)
 	s->fsdata = NULL;
 	if (v) {
 		v->dead = true;
-		nput += view_unlink_locked(v->dir);
-		for (int i = 0; i < CTL_COUNT; i++) {
-			nput += view_unlink_locked(v->ctl[i]);
-			v->ctl[i] = NULL;
-		}
-		nput += view_unlink_locked(v->jobs);
-		while (v->jobnodes) {
-			struct node *n = v->jobnodes;
-			v->jobnodes = n->hnext;
-			nput += view_unlink_locked(n);
-		}
 		v->dir = v->jobs = NULL;
+		for (int i = 0; i < CTL_COUNT; i++)
+			v->ctl[i] = NULL;
+		while (v->vnodes) {
+			struct node *n = v->vnodes;
+			v->vnodes = n->hnext;
+			nput += vnode_unlink_locked(n);
+		}
 		nput++; /* the sbx's reference */
 	}
 	pthread_mutex_unlock(&fs_lock);
@@ -258,6 +332,21 @@ struct user_ent *user_find_locked(const char *name)
 		if (!strcmp(u->name, name))
 			return u;
 	return NULL;
+}
+
+bool user_name_of(struct node *n, char out[NAME_MAX_LEN + 1], uid_t *owner)
+{
+	bool ok = false;
+
+	pthread_mutex_lock(&fs_lock);
+	if (n->user) {
+		memcpy(out, n->user->name, sizeof(n->user->name));
+		if (owner)
+			*owner = n->user->uid;
+		ok = true;
+	}
+	pthread_mutex_unlock(&fs_lock);
+	return ok;
 }
 
 static int user_marker(const char *name, struct buf *b)
@@ -280,7 +369,7 @@ static int user_insert(const char *name, uid_t uid, gid_t gid)
 		pthread_mutex_unlock(&fs_lock);
 		return ENOMEM;
 	}
-	snprintf(u->name, sizeof(u->name), "%s", name);
+	memcpy(u->name, name, strlen(name) + 1);
 	u->uid = uid;
 	u->gid = gid;
 	u->node->user = u;
@@ -307,8 +396,8 @@ int users_load(void)
 		gid_t gid = fs.mount_gid;
 
 		if (names_valid(d->d_name) && !user_marker(d->d_name, &m) && !access(m.ptr, F_OK) &&
-		    config_user_lookup(fs.cfg, d->d_name, &uid, &gid) >= 0)
-			user_insert(d->d_name, uid, gid);
+		    config_user_lookup(fs.cfg, d->d_name, &uid, &gid) >= 0 && user_insert(d->d_name, uid, gid) == ENOMEM)
+			log_warn("namespace", "user directory %s not loaded: out of memory", d->d_name);
 		buf_free(&m);
 	}
 	if (dir)
@@ -362,9 +451,8 @@ int user_remove(const char *name)
 	if (!u) {
 		err = ENOENT;
 	} else {
-		u->node->linked = false;
 		u->node->user = NULL;
-		vnode_maybe_free_locked(u->node);
+		vnode_unlink_locked(u->node);
 		free(u);
 	}
 	pthread_mutex_unlock(&fs_lock);
@@ -378,92 +466,10 @@ int user_remove(const char *name)
 	return err;
 }
 
-/* For readdir of the root: fn runs under fs_lock and must not block. */
-int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg)
+void users_each(void (*fn)(struct user_ent *u, void *arg), void *arg)
 {
 	pthread_mutex_lock(&fs_lock);
 	for (struct user_ent *u = users; u; u = u->next)
 		fn(u, arg);
 	pthread_mutex_unlock(&fs_lock);
-	return 0;
-}
-
-struct node *view_job_node_locked(struct view *v, struct job *j, int which)
-{
-	struct node *n;
-
-	if (v->dead)
-		return NULL;
-	for (n = v->jobnodes; n; n = n->hnext)
-		if (n->job == j && n->which == which)
-			return n;
-	n = vnode_new(which < 0 ? N_JOB : N_JOBFILE, which);
-	if (!n)
-		return NULL;
-	n->view = v;
-	v->refs++;
-	n->job = j;
-	jobs_get_ref(j);
-	n->hnext = v->jobnodes;
-	v->jobnodes = n;
-	return n;
-}
-
-void view_drop_job(struct view *v, struct job *j)
-{
-	struct node **pp, *n;
-	int nput = 0;
-
-	pthread_mutex_lock(&fs_lock);
-	for (pp = &v->jobnodes; (n = *pp);) {
-		if (n->job != j) {
-			pp = &n->hnext;
-			continue;
-		}
-		*pp = n->hnext;
-		nput += view_unlink_locked(n);
-	}
-	pthread_mutex_unlock(&fs_lock);
-	while (nput-- > 0)
-		view_put(v);
-}
-
-/* After a job ends, the files it changed from inside the sandbox must show
- * their new attributes through the mount at once, not after the attribute
- * timeout: invalidate the cached attributes of every inode of the sandbox's
- * current view.  Called from the jobs event thread, never from a FUSE worker;
- * only inode numbers leave the lock (a stale one is harmless: the kernel
- * answers ENOENT or refetches). */
-void view_inval_attrs(struct sbx *s)
-{
-	fuse_ino_t *inos = NULL;
-	size_t n = 0, cap = 0;
-	struct view *v;
-
-	pthread_mutex_lock(&fs_lock);
-	v = s->fsdata;
-	if (v)
-		v->refs++;
-	pthread_mutex_unlock(&fs_lock);
-	if (!v)
-		return;
-	pthread_mutex_lock(&v->lock);
-	for (int b = 0; b < VIEW_BUCKETS; b++)
-		for (struct node *d = v->table[b]; d; d = d->hnext) {
-			if (n == cap) {
-				size_t nc = cap ? cap * 2 : 256;
-				fuse_ino_t *p = realloc(inos, nc * sizeof(*p));
-				if (!p)
-					goto unlock;
-				inos = p;
-				cap = nc;
-			}
-			inos[n++] = node_ino(d);
-		}
-unlock:
-	pthread_mutex_unlock(&v->lock);
-	for (size_t i = 0; i < n && fs.se; i++)
-		fuse_lowlevel_notify_inval_inode(fs.se, inos[i], -1, 0);
-	free(inos);
-	view_put(v);
 }

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -265,10 +266,10 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	av_add(a, "1777");
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
-	av_bind(a, "--bind", s->workspace, "/mnt/user-data/workspace");
-	av_bind(a, "--bind", s->uploads, "/mnt/user-data/uploads");
-	av_bind(a, "--bind", s->outputs, "/mnt/user-data/outputs");
-	av_bind(a, "--ro-bind", s->skills, cfg->skills_container_path);
+	av_bind(a, "--bind", s->dirs.workspace, "/mnt/user-data/workspace");
+	av_bind(a, "--bind", s->dirs.uploads, "/mnt/user-data/uploads");
+	av_bind(a, "--bind", s->dirs.outputs, "/mnt/user-data/outputs");
+	av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
 			cfg->mounts[i].container_path);
@@ -469,7 +470,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		result = SBX_ERR_INVAL;
 		goto out;
 	}
-	if (buf_addf(&logpath, "%s/sandbox.log", s->thread_dir))
+	if (buf_addf(&logpath, "%s/sandbox.log", s->dirs.thread_dir))
 		goto out;
 	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
@@ -510,7 +511,9 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
-	lb->base.prov = &provider_local;
+	sbx_box_init(&lb->base, &provider_local);
+	lb->base.uid = s->uid;
+	lb->base.gid = s->gid;
 	lb->init_pid = init;
 	lb->init_start = util_proc_starttime(init);
 	lb->mntns = local_ns_ino(init, "mnt");
@@ -518,7 +521,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	lb->uid = s->uid;
 	lb->gid = s->gid;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
-	lb->thread_dir = strdup(s->thread_dir);
+	lb->thread_dir = strdup(s->dirs.thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
 	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
@@ -564,7 +567,7 @@ static enum sbx_err local_health(struct sbx_box *b)
 	return local_alive(local_box(b)) ? SBX_OK : SBX_ERR_GONE;
 }
 
-static void local_forget(struct sbx_box *b)
+static void local_box_release(struct sbx_box *b)
 {
 	local_box_free(local_box(b));
 }
@@ -590,7 +593,7 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 			util_rm_rf(path.ptr); /* only empty job cgroups remain: rmdir them */
 	}
 	buf_free(&path);
-	local_box_free(lb);
+	lb->init_pid = 0;
 	return SBX_OK;
 }
 
@@ -601,12 +604,14 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *j = NULL;
 	enum sbx_err result = SBX_ERR_GONE;
 
-	if (buf_addf(&path, "%s/local.json", s->thread_dir) || !(j = json_read_file(path.ptr)))
+	if (buf_addf(&path, "%s/local.json", s->dirs.thread_dir) || !(j = json_read_file(path.ptr)))
 		goto out;
 	lb = calloc(1, sizeof(*lb));
-	if (!j || !lb || !(lb->thread_dir = strdup(s->thread_dir)))
+	if (!j || !lb || !(lb->thread_dir = strdup(s->dirs.thread_dir)))
 		goto out;
-	lb->base.prov = &provider_local;
+	sbx_box_init(&lb->base, &provider_local);
+	lb->base.uid = s->uid;
+	lb->base.gid = s->gid;
 	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
 	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
 	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
@@ -626,11 +631,82 @@ out:
 	return result;
 }
 
-static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, pid_t *pid_out)
+/* A job's supervisor (sbxfs-exec), watched through a pidfd. */
+struct local_exec {
+	struct sbx_exec base; /* first: see local_exec() */
+	struct local_box *lb; /* referenced */
+	pid_t pid;
+	bool child; /* ours to reap (not adopted after a restart) */
+	char *job_dir;
+};
+
+static struct local_exec *local_exec(struct sbx_exec *x)
+{
+	if (!x || x->prov != &provider_local)
+		abort(); /* a handle given to the wrong provider is a programming error */
+	return (struct local_exec *)x;
+}
+
+static struct local_exec *local_exec_new(struct local_box *lb, const char *job_dir, pid_t pid, bool child)
+{
+	struct local_exec *le = calloc(1, sizeof(*le));
+
+	if (!le || !(le->job_dir = strdup(job_dir)))
+		goto fail;
+	le->base.fd = pidfd_open(pid, 0);
+	if (le->base.fd < 0)
+		goto fail;
+	le->base.prov = &provider_local;
+	le->lb = lb;
+	sbx_box_get(&lb->base);
+	le->pid = pid;
+	le->child = child;
+	return le;
+fail:
+	if (le)
+		free(le->job_dir);
+	free(le);
+	return NULL;
+}
+
+/* The supervisor's pid and start time, for reattaching after a restart. */
+static void local_exec_record(const char *job_dir, pid_t pid)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = json_pack("{s:i,s:I}", "pid", (int)pid, "start", (json_int_t)util_proc_starttime(pid));
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	if (!text || buf_addf(&path, "%s/supervisor", job_dir) ||
+	    util_write_atomic(path.ptr, text, strlen(text), 0600))
+		log_warn("local", "%s: cannot record the job supervisor: %s", job_dir, strerror(errno));
+	free(text);
+	json_decref(o);
+	buf_free(&path);
+}
+
+/* Read a job's command (bytes) and environment (NUL-separated) files. */
+static int local_job_inputs(const char *job_dir, struct buf *cmd, struct buf *env)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	int r = -1;
+
+	if (!buf_addf(&path, "%s/cmd", job_dir) && !util_read_file(path.ptr, cmd)) {
+		buf_reset(&path);
+		if (!buf_addf(&path, "%s/environ", job_dir) && !util_read_file(path.ptr, env))
+			r = 0;
+	}
+	buf_free(&path);
+	return r;
+}
+
+static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, struct sbx_exec **out)
 {
 	struct local_box *lb = local_box(b);
 	struct argv_builder *a = calloc(1, sizeof(*a));
+	struct buf cmd = BUF_INIT(8 * 1024 * 1024), envtext = BUF_INIT(1024 * 1024);
+	char **envv = NULL;
 	enum sbx_err result = SBX_ERR_IO;
+	struct local_exec *le;
 	int ready[2] = { -1, -1 };
 	pid_t pid = -1;
 	char ch;
@@ -640,6 +716,24 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	if (!local_alive(lb)) {
 		result = SBX_ERR_GONE;
 		goto out;
+	}
+	if (local_job_inputs(e->job_dir, &cmd, &envtext) || !cmd.len) {
+		log_err("local", "%s: cannot read the job's command: %s", e->job_dir, strerror(errno));
+		goto out;
+	}
+	{
+		size_t n = 1;
+		for (size_t i = 0; i < envtext.len; i++)
+			n += envtext.ptr[i] == '\0';
+		envv = calloc(n + 1, sizeof(*envv));
+		if (!envv) {
+			result = SBX_ERR_NOMEM;
+			goto out;
+		}
+		n = 0;
+		for (size_t i = 0; i < envtext.len; i += strlen(envtext.ptr + i) + 1)
+			if (envtext.ptr[i])
+				envv[n++] = envtext.ptr + i;
 	}
 	av_add(a, local_exec_helper);
 	av_add(a, av_fmt(a, "--pid=%d", (int)lb->init_pid));
@@ -651,7 +745,7 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	if (local_cgroup_root[0])
 		av_add(a, av_fmt(a, "--cgroup=%s/%s/%s", local_cgroup_root, lb->token, e->job_name));
 	av_add(a, "--");
-	av_add(a, e->cmd);
+	av_add(a, buf_str(&cmd));
 	if (a->overflow) {
 		result = SBX_ERR_INVAL;
 		goto out;
@@ -660,7 +754,7 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		goto out;
 	{
 		const int fds[5] = { -1, -1, -1, ready[1], -1 };
-		pid = local_spawn((char *const *)a->v, e->env, fds);
+		pid = local_spawn((char *const *)a->v, envv, fds);
 	}
 	if (pid < 0) {
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
@@ -681,27 +775,63 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		log_warn("local", "job supervisor %d did not report the job started", (int)pid);
 		break;
 	}
-	*pid_out = pid;
+	local_exec_record(e->job_dir, pid);
+	le = local_exec_new(lb, e->job_dir, pid, true);
+	if (!le) {
+		/* cannot watch it: stop it, so it is not left running unseen */
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		log_err("local", "%s: cannot watch the job supervisor: %s", e->job_dir, strerror(errno));
+		result = SBX_ERR_NOMEM;
+		goto out;
+	}
+	*out = &le->base;
 	result = SBX_OK;
 out:
 	for (int i = 0; i < 2; i++)
 		if (ready[i] >= 0)
 			close(ready[i]);
+	free(envv);
+	buf_free(&cmd);
+	buf_free(&envtext);
 	av_free(a);
 	free(a);
 	return result;
 }
 
+static enum sbx_err local_exec_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
+{
+	struct local_box *lb = local_box(b);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct local_exec *le = NULL;
+	json_t *sup = NULL;
+	pid_t pid;
+
+	if (!buf_addf(&path, "%s/supervisor", job_dir))
+		sup = json_read_file(path.ptr);
+	buf_free(&path);
+	if (!sup)
+		return SBX_ERR_GONE;
+	pid = (pid_t)json_integer_value(json_object_get(sup, "pid"));
+	if (pid > 0 && util_proc_starttime(pid) == (uint64_t)json_integer_value(json_object_get(sup, "start")))
+		le = local_exec_new(lb, job_dir, pid, false);
+	json_decref(sup);
+	if (!le)
+		return SBX_ERR_GONE;
+	*out = &le->base;
+	return SBX_OK;
+}
+
 /* Signal every process of a job: all members of its cgroup (so processes that
  * left its process group are reached too), and its process group.  SIGKILL
  * uses cgroup.kill, which also catches processes forked meanwhile. */
-static enum sbx_err local_exec_signal(struct sbx_box *b, const char *job_dir, int sig)
+static enum sbx_err local_signal_job(const char *job_dir, int sig)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(4096), cg = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err result = SBX_ERR_GONE;
 	long pgid = 0;
 
-	(void)b; /* the job directory says everything: works for adopted and released sandboxes */
 	if (!buf_addf(&path, "%s/pgid", job_dir) && !util_read_file(path.ptr, &text))
 		pgid = strtol(buf_str(&text), NULL, 10);
 	buf_reset(&path);
@@ -736,19 +866,77 @@ static enum sbx_err local_exec_signal(struct sbx_box *b, const char *job_dir, in
 	return result;
 }
 
+static enum sbx_err local_exec_signal(struct sbx_exec *x, int sig)
+{
+	return local_signal_job(local_exec(x)->job_dir, sig);
+}
+
+/* The supervisor has exited: reap it; a supervisor that died without a
+ * word (killed with the sandbox while the daemon was down, or by hand)
+ * leaves no result, so record that it was lost. */
+static void local_exec_finish(struct sbx_exec *x)
+{
+	struct local_exec *le = local_exec(x);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	char text[256];
+
+	if (le->child)
+		while (waitpid(le->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	le->child = false;
+	if (!buf_addf(&path, "%s/result", le->job_dir) && access(path.ptr, F_OK) && errno == ENOENT &&
+	    !str_fmt(text, sizeof(text),
+		    "{\"state\": \"lost\", \"exit\": 255, \"signal\": 0, \"ended_at\": %.3f, \"error\": \"the job's supervisor ended without recording a result\"}",
+		    util_wall_now()) &&
+	    util_write_atomic(path.ptr, text, strlen(text), 0600))
+		log_warn("local", "%s: cannot record the lost result: %s", le->job_dir, strerror(errno));
+	buf_free(&path);
+}
+
+static void local_exec_free(struct sbx_exec *x)
+{
+	struct local_exec *le = local_exec(x);
+
+	if (le->child) /* still running at exit: it goes on and records its result */
+		log_debug("local", "%s: supervisor %d left running", le->job_dir, (int)le->pid);
+	close(le->base.fd);
+	sbx_box_put(&le->lb->base);
+	free(le->job_dir);
+	free(le);
+}
+
+static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
+{
+	struct local_box *lb = local_box(b);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+
+	(void)job_dir;
+	if (local_cgroup_root[0] && !buf_addf(&path, "%s/%s/%s", local_cgroup_root, lb->token, job_name) &&
+	    rmdir(path.ptr) && errno != ENOENT)
+		log_warn("local", "cannot remove the cgroup %s: %s", path.ptr, strerror(errno));
+	buf_free(&path);
+}
+
 static const struct sbx_provider_ops local_ops = {
 	.init = local_init,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,
-	.forget = local_forget,
+	.box_free = local_box_release,
 	.adopt = local_adopt,
 	.exec_start = local_exec_start,
+	.exec_reattach = local_exec_reattach,
 	.exec_signal = local_exec_signal,
+	.exec_finish = local_exec_finish,
+	.exec_free = local_exec_free,
+	.exec_cleanup = local_exec_cleanup,
 };
+
+static const char *const local_aliases[] = { "deerflow.sandbox.local:LocalSandboxProvider", NULL };
 
 const struct sbx_provider provider_local = {
 	.name = "local",
-	.caps = SBX_CAP_BIND_FILES | SBX_CAP_SKILLS_MOUNT | SBX_CAP_EXEC,
+	.aliases = local_aliases,
+	.caps = SBX_CAP_EXEC | SBX_CAP_SIGNALS,
 	.ops = &local_ops,
 };

@@ -9,9 +9,12 @@
  * before any provider call, while the per-scope mutex serialises the slow
  * operations of one scope.  See pool.h for the lock order.
  *
- * Persistence: sandbox.json in the thread directory says a sandbox exists
- * (written after create, removed after destroy); `uid` keeps the scope's
- * host uid forever so files written by an earlier incarnation stay writable.
+ * Persistence: sandbox.json in the thread directory says a sandbox exists:
+ * written with state "creating" before the provider starts anything (so a
+ * kill -9 in the middle of a create leaves a record the next start finds and
+ * cleans up), rewritten "ready" once it is, removed after destroy.  `uid`
+ * keeps the scope's host uid forever so files written by an earlier
+ * incarnation stay writable.
  */
 #define _GNU_SOURCE
 #include "pool.h"
@@ -259,21 +262,21 @@ static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg
 	spec->user = s->user;
 	spec->thread = s->thread;
 	spec->token = s->token;
-	spec->thread_dir = s->thread_dir;
-	spec->workspace = d->ws.ptr;
-	spec->uploads = d->up.ptr;
-	spec->outputs = d->out.ptr;
-	spec->skills = d->skills.ptr;
+	spec->dirs.thread_dir = s->thread_dir;
+	spec->dirs.workspace = d->ws.ptr;
+	spec->dirs.uploads = d->up.ptr;
+	spec->dirs.outputs = d->out.ptr;
+	spec->dirs.skills = d->skills.ptr;
 	spec->uid = s->uid;
 	spec->gid = s->gid;
 	spec->cfg = cfg;
 }
 
-static int pool_save(struct sbx *s)
+static int pool_save(struct sbx *s, const struct sbx_provider *prov, const char *state)
 {
-	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:f,s:i,s:i}", "user", s->user, "thread", s->thread, "token",
-		s->token, "provider", s->prov->name, "created_at", s->created_at, "uid", (int)s->uid, "gid",
-		(int)s->gid);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:f,s:i,s:i}", "user", s->user, "thread", s->thread, "token",
+		s->token, "provider", prov->name, "state", state, "created_at", s->created_at, "uid", (int)s->uid,
+		"gid", (int)s->gid);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
 	int r = -1;
@@ -297,22 +300,35 @@ static void pool_unsave(struct sbx *s)
 
 /* ---- destroy, evict, reap ---------------------------------------------------- */
 
+/* Caller holds s->scope: s's box, provider and config, or none. */
+static void pool_set_box_held(struct sbx *s, struct sbx_box *box, const struct sbx_provider *prov,
+	struct sbx_config *cfg)
+{
+	pthread_mutex_lock(&pool.lock);
+	s->box = box;
+	s->prov = prov;
+	s->cfg = cfg;
+	pthread_mutex_unlock(&pool.lock);
+}
+
 /* Caller holds s->scope and has set state DESTROYING. */
 static void pool_destroy_held(struct sbx *s, const char *why)
 {
+	struct sbx_box *box = s->box;
+	struct sbx_config *cfg = s->cfg;
 	char scope[140];
 	enum sbx_err e;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
-	if (s->box) {
-		e = s->prov->ops->destroy(s->box);
+	if (box) {
+		e = box->prov->ops->destroy(box);
 		if (e)
 			log_warn(scope, "destroy: %s", sbx_err_name(e));
 	}
-	s->box = NULL;
+	pool_set_box_held(s, NULL, s->prov, NULL);
+	sbx_box_put(box);
 	pool_unsave(s);
-	config_put(s->cfg);
-	s->cfg = NULL;
+	config_put(cfg);
 	log_info(scope, "sandbox destroyed (%s)", why);
 	pthread_mutex_lock(&pool.lock);
 	s->state = SBX_NONE;
@@ -438,6 +454,7 @@ static void pool_observe(int kind, double secs)
 static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct sbx_provider *prov,
 	const char *scope)
 {
+	struct sbx_box *box = NULL;
 	struct pool_dirs d;
 	struct sbx_spec spec;
 	enum sbx_err e;
@@ -460,26 +477,29 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	pool_enforce_replicas(cfg->replicas, scope);
 	pool_spec(s, &d, cfg, &spec);
-	e = prov->ops->create(&spec, &s->box);
+	s->created_at = util_wall_now();
+	if (pool_save(s, prov, "creating")) {
+		log_err(scope, "cannot record the sandbox in %s: %s", s->thread_dir, strerror(errno));
+		pool_dirs_free(&d);
+		return EIO;
+	}
+	e = prov->ops->create(&spec, &box);
 	pool_dirs_free(&d);
 	if (e) {
 		log_err(scope, "create failed: %s", sbx_err_name(e));
 		pool_note_error(scope, "create", "provider %s: %s", prov->name, sbx_err_name(e));
-		s->box = NULL;
+		pool_unsave(s);
 		return sbx_err_errno(e) == ENOENT ? EIO : sbx_err_errno(e);
 	}
-	s->prov = prov;
-	s->cfg = config_get(cfg);
-	s->created_at = util_wall_now();
-	if (pool_save(s)) {
+	if (pool_save(s, prov, "ready")) {
 		log_err(scope, "cannot record the sandbox: %s", strerror(errno));
-		prov->ops->destroy(s->box);
-		s->box = NULL;
-		config_put(s->cfg);
-		s->cfg = NULL;
+		prov->ops->destroy(box);
+		sbx_box_put(box);
+		pool_unsave(s);
 		return EIO;
 	}
-	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, s->box->remote_id, (unsigned)s->uid);
+	pool_set_box_held(s, box, prov, config_get(cfg));
+	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)s->uid);
 	return 0;
 }
 
@@ -515,12 +535,16 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	s->state = SBX_CREATING;
 	pthread_mutex_unlock(&pool.lock);
 
-	if (st == SBX_WARM && s->prov == prov && s->prov->ops->health(s->box) == SBX_OK) {
+	if (st == SBX_WARM && s->prov == prov && s->box && prov->ops->health(s->box) == SBX_OK) {
 		kind = 1;
 		log_info(scope, "sandbox reclaimed from the warm pool");
 	} else {
 		if (st == SBX_WARM) {
 			log_info(scope, "warm sandbox failed its health check: recreating");
+			pthread_mutex_lock(&pool.lock);
+			snprintf(s->last_event, sizeof(s->last_event),
+				"recreated: the warm sandbox failed its health check");
+			pthread_mutex_unlock(&pool.lock);
 			pool_destroy_held(s, "failed health check");
 			pthread_mutex_lock(&pool.lock);
 			s->state = SBX_CREATING;
@@ -615,26 +639,48 @@ bool pool_user_has_active(const char *user)
 	return found;
 }
 
-int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, pid_t *pid)
+int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
 	enum sbx_err e = SBX_ERR_GONE;
 
 	pthread_mutex_lock(&s->scope);
 	if (pool_state(s, NULL) == SBX_ACTIVE && s->box)
-		e = s->prov->ops->exec_start ? s->prov->ops->exec_start(s->box, spec, pid) : SBX_ERR_NOTSUP;
+		e = sbx_exec_start(s->box, spec, out);
 	pthread_mutex_unlock(&s->scope);
 	return sbx_err_errno(e);
 }
 
-int pool_exec_signal(struct sbx *s, const char *job_dir, int sig)
+int pool_exec_reattach(struct sbx *s, const char *job_dir, struct sbx_exec **out)
 {
 	enum sbx_err e = SBX_ERR_GONE;
+	enum sbx_state st;
 
-	/* No scope lock: a kill must not wait behind a slow operation; the
-	 * provider only signals processes recorded in job_dir. */
-	if (s->prov && s->prov->ops->exec_signal)
-		e = s->prov->ops->exec_signal(s->box, job_dir, sig);
+	pthread_mutex_lock(&s->scope);
+	st = pool_state(s, NULL);
+	if ((st == SBX_ACTIVE || st == SBX_WARM) && s->box)
+		e = sbx_exec_reattach(s->box, job_dir, out);
+	pthread_mutex_unlock(&s->scope);
 	return sbx_err_errno(e);
+}
+
+struct sbx_box *pool_box(struct sbx *s)
+{
+	struct sbx_box *box;
+
+	pthread_mutex_lock(&pool.lock);
+	box = sbx_box_get(s->box);
+	pthread_mutex_unlock(&pool.lock);
+	return box;
+}
+
+void pool_exec_cleanup(struct sbx *s, const char *job_dir, const char *job_name)
+{
+	struct sbx_box *box = pool_box(s);
+
+	if (box) {
+		sbx_exec_cleanup(box, job_dir, job_name);
+		sbx_box_put(box);
+	}
 }
 
 int pool_status_json(struct sbx *s, struct buf *out)
@@ -642,7 +688,6 @@ int pool_status_json(struct sbx *s, struct buf *out)
 	char created[32], acquired[32];
 	json_t *o, *skills;
 
-	pthread_mutex_lock(&s->scope);
 	pthread_mutex_lock(&pool.lock);
 	static const char *names[] = { "none", "creating", "active", "warm", "destroying" };
 	util_iso8601(s->created_at, created);
@@ -655,8 +700,11 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
 	if (o && s->box && !strncmp(s->box->remote_id, "pid:", 4))
 		json_object_set_new(o, "init_pid", json_integer(strtol(s->box->remote_id + 4, NULL, 10)));
+	if (o && s->box && s->box->note[0])
+		json_object_set_new(o, "note", json_string(s->box->note));
+	if (o && s->last_event[0])
+		json_object_set_new(o, "last_event", json_string(s->last_event));
 	pthread_mutex_unlock(&pool.lock);
-	pthread_mutex_unlock(&s->scope);
 	return json_to_buf(o, out);
 }
 
@@ -692,10 +740,10 @@ struct sbx_config *pool_sbx_config(struct sbx *s)
 {
 	struct sbx_config *c = NULL;
 
-	pthread_mutex_lock(&s->scope);
+	pthread_mutex_lock(&pool.lock);
 	if (s->cfg)
 		c = config_get(s->cfg);
-	pthread_mutex_unlock(&s->scope);
+	pthread_mutex_unlock(&pool.lock);
 	return c;
 }
 
@@ -710,7 +758,7 @@ static void pool_adopt_one(const char *user, const char *thread)
 	json_t *j = NULL;
 	struct sbx *s;
 	char scope[140];
-	const char *pname;
+	const char *pname, *state;
 
 	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
 	pthread_mutex_lock(&pool.lock);
@@ -731,12 +779,21 @@ static void pool_adopt_one(const char *user, const char *thread)
 			pname ? pname : "?");
 		goto out;
 	}
+	state = json_string_value(json_object_get(j, "state"));
 	if (pool_dirs(s, &d, false) == 0) {
 		pool_spec(s, &d, pool.cfg, &spec);
-		if (pool.prov->ops->adopt(&spec, &box) == SBX_OK) {
-			s->box = box;
-			s->prov = pool.prov;
-			s->cfg = config_get(pool.cfg);
+		if (pool.prov->ops->adopt(&spec, &box) != SBX_OK) {
+			pool_unsave(s);
+		} else if (state && !strcmp(state, "creating")) {
+			/* a create cut short by a crash: never trust a half-made sandbox */
+			log_warn(scope, "a create was interrupted (daemon killed?): destroying what it left");
+			pool.prov->ops->destroy(box);
+			sbx_box_put(box);
+			pool_unsave(s);
+		} else {
+			pthread_mutex_lock(&s->scope);
+			pool_set_box_held(s, box, pool.prov, config_get(pool.cfg));
+			pthread_mutex_unlock(&s->scope);
 			s->created_at = json_real_value(json_object_get(j, "created_at"));
 			pthread_mutex_lock(&pool.lock);
 			s->state = SBX_WARM;
@@ -745,8 +802,6 @@ static void pool_adopt_one(const char *user, const char *thread)
 			pthread_mutex_unlock(&pool.lock);
 			log_info(scope, "adopted into the warm pool (%s%s)", box->remote_id,
 				pool.prov->ops->health(box) ? ", stale: recreated on reclaim" : "");
-		} else {
-			pool_unsave(s);
 		}
 	}
 	pool_dirs_free(&d);
@@ -873,16 +928,22 @@ static void *pool_shutdown_worker(void *arg)
 	}
 }
 
-void pool_shutdown(void)
+void pool_stop(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.stopping = true;
+	pthread_cond_signal(&pool.reaper_cond);
+	pthread_mutex_unlock(&pool.lock);
+}
+
+void pool_shutdown(bool keep)
 {
 	pthread_t workers[8];
 	int n = 0;
-	bool keep;
 
+	pool_stop();
 	pthread_mutex_lock(&pool.lock);
-	pool.stopping = true;
-	keep = pool.cfg && pool.cfg->keep_on_exit;
-	pthread_cond_signal(&pool.reaper_cond);
+	keep = keep || (pool.cfg && pool.cfg->keep_on_exit);
 	pthread_mutex_unlock(&pool.lock);
 	if (pool.reaper_running)
 		pthread_join(pool.reaper, NULL);
@@ -891,12 +952,12 @@ void pool_shutdown(void)
 		for (int i = 0; i < POOL_BUCKETS; i++)
 			for (struct sbx *s = pool.table[i]; s; s = s->next) {
 				pthread_mutex_lock(&s->scope);
-				if (s->box)
-					s->prov->ops->forget(s->box);
-				s->box = NULL;
+				struct sbx_box *box = s->box;
+				pool_set_box_held(s, NULL, s->prov, s->cfg);
+				sbx_box_put(box); /* the sandbox keeps running */
 				pthread_mutex_unlock(&s->scope);
 			}
-		log_info("pool", "keep_on_exit: sandboxes left running for the next start to adopt");
+		log_info("pool", "sandboxes left running for the next start to adopt");
 		return;
 	}
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
@@ -905,5 +966,5 @@ void pool_shutdown(void)
 		pool_shutdown_worker(NULL);
 	while (n > 0)
 		pthread_join(workers[--n], NULL);
-	/* No acquire can be in flight: every FUSE worker has ended before this. */
+	/* No acquire can be in flight: the work pool has drained before this. */
 }

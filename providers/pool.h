@@ -8,11 +8,17 @@
  * warm or being created.  Its fields are split by lock:
  *   - pool.lock (a mutex) protects the registry, every sbx's state,
  *     timestamps, refs and generation;
- *   - sbx->scope (a mutex) serialises acquire, release, exec and destroy of
- *     one scope and is held across provider calls.
+ *   - sbx->scope (a mutex) serialises acquire, release, exec start and
+ *     destroy of one scope and is held across provider calls;
+ *   - box, prov, cfg and the status strings change only with both held, so
+ *     a reader holding either sees them consistent: status is rendered
+ *     under pool.lock alone and never waits behind a create or destroy.
  * Lock order: sbx->scope before pool.lock; pool.lock is never held across a
  * provider call and never waits for a scope lock (it only trylocks one, to
  * pick an eviction victim that nobody is using).
+ *
+ * Every pool call that may block on a provider (acquire, release, exec,
+ * reattach, kill_all, reload, shutdown) must run off the FUSE workers.
  *
  * The FUSE layer holds references (pool_get/pool_put) to the sbx of every
  * sandbox directory it shows.
@@ -54,11 +60,12 @@ struct sbx {
 	uint64_t warm_since_ms;
 	struct sbx *next; /* hash chain */
 
-	/* protected by scope; read by status under scope or as a snapshot */
 	pthread_mutex_t scope;
-	struct sbx_box *box;
+	/* written under scope and pool.lock, read under either */
+	struct sbx_box *box;               /* the pool's reference */
 	const struct sbx_provider *prov;
-	struct sbx_config *cfg; /* the config this sandbox was created with */
+	struct sbx_config *cfg;            /* the config this sandbox was created with */
+	char last_event[160];              /* e.g. "recreated: the warm sandbox failed its health check" */
 
 	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
 	int jobs_running; /* the FUSE layer's count of running jobs (atomic) */
@@ -96,9 +103,16 @@ void pool_put(struct sbx *s);
 enum sbx_state pool_state(struct sbx *s, unsigned *gen);
 /* The sandbox's status JSON (DESIGN §3). */
 int pool_status_json(struct sbx *s, struct buf *out);
-/* Run a job in an active sandbox (serialised with acquire/release). */
-int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, pid_t *pid);
-int pool_exec_signal(struct sbx *s, const char *job_dir, int sig);
+/* Run a job in an active sandbox (serialised with acquire/release).  0 and
+ * a handle, or an errno. */
+int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+/* A handle on a job still running in the (active or warm) sandbox after a
+ * restart: 0 and *out, ENOENT when it no longer runs. */
+int pool_exec_reattach(struct sbx *s, const char *job_dir, struct sbx_exec **out);
+/* The provider's clean-up of a removed job slot. */
+void pool_exec_cleanup(struct sbx *s, const char *job_dir, const char *job_name);
+/* The sandbox's box, referenced (sbx_box_put it), while it has one. */
+struct sbx_box *pool_box(struct sbx *s);
 void pool_stats(struct pool_stats *st);
 /* Record a failure for /sbx/.status and the error counter. */
 void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -107,7 +121,11 @@ void pool_reload(struct sbx_config *cfg);
 struct sbx_config *pool_config(void); /* referenced; config_put() it */
 /* The config an active sandbox was created with, referenced, or NULL. */
 struct sbx_config *pool_sbx_config(struct sbx *s);
-/* Unmount/SIGTERM: destroy everything (or forget it with keep_on_exit). */
-void pool_shutdown(void);
+/* Refuse new acquires (ESHUTDOWN) and stop the reaper's passes. */
+void pool_stop(void);
+/* Unmount/SIGTERM: destroy everything, or leave it running for the next
+ * start when keep (a failed start) or keep_on_exit.  No acquire may be in
+ * flight. */
+void pool_shutdown(bool keep);
 
 #endif

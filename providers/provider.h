@@ -1,27 +1,41 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * provider.h - the provider interface: how the pool asks a backend (local
- * bubblewrap, docker, aio, opensandbox) to create, check, destroy, adopt and
- * run commands in a sandbox.
+ * provider.h - the provider interface: how the pool and the FUSE layer ask a
+ * backend (local bubblewrap, docker, aio, opensandbox) to create, check,
+ * destroy, adopt and run commands in a sandbox, and what optional
+ * capabilities (remote files, skills upload, network policy) it offers.
  *
- * Like curl's protocol handlers, every backend is a const descriptor with a
- * table of function pointers; the FUSE layer and the pool never name a
- * concrete provider, they branch on capabilities (enum sbx_caps) only.
+ * Like curl's protocol handlers, every backend is a const descriptor
+ * (struct sbx_provider) with a table of function pointers; the FUSE layer
+ * and the pool never name a concrete provider: they call through the
+ * sbx_* wrappers at the end of this file, which give every optional slot a
+ * default, and they branch on the capability tables (files, skills, net)
+ * being present, never on a name.
  *
  * Errors: every operation returns enum sbx_err; transport errors (errno,
- * CURLcode, HTTP status) stay inside the provider, which logs their detail.
- * sbx_err_errno() is the one place that maps them to errno.
+ * CURLcode, HTTP status, JSON decoding) stay inside the provider, which logs
+ * their detail with the sandbox's scope.  sbx_err_errno() is the one place
+ * that maps them to errno.
  *
- * Threading: operations may block (fork, network, docker) and are called
- * without any pool lock held, but under the per-scope lock of the sandbox
- * they act on, so two operations on one sandbox never overlap, except
- * exec_signal and exec_* which may run concurrently with each other.
+ * Threading and locks (see docs/architecture.md for the whole order):
+ *   - provider-level slots (config_*, init, discover, shutdown) run on the
+ *     main thread at start, reload and exit, with no lock held;
+ *   - sandbox-level slots (create, health, destroy, adopt, kill_all,
+ *     exec_start, exec_reattach) run on a work thread or the reaper, never
+ *     on a FUSE worker, WITH the sandbox's scope lock held and no other
+ *     lock: two of them never overlap on one sandbox; they MAY block (fork,
+ *     network, docker) up to the configured timeouts;
+ *   - exec-level slots (exec_signal, exec_finish, exec_free) and the
+ *     capability tables MAY run concurrently with each other and with the
+ *     sandbox-level slots of the same sandbox, from any thread, with no lock
+ *     held; the box they use is kept alive by a reference (sbx_box_get).
  */
 #ifndef SBX_PROVIDER_H
 #define SBX_PROVIDER_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "../common/config.h"
@@ -33,93 +47,240 @@ enum sbx_err {
 	SBX_ERR_NOSPC,   /* ENOSPC */
 	SBX_ERR_ACCESS,  /* EACCES */
 	SBX_ERR_NOMEM,   /* ENOMEM */
-	SBX_ERR_GONE,    /* the sandbox no longer exists: ENOENT */
+	SBX_ERR_GONE,    /* the sandbox (or path) no longer exists: ENOENT */
 	SBX_ERR_INVAL,   /* EINVAL */
 	SBX_ERR_BUSY,    /* EBUSY */
 	SBX_ERR_NOTSUP,  /* EOPNOTSUPP: the provider cannot do this */
+	SBX_ERR_EXIST,   /* EEXIST */
+	SBX_ERR_QUOTA,   /* EDQUOT */
+	SBX_ERR_TOOBIG,  /* EFBIG */
+	SBX_ERR_PERM,    /* EPERM */
+	SBX_ERR_COUNT
 };
 
 int sbx_err_errno(enum sbx_err e);
 const char *sbx_err_name(enum sbx_err e);
+enum sbx_err sbx_err_from_errno(int err);
 
-enum sbx_caps {
-	SBX_CAP_BIND_FILES = 1 << 0,  /* data dirs are host dirs bind-mounted into the sandbox */
-	SBX_CAP_SKILLS_MOUNT = 1 << 1, /* skills/ is mounted (no upload sync needed) */
-	SBX_CAP_NET_EVENTS = 1 << 2,  /* network-policy events are available */
-	SBX_CAP_EXEC = 1 << 3,        /* exec_start works */
+/* ---- what the pool hands a provider ---------------------------------------- */
+
+/* The host side of a thread (common/layout.h makes these paths). */
+struct sbx_dirs {
+	const char *thread_dir; /* state_dir/users/<user>/threads/<thread> */
+	const char *workspace, *uploads, *outputs; /* user-data/... */
+	const char *skills;
+	const char *jobs;
 };
 
-/* What the pool asks a provider to create or adopt.  Strings are owned by
- * the caller and valid for the duration of the call. */
+/* A sandbox to create or adopt.  Strings are owned by the caller and valid
+ * for the duration of the call. */
 struct sbx_spec {
 	const char *user;
 	const char *thread;
-	const char *token;      /* scope token: names derive from it */
-	const char *thread_dir; /* state_dir/users/<user>/threads/<thread> (host) */
-	const char *workspace, *uploads, *outputs, *skills; /* host dirs */
-	uid_t uid;              /* the sandbox's unprivileged host uid */
+	const char *token;    /* scope token: names derive from it */
+	const char *state_id; /* 8 hex digits naming this daemon's state_dir (labels, cgroups) */
+	struct sbx_dirs dirs;
+	uid_t uid; /* the sandbox's unprivileged host uid (its files' owner) */
 	gid_t gid;
-	struct sbx_config *cfg; /* the configuration this sandbox lives with */
+	const struct sbx_config *cfg; /* the configuration this sandbox lives with */
 };
 
 /* A provider's handle on one sandbox.  Providers embed it first in their own
- * struct and downcast with a checked helper. */
+ * struct and downcast with a checked helper.  Reference counted: the pool
+ * holds one while the sandbox exists; every exec handle and every user of a
+ * capability table holds one for the duration of its use, so a box is never
+ * freed under a running call (box_free runs at the last sbx_box_put). */
 struct sbx_box {
 	const struct sbx_provider *prov;
+	int refs;           /* atomic */
 	char remote_id[80]; /* shown in status: pid, container id, remote id */
+	uid_t uid;          /* owner of the sandbox's files on the host (bind providers) */
+	gid_t gid;
+	char note[128];     /* shown in status when not empty (e.g. "runs as root: image needs it") */
 };
 
-/* A command to run (DESIGN §6).  The provider's supervisor runs
- * `/bin/sh -c cmd` with cwd /mnt/user-data/workspace, stdin from
- * job_dir/stdin when it exists, stdout/stderr appended to job_dir/stdout and
- * job_dir/stderr, and records the end in job_dir/result (JSON:
- * state, exit, signal, ended_at), also when the daemon is gone. */
+/* A command to run (DESIGN §6).  The provider runs it as `/bin/sh` reading
+ * the script job_dir/cmd (bytes, never on any argv), with cwd
+ * /mnt/user-data/workspace, the environment of job_dir/environ (KEY=VALUE
+ * NUL-separated: the base, the configuration's and the job's env file),
+ * stdin from job_dir/stdin when it exists, stdout/stderr appended to
+ * job_dir/stdout and job_dir/stderr as the output arrives, and records the
+ * end in job_dir/result (JSON: state, exit, signal, ended_at[, reason]),
+ * also when the daemon is gone where the backend allows it. */
 struct sbx_exec_spec {
-	const char *cmd;
-	char *const *env; /* KEY=VALUE, NULL-terminated */
 	const char *job_dir;
 	const char *job_name;
-	long timeout; /* seconds; the supervisor kills and reports timed_out */
+	long timeout;       /* seconds; the provider kills and reports timed_out */
+	long long output_max; /* bytes of stdout+stderr kept; beyond: killed, reason "output" */
 };
 
+/* A running command, owned by the provider (embedded first in its own
+ * struct).  fd is pollable: it becomes readable (POLLIN) when the command
+ * has ended (a pidfd of the local supervisor, an eventfd a provider thread
+ * signals for HTTP streams). */
+struct sbx_exec {
+	const struct sbx_provider *prov;
+	int fd;
+};
+
+/* ---- capability tables ------------------------------------------------------ */
+
+struct sbx_dirent {
+	char *name;
+	struct stat st;
+};
+
+/* Remote files: providers whose sandbox files are not host directories
+ * bind-mounted into it (opensandbox, aio base_url).  Paths are absolute
+ * paths inside the sandbox.  The FUSE layer's remote-files backend keeps a
+ * host-side cache and calls these; all MAY block (network). */
+struct sbx_files_ops {
+	enum sbx_err (*stat)(struct sbx_box *box, const char *path, struct stat *st);
+	/* *ents is malloc'd (names too): free with sbx_dirents_free */
+	enum sbx_err (*list)(struct sbx_box *box, const char *path, struct sbx_dirent **ents, size_t *n);
+	/* Copy [off, off+len) of path into fd (at its current offset); *got bytes. */
+	enum sbx_err (*read)(struct sbx_box *box, const char *path, off_t off, size_t len, int fd, size_t *got);
+	/* Replace path with the content of fd (from offset 0, size bytes), mode. */
+	enum sbx_err (*write)(struct sbx_box *box, const char *path, int fd, off_t size, mode_t mode);
+	enum sbx_err (*mkdir)(struct sbx_box *box, const char *path, mode_t mode);
+	enum sbx_err (*rmdir)(struct sbx_box *box, const char *path);
+	enum sbx_err (*unlink)(struct sbx_box *box, const char *path);
+	enum sbx_err (*rename)(struct sbx_box *box, const char *from, const char *to);
+	enum sbx_err (*chmod)(struct sbx_box *box, const char *path, mode_t mode);
+	enum sbx_err (*truncate)(struct sbx_box *box, const char *path, off_t size);
+};
+
+/* Skills by upload: providers that cannot mount the host's skills/ tree
+ * (the skills sync engine calls these, one sync at a time per sandbox). */
+struct sbx_skills_ops {
+	enum sbx_err (*upload)(struct sbx_box *box, const char *path, int fd, off_t size, mode_t mode);
+	enum sbx_err (*mkdir)(struct sbx_box *box, const char *path, mode_t mode);
+	enum sbx_err (*remove)(struct sbx_box *box, const char *path, bool is_dir);
+};
+
+/* Network policy.  Either the sandbox has a network namespace the daemon
+ * can enter (netns_fd: the in-namespace approval proxy is served there), or
+ * the backend enforces egress itself (enforced_by names how; events are
+ * then not available). */
+struct sbx_net_ops {
+	/* A new fd on the sandbox's network namespace (the caller closes it), or -1. */
+	int (*netns_fd)(struct sbx_box *box);
+	const char *enforced_by;
+};
+
+/* ---- the provider ------------------------------------------------------------- */
+
+struct cfg_ctx;
+struct cfg_node;
+struct json_t;
+
 struct sbx_provider_ops {
-	/* Start of day: check the host can run this provider (binaries,
-	 * sockets, credentials).  Fills err with the cause on failure. */
+	/* -- provider level (main thread, no lock) -- */
+
+	/* MAY: parse one configuration key this provider owns (its section,
+	 * e.g. `local:`, or a DeerFlow key such as `image`).  Returns 1 when
+	 * the key is this provider's (errors go through cfg_fail), 0 when not.
+	 * The provider keeps what it parsed in cfg->prov (allocating it on the
+	 * first key), freed by config_free. */
+	int (*config_key)(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v);
+	/* MAY: whole-file checks after every key was read (e.g. required keys). */
+	int (*config_check)(struct cfg_ctx *x, struct sbx_config *cfg);
+	/* MAY: add the provider's effective keys to .config (secrets as "***"). */
+	void (*config_show)(const struct sbx_config *cfg, struct json_t *out);
+	void (*config_free)(void *prov);
+	/* MUST: start of day: check that the host can run this provider
+	 * (binaries, sockets, credentials, uid ranges); err names the cause. */
 	enum sbx_err (*init)(const struct sbx_config *cfg, char *err, size_t errlen);
-	/* Create a sandbox and return when it is ready for exec and files.
-	 * On failure nothing is left behind. */
+	/* MAY: sandboxes this provider owns that the state_dir records do not
+	 * name (container labels, remote metadata): for each, found() is
+	 * called; the pool adopts or destroys them. */
+	enum sbx_err (*discover)(const struct sbx_config *cfg, const char *state_id,
+		void (*found)(const char *user, const char *thread, void *arg), void *arg);
+	/* MAY: end of day: release shared resources (connection caches). */
+	void (*shutdown)(void);
+
+	/* -- sandbox level (work thread or reaper, scope lock held) -- */
+
+	/* MUST: create a sandbox and return when it is ready for exec and
+	 * files.  On failure nothing is left behind. */
 	enum sbx_err (*create)(const struct sbx_spec *spec, struct sbx_box **out);
-	/* Is the sandbox alive and intact?  SBX_OK or SBX_ERR_GONE. */
+	/* MUST: SBX_OK when the sandbox is alive and intact, else SBX_ERR_GONE. */
 	enum sbx_err (*health)(struct sbx_box *box);
-	/* End the sandbox and everything running in it.  Host data stays. */
+	/* MUST: end the sandbox and everything running in it (host data stays).
+	 * The box stays valid until its last reference is put. */
 	enum sbx_err (*destroy)(struct sbx_box *box);
-	/* Leave the sandbox running (keep_on_exit) and free the handle. */
-	void (*forget)(struct sbx_box *box);
-	/* Adoption after a restart: find the sandbox described by spec (state
-	 * dir, container labels, remote metadata).  Returns SBX_OK with a box
-	 * (possibly not healthy: the pool checks on reclaim) or SBX_ERR_GONE
-	 * when nothing of it remains. */
+	/* MUST: free the box (last reference gone); never ends the sandbox. */
+	void (*box_free)(struct sbx_box *box);
+	/* MUST: adoption after a restart: find the sandbox spec describes.
+	 * SBX_OK with a box (possibly not healthy: the pool checks on reclaim),
+	 * or SBX_ERR_GONE when nothing of it remains (then it has removed any
+	 * half-made remains, e.g. of a create cut short by a crash). */
 	enum sbx_err (*adopt)(const struct sbx_spec *spec, struct sbx_box **out);
-	/* Run a command; *pid is the host pid of the supervisor, which exits
-	 * when the command has ended and its result is recorded. */
-	enum sbx_err (*exec_start)(struct sbx_box *box, const struct sbx_exec_spec *spec, pid_t *pid);
-	/* Signal a running command (the whole job; SIGKILL ends every process
-	 * the job started, including ones that left its process group). */
-	enum sbx_err (*exec_signal)(struct sbx_box *box, const char *job_dir, int sig);
-	/* Room for later issues: remote file access, skills upload sync and
-	 * network-policy events plug in here. */
-	void *files;
-	void *skills_sync;
-	void *net_policy;
+	/* MAY: end every process of the sandbox but its own init (jobs and
+	 * what they left behind), keeping the sandbox.  Default NOTSUP. */
+	enum sbx_err (*kill_all)(struct sbx_box *box);
+
+	/* -- exec -- */
+
+	/* MUST with SBX_CAP_EXEC: start spec (see struct sbx_exec_spec).
+	 * Returns once the command can be signalled. */
+	enum sbx_err (*exec_start)(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+	/* MAY: after a restart, a handle on the command of job_dir if it still
+	 * runs; SBX_ERR_GONE when it does not (its result, if any, is on disk). */
+	enum sbx_err (*exec_reattach)(struct sbx_box *box, const char *job_dir, struct sbx_exec **out);
+	/* MUST with SBX_CAP_EXEC: deliver sig to every process of the command
+	 * (SIGKILL also to those that left its process group); SBX_ERR_NOTSUP
+	 * for a signal the backend cannot send; SBX_ERR_GONE when it has ended. */
+	enum sbx_err (*exec_signal)(struct sbx_exec *x, int sig);
+	/* MUST with SBX_CAP_EXEC: x->fd is readable: collect the end (reap, make
+	 * sure job_dir/result exists).  Called once. */
+	void (*exec_finish)(struct sbx_exec *x);
+	/* MUST with SBX_CAP_EXEC: let go of x (after exec_finish, or at exit
+	 * with the command still running: it keeps running). */
+	void (*exec_free)(struct sbx_exec *x);
+	/* MAY: remove what the provider made for a job slot (cgroup...). */
+	void (*exec_cleanup)(struct sbx_box *box, const char *job_dir, const char *job_name);
+
+	/* -- capabilities: NULL = not offered -- */
+	const struct sbx_files_ops *files;   /* NULL: data dirs are bind-mounted host dirs */
+	const struct sbx_skills_ops *skills; /* NULL: skills/ is mounted, no upload */
+	const struct sbx_net_ops *net;       /* NULL: no network policy */
+};
+
+enum sbx_caps {
+	SBX_CAP_EXEC = 1 << 0,    /* exec_* work */
+	SBX_CAP_SIGNALS = 1 << 1, /* exec_signal delivers any signal (else interrupt/kill only) */
 };
 
 struct sbx_provider {
 	const char *name;
+	const char *const *aliases; /* DeerFlow class paths naming it; NULL-terminated */
 	unsigned caps;
 	const struct sbx_provider_ops *ops;
 };
 
-/* The registry: every provider built into this binary (providers.c). */
+/* The registry (providers.c): every provider built into this binary, by
+ * name or alias (DeerFlow's class paths). */
 const struct sbx_provider *provider_find(const char *name);
+/* For the configuration parser: the canonical name, or NULL. */
+const char *provider_canonical(const char *name);
+/* Iterate the built-in providers (NULL-terminated array). */
+const struct sbx_provider *const *provider_all(void);
+/* "local, docker, ..." for error messages. */
+const char *provider_names(void);
+
+/* ---- calls with defaults for the optional slots (providers.c) ------------------- */
+
+void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov);
+struct sbx_box *sbx_box_get(struct sbx_box *box);
+void sbx_box_put(struct sbx_box *box);
+enum sbx_err sbx_kill_all(struct sbx_box *box);
+enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct sbx_exec **out);
+enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig);
+void sbx_exec_finish(struct sbx_exec *x);
+void sbx_exec_free(struct sbx_exec *x);
+void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_name);
+void sbx_dirents_free(struct sbx_dirent *ents, size_t n);
 
 #endif

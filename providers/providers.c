@@ -1,9 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * providers.c - the registry of built-in providers and the one translation
- * from provider errors to errno.
+ * providers.c - the registry of built-in providers, the one translation
+ * from provider errors to errno, and the calls that give every optional
+ * slot of struct sbx_provider_ops its default (so no caller tests a slot
+ * for NULL, as Redis' connection wrappers do).
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "provider.h"
@@ -16,10 +20,47 @@ static const struct sbx_provider *const providers[] = {
 
 const struct sbx_provider *provider_find(const char *name)
 {
-	for (int i = 0; providers[i]; i++)
+	for (int i = 0; providers[i]; i++) {
 		if (!strcmp(providers[i]->name, name))
 			return providers[i];
+		for (const char *const *a = providers[i]->aliases; a && *a; a++)
+			if (!strcmp(*a, name))
+				return providers[i];
+	}
 	return NULL;
+}
+
+const char *provider_canonical(const char *name)
+{
+	const struct sbx_provider *p = provider_find(name);
+
+	return p ? p->name : NULL;
+}
+
+const struct sbx_provider *const *provider_all(void)
+{
+	return providers;
+}
+
+const char *provider_names(void)
+{
+	static char names[256];
+
+	if (!names[0]) {
+		size_t n = 0;
+		for (int i = 0; providers[i]; i++) {
+			size_t l = strlen(providers[i]->name);
+			if (n + l + 3 >= sizeof(names))
+				break;
+			if (i) {
+				memcpy(names + n, ", ", 2);
+				n += 2;
+			}
+			memcpy(names + n, providers[i]->name, l + 1);
+			n += l;
+		}
+	}
+	return names;
 }
 
 int sbx_err_errno(enum sbx_err e)
@@ -43,14 +84,131 @@ int sbx_err_errno(enum sbx_err e)
 		return EBUSY;
 	case SBX_ERR_NOTSUP:
 		return EOPNOTSUPP;
+	case SBX_ERR_EXIST:
+		return EEXIST;
+	case SBX_ERR_QUOTA:
+		return EDQUOT;
+	case SBX_ERR_TOOBIG:
+		return EFBIG;
+	case SBX_ERR_PERM:
+		return EPERM;
 	default:
 		return EIO;
 	}
 }
 
+enum sbx_err sbx_err_from_errno(int err)
+{
+	switch (err) {
+	case 0:
+		return SBX_OK;
+	case ETIMEDOUT:
+		return SBX_ERR_TIMEOUT;
+	case ENOSPC:
+		return SBX_ERR_NOSPC;
+	case EACCES:
+		return SBX_ERR_ACCESS;
+	case ENOMEM:
+	case EAGAIN:
+		return SBX_ERR_NOMEM;
+	case ENOENT:
+	case ESRCH:
+		return SBX_ERR_GONE;
+	case EINVAL:
+		return SBX_ERR_INVAL;
+	case EBUSY:
+		return SBX_ERR_BUSY;
+	case EOPNOTSUPP:
+		return SBX_ERR_NOTSUP;
+	case EEXIST:
+		return SBX_ERR_EXIST;
+	case EDQUOT:
+		return SBX_ERR_QUOTA;
+	case EFBIG:
+		return SBX_ERR_TOOBIG;
+	case EPERM:
+		return SBX_ERR_PERM;
+	default:
+		return SBX_ERR_IO;
+	}
+}
+
 const char *sbx_err_name(enum sbx_err e)
 {
-	static const char *names[] = { "ok", "io", "timeout", "nospc", "access", "nomem", "gone", "inval", "busy",
-		"notsup" };
-	return (unsigned)e < sizeof(names) / sizeof(names[0]) ? names[e] : "io";
+	static const char *names[SBX_ERR_COUNT] = { "ok", "io", "timeout", "nospc", "access", "nomem", "gone", "inval",
+		"busy", "notsup", "exist", "quota", "toobig", "perm" };
+
+	return (unsigned)e < SBX_ERR_COUNT ? names[e] : "io";
+}
+
+/* ---- boxes -------------------------------------------------------------------- */
+
+void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov)
+{
+	box->prov = prov;
+	box->refs = 1;
+	box->uid = (uid_t)-1;
+	box->gid = (gid_t)-1;
+}
+
+struct sbx_box *sbx_box_get(struct sbx_box *box)
+{
+	if (box)
+		__atomic_add_fetch(&box->refs, 1, __ATOMIC_RELAXED);
+	return box;
+}
+
+void sbx_box_put(struct sbx_box *box)
+{
+	if (box && __atomic_sub_fetch(&box->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		box->prov->ops->box_free(box);
+}
+
+/* ---- optional slots ------------------------------------------------------------ */
+
+enum sbx_err sbx_kill_all(struct sbx_box *box)
+{
+	return box->prov->ops->kill_all ? box->prov->ops->kill_all(box) : SBX_ERR_NOTSUP;
+}
+
+enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out)
+{
+	if (!(box->prov->caps & SBX_CAP_EXEC) || !box->prov->ops->exec_start)
+		return SBX_ERR_NOTSUP;
+	return box->prov->ops->exec_start(box, spec, out);
+}
+
+enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct sbx_exec **out)
+{
+	return box->prov->ops->exec_reattach ? box->prov->ops->exec_reattach(box, job_dir, out) : SBX_ERR_GONE;
+}
+
+enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig)
+{
+	return x->prov->ops->exec_signal ? x->prov->ops->exec_signal(x, sig) : SBX_ERR_NOTSUP;
+}
+
+void sbx_exec_finish(struct sbx_exec *x)
+{
+	if (x->prov->ops->exec_finish)
+		x->prov->ops->exec_finish(x);
+}
+
+void sbx_exec_free(struct sbx_exec *x)
+{
+	if (x)
+		x->prov->ops->exec_free(x);
+}
+
+void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_name)
+{
+	if (box->prov->ops->exec_cleanup)
+		box->prov->ops->exec_cleanup(box, job_dir, job_name);
+}
+
+void sbx_dirents_free(struct sbx_dirent *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ents[i].name);
+	free(ents);
 }

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * data.h - workspace/, uploads/, outputs/ and skills/ (N_DATA nodes): a
+ * passthrough to the thread's host directories.
+ */
+#ifndef SBX_DATA_H
+#define SBX_DATA_H
+
+#include "node.h"
+
+/* Register the N_DATA kind. */
+void data_init(void);
+/* LOOKUP of data directory `which` (enum datadir) in a sandbox directory:
+ * 0 and a counted entry, or an errno. */
+int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e);
+/* After a job of s ended: drop the kernel's cached attributes of every
+ * data inode of s's current view (never from a FUSE worker). */
+void data_inval_sbx(struct sbx *s);
+
+#endif

@@ -1,0 +1,1076 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * job.c - the job state machine (see job.h): files on the host, start
+ * through the provider, supervision, result decoding, kill escalation,
+ * reattachment after a restart.
+ *
+ * Why the provider, not the daemon, records the result: a job outlives a
+ * crashed daemon (the local supervisor, a remote exec) and still reports its
+ * end; the daemon only watches the provider's pollable handle and decodes
+ * job_dir/result in one checked decoder (job_decode_result).
+ *
+ * Why one event thread: it only waits (epoll) and does short work per
+ * event; the slow calls (start, reattach) run on work threads.
+ */
+#define _GNU_SOURCE
+#include "job.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/json.h"
+#include "../common/log.h"
+#include "../common/names.h"
+#include "../common/util.h"
+#include "work.h"
+
+#define JOB_KILL_GRACE_MS 2000
+#define JOB_SCOPE_MAX (3 * NAME_MAX_LEN + sizeof("//jobs/"))
+#define WD_BUCKETS 256
+
+static const char *job_state_names[] = { "created", "starting", "running", "exited", "killed", "timed_out", "lost",
+	"failed" };
+static const char *stream_files[] = { "stdout", "stderr" };
+
+struct job {
+	int refs; /* atomic: registry + nodes + handles + work items + the event thread */
+	char name[NAME_MAX_LEN + 1];
+	char *dir;
+	char scope[JOB_SCOPE_MAX];
+	struct sbx *sbx; /* referenced */
+	struct park_queue q;
+	pthread_mutex_t lock;
+	/* protected by lock: */
+	enum job_state state;
+	bool reattaching;          /* a work item is looking for it after a restart */
+	int cmd_writers;           /* open cmd handles */
+	struct sbx_exec *exec;     /* while running (and until a pending kill escalation) */
+	bool watched;              /* exec->fd in the epoll set (holds a ref) */
+	int wd[2];                 /* inotify watches on stdout, stderr */
+	uint64_t kill_deadline_ms; /* escalate to SIGKILL then; 0 = none */
+	bool removed;
+	/* protected by jobs_lock: */
+	struct job *next;     /* registry */
+	struct job *wd_next[2]; /* wd map chains */
+};
+
+static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct job *jobs;                  /* protected by jobs_lock */
+static struct job *wd_map[WD_BUCKETS][2]; /* protected by jobs_lock: inotify wd -> job */
+static int ev_epoll = -1, ev_inotify = -1, ev_kick = -1;
+static pthread_t ev_thread;
+static bool ev_running;
+static volatile int ev_stop;
+static void (*job_on_end)(struct sbx *s);
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+void job_ref(struct job *j)
+{
+	__atomic_add_fetch(&j->refs, 1, __ATOMIC_RELAXED);
+}
+
+void job_put(struct job *j)
+{
+	if (!j || __atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	sbx_exec_free(j->exec);
+	park_queue_destroy(&j->q);
+	pthread_mutex_destroy(&j->lock);
+	pool_put(j->sbx);
+	free(j->dir);
+	free(j);
+}
+
+static void job_ref_void(void *j)
+{
+	job_ref(j);
+}
+
+static void job_put_void(void *j)
+{
+	job_put(j);
+}
+
+static void kick(void)
+{
+	uint64_t one = 1;
+
+	if (write(ev_kick, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("jobs", "cannot wake the event thread: %s", strerror(errno));
+}
+
+static int job_path(struct job *j, const char *file, struct buf *b)
+{
+	return buf_addf(b, "%s/%s", j->dir, file);
+}
+
+bool job_state_ended(enum job_state s)
+{
+	return s >= J_EXITED;
+}
+
+const char *job_state_name(enum job_state st)
+{
+	return (unsigned)st < sizeof(job_state_names) / sizeof(job_state_names[0]) ? job_state_names[st] : "?";
+}
+
+const char *job_scope(struct job *j)
+{
+	return j->scope;
+}
+
+struct park_queue *job_queue(struct job *j)
+{
+	return &j->q;
+}
+
+enum job_state job_state(struct job *j)
+{
+	enum job_state st;
+
+	pthread_mutex_lock(&j->lock);
+	st = j->state;
+	pthread_mutex_unlock(&j->lock);
+	return st;
+}
+
+static json_t *job_read_json(struct job *j, const char *file)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = job_path(j, file, &p) ? NULL : json_read_file(p.ptr);
+
+	buf_free(&p);
+	return o;
+}
+
+static bool job_file_exists(struct job *j, const char *file)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	bool r = !job_path(j, file, &p) && access(p.ptr, F_OK) == 0;
+
+	buf_free(&p);
+	return r;
+}
+
+static int job_write_file(struct job *j, const char *file, const char *data, size_t len)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int err = 0;
+
+	if (job_path(j, file, &p) || util_write_atomic(p.ptr, data, len, 0600)) {
+		err = errno ? errno : EIO;
+		log_warn(j->scope, "cannot write %s: %s", file, strerror(err));
+	}
+	buf_free(&p);
+	return err;
+}
+
+static void job_unlink_file(struct job *j, const char *file)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+
+	if (!job_path(j, file, &p))
+		unlink(p.ptr);
+	buf_free(&p);
+}
+
+/* Caller holds j->lock: the job runs now / has ended (data cache timeouts). */
+static void job_set_state_locked(struct job *j, enum job_state st)
+{
+	if (st == J_RUNNING && j->state != J_RUNNING)
+		__atomic_add_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+	else if (st != J_RUNNING && j->state == J_RUNNING)
+		__atomic_sub_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+	j->state = st;
+}
+
+/* ---- the result --------------------------------------------------------------------- */
+
+struct job_result {
+	enum job_state state;
+	int exit; /* 128+N for signal N */
+};
+
+/* The one decoder of job_dir/result.  false when it is missing or not a
+ * result (then the job is lost). */
+static bool job_decode_result(struct job *j, struct job_result *r)
+{
+	static const struct {
+		const char *name;
+		enum job_state st;
+	} states[] = { { "exited", J_EXITED }, { "killed", J_KILLED }, { "timed_out", J_TIMED_OUT },
+		{ "lost", J_LOST }, { "failed", J_FAILED } };
+	json_t *o = job_read_json(j, "result"), *ex;
+	const char *st;
+	bool ok = false;
+
+	st = o ? json_string_value(json_object_get(o, "state")) : NULL;
+	ex = o ? json_object_get(o, "exit") : NULL;
+	if (st && json_is_integer(ex) && json_integer_value(ex) >= 0 && json_integer_value(ex) <= 255) {
+		r->state = J_FAILED;
+		for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+			if (!strcmp(st, states[i].name))
+				r->state = states[i].st;
+		r->exit = (int)json_integer_value(ex);
+		ok = true;
+	} else if (o) {
+		log_warn(j->scope, "result is not a job result: the job counts as lost");
+	}
+	json_decref(o);
+	return ok;
+}
+
+/* The job ended without a result anybody recorded: record that. */
+static void job_record_lost(struct job *j, const char *why)
+{
+	json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:s}", "state", "lost", "exit", 255, "signal", 0, "ended_at",
+		util_wall_now(), "error", why);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+
+	if (text)
+		job_write_file(j, "result", text, strlen(text));
+	free(text);
+	json_decref(o);
+}
+
+/* Caller holds j->lock.  Take the recorded result as the final state. */
+static void job_take_result_locked(struct job *j)
+{
+	struct job_result r;
+
+	if (!job_decode_result(j, &r)) {
+		job_record_lost(j, "the job ended without recording a result");
+		r.state = J_LOST;
+	}
+	job_set_state_locked(j, r.state);
+}
+
+/* ---- watching ---------------------------------------------------------------------------- */
+
+static unsigned wd_hash(int wd)
+{
+	return (unsigned)wd % WD_BUCKETS;
+}
+
+/* Caller holds jobs_lock. */
+static void wd_map_add_locked(struct job *j, int i)
+{
+	unsigned h = wd_hash(j->wd[i]);
+
+	j->wd_next[i] = wd_map[h][i];
+	wd_map[h][i] = j;
+}
+
+/* Caller holds jobs_lock. */
+static void wd_map_del_locked(struct job *j, int i)
+{
+	for (struct job **pp = &wd_map[wd_hash(j->wd[i])][i]; *pp; pp = &(*pp)->wd_next[i])
+		if (*pp == j) {
+			*pp = j->wd_next[i];
+			return;
+		}
+}
+
+/* Watch a running job: its exec fd and its output files. */
+static int job_watch(struct job *j)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = j };
+	int err = 0;
+
+	pthread_mutex_lock(&jobs_lock);
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < 2; i++) {
+		struct buf p = BUF_INIT(BUF_CAP_PATH);
+		if (!job_path(j, stream_files[i], &p)) {
+			int fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+			if (fd >= 0)
+				close(fd);
+			j->wd[i] = inotify_add_watch(ev_inotify, p.ptr, IN_MODIFY | IN_CLOSE_WRITE);
+			if (j->wd[i] >= 0)
+				wd_map_add_locked(j, i);
+		}
+		buf_free(&p);
+	}
+	job_ref(j); /* the epoll set's */
+	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, j->exec->fd, &ev)) {
+		err = errno;
+		__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED); /* cannot be the last */
+	} else {
+		j->watched = true;
+	}
+	pthread_mutex_unlock(&j->lock);
+	pthread_mutex_unlock(&jobs_lock);
+	return err;
+}
+
+/* Caller holds jobs_lock and j->lock. */
+static void job_unwatch_locked(struct job *j)
+{
+	for (int i = 0; i < 2; i++)
+		if (j->wd[i] >= 0) {
+			wd_map_del_locked(j, i);
+			inotify_rm_watch(ev_inotify, j->wd[i]);
+			j->wd[i] = -1;
+		}
+}
+
+/* Event thread: the job's exec fd is readable: it has ended. */
+static void job_on_exit(struct job *j)
+{
+	struct sbx_exec *x;
+	bool drop;
+
+	pthread_mutex_lock(&j->lock);
+	x = j->exec;
+	drop = j->watched;
+	j->watched = false;
+	if (x)
+		epoll_ctl(ev_epoll, EPOLL_CTL_DEL, x->fd, NULL);
+	pthread_mutex_unlock(&j->lock);
+	if (x)
+		sbx_exec_finish(x); /* reap, make sure a result exists */
+	pthread_mutex_lock(&jobs_lock);
+	pthread_mutex_lock(&j->lock);
+	job_unwatch_locked(j);
+	job_take_result_locked(j);
+	if (!j->kill_deadline_ms) {
+		j->exec = NULL; /* freed below, outside the lock */
+	} else {
+		x = NULL; /* kept: the escalation still ends what the job left behind */
+	}
+	pthread_mutex_unlock(&j->lock);
+	pthread_mutex_unlock(&jobs_lock);
+	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
+	sbx_exec_free(x);
+	park_wake(&j->q);
+	if (job_on_end)
+		job_on_end(j->sbx);
+	if (drop)
+		job_put(j);
+}
+
+/* Event thread: output of one of the watched jobs grew. */
+static void job_on_inotify(void)
+{
+	char ibuf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	struct job *woken[64];
+	int n = 0;
+	ssize_t len;
+
+	while ((len = read(ev_inotify, ibuf, sizeof(ibuf))) > 0) {
+		pthread_mutex_lock(&jobs_lock);
+		for (char *p = ibuf; p < ibuf + len;) {
+			struct inotify_event *e = (struct inotify_event *)p;
+			for (int i = 0; i < 2 && n < 64; i++)
+				for (struct job *j = wd_map[wd_hash(e->wd)][i]; j; j = j->wd_next[i])
+					if (j->wd[i] == e->wd) {
+						bool seen = false;
+						for (int k = 0; k < n; k++)
+							seen |= woken[k] == j;
+						if (!seen) {
+							job_ref(j);
+							woken[n++] = j;
+						}
+					}
+			p += sizeof(*e) + e->len;
+		}
+		pthread_mutex_unlock(&jobs_lock);
+		for (int k = 0; k < n; k++) {
+			park_wake(&woken[k]->q);
+			job_put(woken[k]);
+		}
+		n = 0;
+	}
+}
+
+/* Event thread: send SIGKILL to jobs whose grace period is over; *timeout_ms
+ * becomes the wait until the next deadline. */
+static void job_escalate(uint64_t now, int *timeout_ms)
+{
+	struct job *due[64];
+	int n = 0;
+
+	pthread_mutex_lock(&jobs_lock);
+	for (struct job *j = jobs; j && n < 64; j = j->next) {
+		pthread_mutex_lock(&j->lock);
+		if (j->kill_deadline_ms && j->kill_deadline_ms <= now) {
+			j->kill_deadline_ms = 0;
+			job_ref(j);
+			due[n++] = j;
+		} else if (j->kill_deadline_ms) {
+			int left = (int)(j->kill_deadline_ms - now);
+			if (*timeout_ms < 0 || left < *timeout_ms)
+				*timeout_ms = left;
+		}
+		pthread_mutex_unlock(&j->lock);
+	}
+	pthread_mutex_unlock(&jobs_lock);
+	for (int i = 0; i < n; i++) {
+		struct job *j = due[i];
+		struct sbx_exec *x, *done = NULL;
+
+		pthread_mutex_lock(&j->lock);
+		x = j->exec;
+		if (x && job_state_ended(j->state)) {
+			done = x; /* the job ended during the grace period */
+			j->exec = NULL;
+		}
+		pthread_mutex_unlock(&j->lock);
+		if (x) {
+			log_info(j->scope, "kill: SIGKILL to whatever of the job runs %d ms after SIGTERM",
+				JOB_KILL_GRACE_MS);
+			sbx_exec_signal(x, SIGKILL);
+		}
+		sbx_exec_free(done);
+		job_put(j);
+	}
+}
+
+static void *job_main(void *arg)
+{
+	struct epoll_event evs[32];
+
+	(void)arg;
+	while (!ev_stop) {
+		int timeout = -1, n;
+
+		job_escalate(util_now_ms(), &timeout);
+		n = epoll_wait(ev_epoll, evs, 32, timeout);
+		for (int i = 0; i < n; i++) {
+			if (evs[i].data.ptr == &ev_kick) {
+				uint64_t v;
+				if (read(ev_kick, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					log_warn("jobs", "eventfd: %s", strerror(errno));
+			} else if (evs[i].data.ptr == &ev_inotify) {
+				job_on_inotify();
+			} else {
+				job_on_exit(evs[i].data.ptr);
+			}
+		}
+	}
+	return NULL;
+}
+
+int job_init(void (*on_end)(struct sbx *s))
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	job_on_end = on_end;
+	ev_epoll = epoll_create1(EPOLL_CLOEXEC);
+	ev_inotify = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	ev_kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (ev_epoll < 0 || ev_inotify < 0 || ev_kick < 0)
+		return errno;
+	ev.data.ptr = &ev_kick;
+	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, ev_kick, &ev))
+		return errno;
+	ev.data.ptr = &ev_inotify;
+	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, ev_inotify, &ev))
+		return errno;
+	int err = pthread_create(&ev_thread, NULL, job_main, NULL);
+	if (err)
+		return err;
+	ev_running = true;
+	return 0;
+}
+
+void job_shutdown(void)
+{
+	struct job *j;
+
+	if (ev_running) {
+		ev_stop = 1;
+		kick();
+		pthread_join(ev_thread, NULL);
+		ev_running = false;
+	}
+	/* Answer every parked request: the session is ending.  Jobs still
+	 * running go on (their provider records the result). */
+	pthread_mutex_lock(&jobs_lock);
+	while ((j = jobs)) {
+		struct sbx_exec *x;
+		bool watched;
+
+		jobs = j->next;
+		pthread_mutex_lock(&j->lock);
+		job_unwatch_locked(j);
+		x = j->exec;
+		j->exec = NULL;
+		watched = j->watched;
+		j->watched = false;
+		pthread_mutex_unlock(&j->lock);
+		park_drain(&j->q, EINTR);
+		sbx_exec_free(x);
+		if (watched)
+			job_put(j);
+		job_put(j); /* the registry's */
+	}
+	pthread_mutex_unlock(&jobs_lock);
+}
+
+/* ---- registry and loading ---------------------------------------------------------------- */
+
+static struct job *job_find_locked(const char *dir)
+{
+	for (struct job *j = jobs; j; j = j->next)
+		if (!strcmp(j->dir, dir))
+			return j;
+	return NULL;
+}
+
+static struct job *job_new(struct sbx *s, const char *name, const char *dir)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j || !(j->dir = strdup(dir)) ||
+	    str_fmt(j->scope, sizeof(j->scope), "%s/%s/jobs/%s", s->user, s->thread, name)) {
+		if (j)
+			free(j->dir);
+		free(j);
+		return NULL;
+	}
+	j->refs = 1; /* the registry's */
+	memcpy(j->name, name, strlen(name) + 1);
+	j->sbx = s;
+	pool_get(s);
+	j->wd[0] = j->wd[1] = -1;
+	pthread_mutex_init(&j->lock, NULL);
+	park_queue_init(&j->q, job_ref_void, job_put_void, j);
+	return j;
+}
+
+/* Work thread: after a restart, find out whether a started job still runs. */
+static void job_reattach_work(void *arg)
+{
+	struct job *j = arg;
+	struct sbx_exec *x = NULL;
+	int err = pool_exec_reattach(j->sbx, j->dir, &x);
+
+	pthread_mutex_lock(&j->lock);
+	j->reattaching = false;
+	if (!err)
+		j->exec = x;
+	else
+		job_take_result_locked(j); /* it has ended (or was lost) meanwhile */
+	pthread_mutex_unlock(&j->lock);
+	if (!err && job_watch(j))
+		log_warn(j->scope, "cannot watch the reattached job: %s", strerror(errno));
+	if (!err)
+		log_info(j->scope, "reattached to the running job");
+	park_wake(&j->q);
+	job_put(j);
+}
+
+/* Caller holds j->lock (jobs_lock too): a job directory seen the first time. */
+static void job_load_locked(struct job *j)
+{
+	if (job_file_exists(j, "result")) {
+		job_take_result_locked(j);
+	} else if (job_file_exists(j, "cmd")) {
+		/* started by an earlier daemon: running until the provider says otherwise */
+		job_set_state_locked(j, J_RUNNING);
+		j->reattaching = true;
+		job_ref(j);
+		if (work_submit(job_reattach_work, j)) {
+			j->reattaching = false;
+			__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED);
+			job_take_result_locked(j);
+		}
+	} else {
+		j->state = J_CREATED;
+	}
+}
+
+struct job *job_get(struct sbx *s, const char *jobs_dir, const char *name)
+{
+	struct buf dir = BUF_INIT(BUF_CAP_PATH);
+	struct stat st;
+	struct job *j = NULL;
+
+	if (!names_valid(name) || buf_addf(&dir, "%s/%s", jobs_dir, name))
+		goto out;
+	pthread_mutex_lock(&jobs_lock);
+	j = job_find_locked(dir.ptr);
+	if (!j && lstat(dir.ptr, &st) == 0 && S_ISDIR(st.st_mode) && (j = job_new(s, name, dir.ptr))) {
+		pthread_mutex_lock(&j->lock);
+		job_load_locked(j);
+		pthread_mutex_unlock(&j->lock);
+		j->next = jobs;
+		jobs = j;
+	}
+	if (j)
+		job_ref(j);
+	pthread_mutex_unlock(&jobs_lock);
+out:
+	buf_free(&dir);
+	return j;
+}
+
+int job_mkdir(struct sbx *s, const char *jobs_dir, const char *name)
+{
+	struct buf dir = BUF_INIT(BUF_CAP_PATH);
+	int err = 0;
+
+	if (buf_addf(&dir, "%s/%s", jobs_dir, name)) {
+		buf_free(&dir);
+		return ENAMETOOLONG;
+	}
+	if (util_mkdir_p(jobs_dir, 0700) || mkdir(dir.ptr, 0700))
+		err = errno;
+	else
+		log_info(s->token, "job slot %s created", name);
+	buf_free(&dir);
+	return err;
+}
+
+int job_rmdir(struct job *j)
+{
+	struct job **pp;
+	int err = 0;
+
+	pthread_mutex_lock(&jobs_lock);
+	pthread_mutex_lock(&j->lock);
+	if (j->removed) {
+		err = ENOENT;
+	} else if (j->state == J_RUNNING || j->state == J_STARTING) {
+		err = EBUSY;
+		log_warn(j->scope, "rmdir refused: the job is %s", job_state_name(j->state));
+	} else {
+		for (pp = &jobs; *pp; pp = &(*pp)->next)
+			if (*pp == j) {
+				*pp = j->next;
+				break;
+			}
+		j->removed = true;
+		if (!job_state_ended(j->state))
+			j->state = J_FAILED; /* an open handle sees an ended job */
+	}
+	pthread_mutex_unlock(&j->lock);
+	pthread_mutex_unlock(&jobs_lock);
+	if (err)
+		return err;
+	park_drain(&j->q, ENOENT); /* nobody waits for a removed job */
+	if (util_rm_rf(j->dir))
+		log_warn(j->scope, "removing the job directory: %s", strerror(errno));
+	pool_exec_cleanup(j->sbx, j->dir, j->name);
+	log_info(j->scope, "job slot removed");
+	job_put(j); /* the registry's */
+	return 0;
+}
+
+void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), void *arg)
+{
+	DIR *d = opendir(jobs_dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (names_valid(e->d_name) && e->d_type == DT_DIR)
+			fn(e->d_name, arg);
+	closedir(d);
+}
+
+/* ---- input and start ------------------------------------------------------------------------- */
+
+static int job_env_valid(struct job *j, const char *text, size_t size)
+{
+	const char *line = text, *end = text + size;
+
+	while (line < end) {
+		const char *nl = memchr(line, '\n', (size_t)(end - line));
+		size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
+		const char *eq = memchr(line, '=', len);
+		char key[256];
+
+		if (len && (!eq || (size_t)(eq - line) >= sizeof(key))) {
+			log_warn(j->scope, "env: line %.*s is not KEY=VALUE", (int)(len > 80 ? 80 : len), line);
+			return EINVAL;
+		}
+		if (len) {
+			memcpy(key, line, (size_t)(eq - line));
+			key[eq - line] = '\0';
+			if (!names_env_key_valid(key)) {
+				log_warn(j->scope, "env: key '%s' is not a valid POSIX environment variable name (must match ^[A-Za-z_][A-Za-z0-9_]*$)",
+					key);
+				return EINVAL;
+			}
+		}
+		line += len + (nl ? 1 : 0);
+	}
+	return 0;
+}
+
+/* Append to one of the job's input files, refusing past max bytes. */
+static int job_append(struct job *j, const char *file, const char *data, size_t len, long long max)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	struct stat st;
+	int fd = -1, err = 0;
+
+	if (job_path(j, file, &p))
+		err = ENAMETOOLONG;
+	else if ((fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600)) < 0)
+		err = errno;
+	else if (fstat(fd, &st))
+		err = errno;
+	else if ((long long)st.st_size + (long long)len > max)
+		err = EFBIG;
+	else if (write(fd, data, len) != (ssize_t)len)
+		err = errno ? errno : EIO;
+	if (err == EFBIG)
+		log_warn(j->scope, "%s: more than %lld bytes refused", file, max);
+	if (fd >= 0)
+		close(fd);
+	buf_free(&p);
+	return err;
+}
+
+static int job_before_start(struct job *j, const char *what)
+{
+	enum job_state st = job_state(j);
+
+	if (st == J_CREATED)
+		return 0;
+	log_warn(j->scope, "%s: the job has already been started (%s)", what, job_state_name(st));
+	return EBUSY;
+}
+
+int job_add_env(struct job *j, const char *data, size_t len)
+{
+	int err = job_before_start(j, "env");
+
+	if (!err && memchr(data, '\0', len))
+		err = EINVAL;
+	if (!err)
+		err = job_env_valid(j, data, len);
+	if (!err)
+		err = job_append(j, "env", data, len, JOB_ENV_MAX);
+	if (!err && len && data[len - 1] != '\n')
+		err = job_append(j, "env", "\n", 1, JOB_ENV_MAX);
+	return err;
+}
+
+int job_add_stdin(struct job *j, const char *data, size_t len)
+{
+	int err = job_before_start(j, "stdin");
+
+	return err ? err : job_append(j, "stdin", data, len, JOB_STDIN_MAX);
+}
+
+void job_cmd_writer(struct job *j, int delta)
+{
+	pthread_mutex_lock(&j->lock);
+	j->cmd_writers += delta;
+	pthread_mutex_unlock(&j->lock);
+	if (delta < 0)
+		park_wake(&j->q); /* a reader of exit may now get ESRCH */
+}
+
+int job_cmd_writers(struct job *j)
+{
+	int n;
+
+	pthread_mutex_lock(&j->lock);
+	n = j->cmd_writers;
+	pthread_mutex_unlock(&j->lock);
+	return n;
+}
+
+void job_unclaim(struct job *j)
+{
+	pthread_mutex_lock(&j->lock);
+	if (j->state == J_STARTING)
+		j->state = J_CREATED;
+	pthread_mutex_unlock(&j->lock);
+	park_wake(&j->q);
+}
+
+int job_claim(struct job *j)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&j->lock);
+	if (j->state == J_CREATED && !j->removed)
+		j->state = J_STARTING;
+	else
+		err = j->removed ? ENOENT : EBUSY;
+	pthread_mutex_unlock(&j->lock);
+	if (err == EBUSY)
+		log_warn(j->scope, "cmd: the job has already been started");
+	return err;
+}
+
+/* The job's environment, NUL-separated: a fixed base, then the sandbox's
+ * configured environment, then the job's env file (later wins). */
+static int job_environ(struct job *j, const struct sbx_config *cfg, struct buf *out)
+{
+	static const char *base[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"HOME=/mnt/user-data/workspace", "LANG=C.UTF-8", "TMPDIR=/tmp", NULL };
+	struct buf p = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(JOB_ENV_MAX + 1);
+	int r = 0;
+
+	for (int i = 0; base[i]; i++)
+		r |= buf_add(out, base[i], strlen(base[i]) + 1);
+	for (size_t i = 0; i < cfg->n_env; i++)
+		r |= buf_addf(out, "%s=%s", cfg->env[i].key, cfg->env[i].value) || buf_add(out, "", 1);
+	if (job_path(j, "env", &p) || (util_read_file(p.ptr, &text) && errno != ENOENT))
+		r = -1;
+	for (char *line = text.ptr; !r && line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (*line)
+			r |= buf_add(out, line, strlen(line) + 1);
+		line = nl ? nl + 1 : NULL;
+	}
+	buf_free(&p);
+	buf_free(&text);
+	return r ? ENOMEM : 0;
+}
+
+static int job_write_meta(struct job *j, const struct sbx_config *cfg, double started)
+{
+	json_t *o = json_pack("{s:i,s:f}", "timeout", (int)cfg->bash_command_timeout, "started_at", started);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	int err = text ? job_write_file(j, "meta.json", text, strlen(text)) : ENOMEM;
+
+	free(text);
+	json_decref(o);
+	return err;
+}
+
+int job_start(struct job *j, const char *cmd, size_t len)
+{
+	struct sbx_config *cfg = pool_sbx_config(j->sbx);
+	struct buf env = BUF_INIT(2 * JOB_ENV_MAX + 64 * 1024);
+	struct sbx_exec_spec spec = { 0 };
+	struct sbx_exec *x = NULL;
+	int err = 0;
+
+	while (len && (cmd[len - 1] == '\n' || cmd[len - 1] == '\r'))
+		len--;
+	if (!cfg) {
+		err = ENOENT;
+	} else if (!len) {
+		log_warn(j->scope, "cmd: empty command");
+		err = EINVAL;
+	} else if (memchr(cmd, '\0', len)) {
+		log_warn(j->scope, "cmd: the command contains a NUL byte");
+		err = EINVAL;
+	}
+	if (!err)
+		err = job_environ(j, cfg, &env);
+	if (!err)
+		err = job_write_file(j, "cmd", cmd, len);
+	if (!err)
+		err = job_write_file(j, "environ", env.ptr ? env.ptr : "", env.len);
+	if (!err)
+		err = job_write_meta(j, cfg, util_wall_now());
+	if (!err) {
+		spec.job_dir = j->dir;
+		spec.job_name = j->name;
+		spec.timeout = cfg->bash_command_timeout;
+		err = pool_exec(j->sbx, &spec, &x);
+		if (err)
+			log_err(j->scope, "cannot start the job: %s", strerror(err));
+	}
+	buf_free(&env);
+	config_put(cfg);
+	if (err) {
+		job_unlink_file(j, "cmd");
+		job_unlink_file(j, "environ");
+		job_unlink_file(j, "meta.json");
+		pthread_mutex_lock(&j->lock);
+		j->state = J_CREATED;
+		pthread_mutex_unlock(&j->lock);
+		park_wake(&j->q);
+		return err;
+	}
+	pthread_mutex_lock(&j->lock);
+	j->exec = x;
+	job_set_state_locked(j, J_RUNNING);
+	pthread_mutex_unlock(&j->lock);
+	if (job_watch(j))
+		log_warn(j->scope, "cannot watch the job: %s", strerror(errno));
+	log_info(j->scope, "job started");
+	park_wake(&j->q);
+	return 0;
+}
+
+/* ---- signals ------------------------------------------------------------------------------- */
+
+static int job_parse_signal(const char *s, int *sig)
+{
+	char *end;
+	long n;
+
+	if (!*s) {
+		*sig = SIGTERM;
+		return 0;
+	}
+	n = strtol(s, &end, 10);
+	if (!*end && end != s) {
+		if (n < 1 || n >= NSIG)
+			return -1;
+		*sig = (int)n;
+		return 0;
+	}
+	if (!strncmp(s, "SIG", 3))
+		s += 3;
+	for (int i = 1; i < NSIG; i++) {
+		const char *abbrev = sigabbrev_np(i);
+		if (abbrev && !strcmp(abbrev, s)) {
+			*sig = i;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+int job_ctl(struct job *j, const char *data, size_t len)
+{
+	char text[128], *arg;
+	struct sbx_exec *x;
+	int sig = SIGTERM, err;
+	enum sbx_err e;
+
+	while (len && (data[len - 1] == '\n' || data[len - 1] == ' '))
+		len--;
+	if (len >= sizeof(text) || memchr(data, '\0', len) || len < 4 || strncmp(data, "kill", 4) ||
+	    (len > 4 && data[4] != ' ')) {
+		log_warn(j->scope, "ctl: unknown command '%.*s' (expected: kill [SIGNAL])", (int)(len > 40 ? 40 : len),
+			data);
+		return EINVAL;
+	}
+	memcpy(text, data, len);
+	text[len] = '\0';
+	for (arg = text + 4; *arg == ' '; arg++)
+		;
+	if (job_parse_signal(arg, &sig)) {
+		log_warn(j->scope, "ctl: unknown signal '%.40s'", arg);
+		return EINVAL;
+	}
+	pthread_mutex_lock(&j->lock);
+	x = j->state == J_RUNNING && !j->reattaching ? j->exec : NULL;
+	pthread_mutex_unlock(&j->lock);
+	if (!x) {
+		log_warn(j->scope, "ctl: kill refused: the job is %s", job_state_name(job_state(j)));
+		return ESRCH;
+	}
+	if (job_write_file(j, "kill-requested", arg, strlen(arg)))
+		return EIO;
+	e = sbx_exec_signal(x, sig);
+	err = sbx_err_errno(e);
+	if (err == ENOENT)
+		err = ESRCH;
+	if (err) {
+		job_unlink_file(j, "kill-requested");
+		log_warn(j->scope, "ctl: signal %d not delivered: %s", sig, strerror(err));
+		return err;
+	}
+	log_info(j->scope, "signal %d sent%s", sig, !*arg ? ", SIGKILL follows if it keeps running" : "");
+	if (!*arg) {
+		pthread_mutex_lock(&j->lock);
+		j->kill_deadline_ms = util_now_ms() + JOB_KILL_GRACE_MS;
+		pthread_mutex_unlock(&j->lock);
+		kick();
+	}
+	return 0;
+}
+
+/* ---- output and status -------------------------------------------------------------------- */
+
+int job_open_stream(struct job *j, enum job_stream which)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int fd = -1;
+
+	if (!job_path(j, stream_files[which], &p))
+		fd = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	buf_free(&p);
+	return fd;
+}
+
+off_t job_stream_size(struct job *j, enum job_stream which)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	struct stat st;
+	off_t size = 0;
+
+	if (!job_path(j, stream_files[which], &p) && !lstat(p.ptr, &st) && S_ISREG(st.st_mode))
+		size = st.st_size;
+	buf_free(&p);
+	return size;
+}
+
+int job_exit_text(struct job *j, char *out, size_t len)
+{
+	struct job_result r = { .exit = 255 };
+
+	job_decode_result(j, &r);
+	return str_fmt(out, len, "%d\n", r.exit);
+}
+
+int job_cmd_text(struct job *j, struct buf *out)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int r = 0;
+
+	if (!job_path(j, "cmd", &p) && !util_read_file(p.ptr, out) && out->len)
+		r = buf_adds(out, "\n");
+	else
+		buf_reset(out);
+	buf_free(&p);
+	return r;
+}
+
+static json_t *jget(json_t *o, const char *key)
+{
+	json_t *v = o ? json_object_get(o, key) : NULL;
+
+	return v ? json_incref(v) : json_null();
+}
+
+int job_status_json(struct job *j, struct buf *out)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH), t = BUF_INIT(JOB_CMD_MAX + 1);
+	json_t *o, *r, *meta, *cmd = json_null(), *pgid = json_null();
+	enum job_state st = job_state(j);
+
+	r = job_read_json(j, "result");
+	meta = job_read_json(j, "meta.json");
+	if (!job_path(j, "cmd", &p) && !util_read_file(p.ptr, &t) && t.len) {
+		json_decref(cmd);
+		cmd = json_string_lossy(t.ptr, t.len);
+	}
+	buf_reset(&p);
+	buf_reset(&t);
+	if (!job_path(j, "pgid", &p) && !util_read_file(p.ptr, &t) && t.len) {
+		json_decref(pgid);
+		pgid = json_integer(strtol(buf_str(&t), NULL, 10));
+	}
+	buf_free(&p);
+	buf_free(&t);
+	o = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:o}", "name", j->name, "state", job_state_name(st),
+		"cmd", cmd ? cmd : json_null(), "pid", pgid, "started_at", jget(meta, "started_at"), "ended_at",
+		jget(r, "ended_at"), "exit", jget(r, "exit"), "signal", jget(r, "signal"), "stdout_bytes",
+		(json_int_t)job_stream_size(j, JOB_STDOUT), "stderr_bytes", (json_int_t)job_stream_size(j, JOB_STDERR),
+		"timeout", jget(meta, "timeout"));
+	if (o && r && json_object_get(r, "reason"))
+		json_object_set(o, "reason", json_object_get(r, "reason"));
+	json_decref(r);
+	json_decref(meta);
+	return json_to_buf(o, out);
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node.h - the FUSE layer's objects: nodes (every inode the kernel knows),
+ * views (one per sandbox incarnation) and user directories, and the
+ * dispatch of requests to the module that serves each kind of node.
+ *
+ * Every inode the kernel knows is a struct node; the fuse_ino_t is the
+ * node's address (as in libfuse's passthrough_ll), FUSE_ROOT_ID is the
+ * mountpoint.  Two families:
+ *   - virtual nodes (root, dot-files, user and sandbox directories, control
+ *     files, jobs): created and looked up under fs_lock;
+ *   - data nodes (everything under workspace/ uploads/ outputs/ skills/):
+ *     a host file, kept in the inode table of the view they belong to,
+ *     under view->lock.
+ *
+ * Dispatch: each kind is served by one module, which registers a table of
+ * low-level operations for it (node_kind_register); node.c and dispatch.c
+ * never name those modules.  A NULL slot gets the default answer of
+ * dispatch.c (EPERM for changes, ENOSYS-like answers for the rest).
+ *
+ * Lifetime: a virtual node is freed when the kernel has forgotten it
+ * (nlookup == 0) and its owner has let go of it (!linked); a data node when
+ * the kernel has forgotten it.  A view lives while any of its nodes or any
+ * holder does (refs, atomic); a reclaim makes a new view, so the kernel never
+ * sees an inode of a released sandbox again, and a data node belongs to
+ * exactly one view (a link or rename between two sandboxes is EXDEV by
+ * construction).
+ *
+ * Lock order: fs_lock and view->lock are never held together; the module
+ * locks (jobs, park queues) are taken under neither.  view refs are atomic
+ * and taken without fs_lock on the data path.
+ */
+#ifndef SBX_NODE_H
+#define SBX_NODE_H
+
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "../common/buf.h"
+#include "../common/config.h"
+#include "../common/names.h"
+#include "../providers/pool.h"
+
+enum node_kind {
+	N_ROOT,
+	N_ROOTFILE, /* .status .metrics .config */
+	N_USER,
+	N_SANDBOX,
+	N_CTL,     /* a sandbox's id, status, ctl, events, network */
+	N_JOBS,    /* jobs/ */
+	N_JOB,     /* jobs/<name>/ */
+	N_JOBFILE, /* jobs/<name>/{cmd,env,stdin,stdout,stderr,exit,status,ctl} */
+	N_DATA,
+	N_KINDS
+};
+
+enum rootfile { RF_STATUS, RF_METRICS, RF_CONFIG, RF_COUNT };
+enum ctlfile { CTL_ID, CTL_STATUS, CTL_COUNT };
+enum datadir { DD_WORKSPACE, DD_UPLOADS, DD_OUTPUTS, DD_SKILLS, DD_COUNT };
+
+struct view;
+struct job;
+struct user_ent;
+
+struct node {
+	enum node_kind kind;
+	int which;        /* rootfile, ctlfile, jobfile or datadir index */
+	uint64_t nlookup; /* kernel references: fs_lock (virtual) or view->lock (data) */
+	bool linked;      /* virtual: still reachable from its owner (fs_lock) */
+	struct view *view;     /* N_SANDBOX and below */
+	struct user_ent *user; /* N_USER */
+	struct job *job;       /* N_JOB, N_JOBFILE: referenced */
+	/* N_DATA: */
+	int fd; /* O_PATH */
+	dev_t dev;
+	ino_t ino;
+	struct node *hnext; /* view's inode table chain (data) or the view's vnode list (virtual) */
+	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
+	off_t stamp_size;
+	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
+};
+
+struct user_ent {
+	char name[NAME_MAX_LEN + 1];
+	uid_t uid; /* presented owner */
+	gid_t gid;
+	struct node *node; /* fs_lock */
+	struct user_ent *next;
+};
+
+#define VIEW_BUCKETS 256
+
+struct view {
+	struct sbx *sbx; /* referenced */
+	unsigned gen;
+	int refs;  /* atomic: the sbx's fsdata + every node + every holder */
+	bool dead; /* released (fs_lock) */
+	uid_t sbx_uid, pres_uid; /* host uid of the sandbox -> uid shown */
+	gid_t sbx_gid, pres_gid;
+	struct node *dir; /* N_SANDBOX */
+	struct node *ctl[CTL_COUNT];
+	struct node *jobs;
+	struct node *vnodes;        /* fs_lock: other virtual nodes of this view (jobs, ...) */
+	char *jobs_dir;             /* host: thread_dir/jobs */
+	struct view *vprev, *vnext; /* fs_lock: every view that exists */
+	pthread_mutex_t lock;       /* the data inode table */
+	struct node *table[VIEW_BUCKETS];
+};
+
+struct fs {
+	struct fuse_session *se;
+	struct sbx_config *cfg; /* startup config (mount options); referenced */
+	double started_at;
+	uid_t mount_uid;
+	gid_t mount_gid;
+	double data_timeout;      /* entry/attr timeout for data nodes */
+	double data_timeout_busy; /* the same while a job runs in the sandbox */
+};
+
+extern struct fs fs;
+extern pthread_mutex_t fs_lock;
+
+/* ---- kinds and dispatch ---------------------------------------------------- */
+
+struct node_kind_ops {
+	const struct fuse_lowlevel_ops *ops; /* requests on nodes of this kind */
+	/* data-like nodes with their own lifetime: the kernel forgot count refs */
+	void (*forget)(struct node *n, uint64_t count);
+	/* virtual nodes: release what n holds when it is freed (fs_lock held,
+	 * must not take fs_lock) */
+	void (*on_free)(struct node *n);
+};
+
+void node_kind_register(enum node_kind kind, const struct node_kind_ops *k);
+const struct node_kind_ops *node_kind(enum node_kind kind);
+/* The libfuse operations of the whole mount (dispatch.c). */
+extern const struct fuse_lowlevel_ops fs_ops;
+
+/* ---- nodes -------------------------------------------------------------------- */
+
+struct node *node_of(fuse_ino_t ino);
+fuse_ino_t node_ino(struct node *n);
+struct node *node_root(void);
+struct node *vnode_new(enum node_kind kind, int which);
+/* A virtual node of view v (referencing it, on its vnode list). fs_lock held. */
+struct node *view_vnode_new_locked(struct view *v, enum node_kind kind, int which);
+void node_lookup_ref_locked(struct node *n); /* fs_lock held */
+void node_forget(struct node *n, uint64_t count);
+/* fs_lock held: the owner lets go of a virtual node.  Returns the number of
+ * view references to drop with view_put() after unlocking. */
+int vnode_unlink_locked(struct node *n);
+/* Reply to a LOOKUP: err 0 -> e; ENOENT -> a negative entry that is not
+ * cached (sandboxes appear by mkdir, files by jobs in the sandbox). */
+void node_reply_entry(fuse_req_t req, int err, const struct fuse_entry_param *e);
+/* Attributes of a virtual node: owner, times, mode, size. */
+void vnode_attr(struct node *n, mode_t mode, off_t size, struct stat *st);
+/* Entry for a virtual node, counting a lookup (fs_lock held). */
+void vnode_entry_locked(struct node *n, mode_t mode, off_t size, double attr_timeout, struct fuse_entry_param *e);
+
+/* ---- views -------------------------------------------------------------------- */
+
+void view_get(struct view *v);
+void view_put(struct view *v);
+struct view *view_current(struct sbx *s); /* referenced, creating it; NULL unless active */
+struct view *view_of_sbx(struct sbx *s);  /* referenced current view or NULL; never creates */
+void view_kill(struct sbx *s);            /* at release */
+
+/* ---- users -------------------------------------------------------------------- */
+
+struct user_ent *user_find_locked(const char *name);
+int users_load(void);
+int user_add(const char *name, uid_t uid, gid_t gid);
+int user_remove(const char *name);
+/* fn runs under fs_lock and must not block. */
+void users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);
+/* Copy the name of a user directory node; false when it is gone. */
+bool user_name_of(struct node *n, char out[NAME_MAX_LEN + 1], uid_t *owner);
+
+#endif

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * park.c - the park thread and its queues (see park.h for the protocol).
+ *
+ * Why one thread: answering a parked request is a re-try (a stat and maybe
+ * a splice) and a reply; one thread does thousands a second, and a single
+ * consumer keeps the arming protocol simple.  Wakes are targeted: a queue
+ * is put on the dirty list once, so output growth of one job retries only
+ * that job's readers.
+ */
+#define _GNU_SOURCE
+#include "park.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+
+struct parked {
+	fuse_req_t req;
+	struct park_queue *q;
+	park_try_fn try;
+	void *arg;
+	void (*arg_free)(void *arg);
+	bool armed;               /* protected by q->lock */
+	volatile int interrupted; /* set by the interrupt callback */
+	struct parked *next;
+};
+
+struct park_poll {
+	struct fuse_pollhandle *ph;
+	struct park_poll *next;
+};
+
+static pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct park_queue *dirty_head; /* protected by park_lock */
+static int park_efd = -1;
+static pthread_t park_thread;
+static volatile int park_stop;
+static bool park_running;
+
+void park_queue_init(struct park_queue *q, void (*get)(void *), void (*put)(void *), void *owner)
+{
+	memset(q, 0, sizeof(*q));
+	pthread_mutex_init(&q->lock, NULL);
+	q->get = get;
+	q->put = put;
+	q->owner = owner;
+}
+
+static void polls_notify(struct park_poll *p)
+{
+	while (p) {
+		struct park_poll *next = p->next;
+		fuse_lowlevel_notify_poll(p->ph);
+		fuse_pollhandle_destroy(p->ph);
+		free(p);
+		p = next;
+	}
+}
+
+void park_queue_destroy(struct park_queue *q)
+{
+	struct park_poll *p = q->polls;
+
+	q->polls = NULL;
+	while (p) {
+		struct park_poll *next = p->next;
+		fuse_pollhandle_destroy(p->ph);
+		free(p);
+		p = next;
+	}
+	pthread_mutex_destroy(&q->lock);
+}
+
+void park_poll(struct park_queue *q, struct fuse_pollhandle *ph)
+{
+	struct park_poll *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		/* cannot keep it: tell the kernel to poll again now */
+		fuse_lowlevel_notify_poll(ph);
+		fuse_pollhandle_destroy(ph);
+		return;
+	}
+	p->ph = ph;
+	pthread_mutex_lock(&q->lock);
+	p->next = q->polls;
+	q->polls = p;
+	pthread_mutex_unlock(&q->lock);
+}
+
+static void parked_free(struct parked *p)
+{
+	if (p->arg_free)
+		p->arg_free(p->arg);
+	free(p);
+}
+
+/* Caller holds q->lock. */
+static void queue_append_locked(struct park_queue *q, struct parked *p)
+{
+	p->next = NULL;
+	if (q->tail)
+		q->tail->next = p;
+	else
+		q->head = p;
+	q->tail = p;
+}
+
+/* Caller holds q->lock. */
+static void queue_remove_locked(struct park_queue *q, struct parked *p)
+{
+	struct parked **pp, *prev = NULL;
+
+	for (pp = &q->head; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == p) {
+			*pp = p->next;
+			if (q->tail == p)
+				q->tail = prev;
+			return;
+		}
+}
+
+/* Caller holds q->lock: detach the armed waiters, in order. */
+static struct parked *queue_claim_locked(struct park_queue *q)
+{
+	struct parked *claimed = NULL, **ctail = &claimed, *p = q->head, *keep = NULL, **ktail = &keep, *last = NULL;
+
+	while (p) {
+		struct parked *next = p->next;
+		p->next = NULL;
+		if (p->armed) {
+			*ctail = p;
+			ctail = &p->next;
+		} else {
+			*ktail = p;
+			ktail = &p->next;
+			last = p;
+		}
+		p = next;
+	}
+	q->head = keep;
+	q->tail = last;
+	return claimed;
+}
+
+void park_wake(struct park_queue *q)
+{
+	uint64_t one = 1;
+	bool kick = false;
+
+	pthread_mutex_lock(&park_lock);
+	if (!q->dirty) {
+		q->dirty = true;
+		if (q->get)
+			q->get(q->owner);
+		q->dirty_next = dirty_head;
+		dirty_head = q;
+		kick = true;
+	}
+	pthread_mutex_unlock(&park_lock);
+	if (kick && park_efd >= 0 && write(park_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("park", "cannot wake the park thread: %s", strerror(errno));
+}
+
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	struct parked *p = data;
+
+	(void)req;
+	p->interrupted = 1;
+	park_wake(p->q);
+}
+
+/* Register the interrupt callback, then arm p; a drained queue answers it.
+ * A first park wakes the queue once armed: what p waits for may have
+ * happened between the caller's own try and the arming.  A retry does not:
+ * a wake that came while p was claimed has queued the queue again. */
+static void park_arm(struct park_queue *q, struct parked *p, bool first)
+{
+	int err = 0;
+
+	fuse_req_interrupt_func(p->req, on_interrupt, p);
+	pthread_mutex_lock(&q->lock);
+	if (q->closed) {
+		queue_remove_locked(q, p);
+		err = q->close_err;
+	} else {
+		p->armed = true;
+	}
+	pthread_mutex_unlock(&q->lock);
+	if (err) {
+		fuse_req_interrupt_func(p->req, NULL, NULL);
+		fuse_reply_err(p->req, err);
+		parked_free(p);
+		return;
+	}
+	if (first || p->interrupted)
+		park_wake(q);
+}
+
+/* Put p (unarmed) on q and arm it; or answer it when q is drained. */
+static void park_enqueue(struct park_queue *q, struct parked *p, bool first)
+{
+	int err = 0;
+
+	p->armed = false;
+	pthread_mutex_lock(&q->lock);
+	if (q->closed)
+		err = q->close_err;
+	else
+		queue_append_locked(q, p);
+	pthread_mutex_unlock(&q->lock);
+	if (err) {
+		fuse_reply_err(p->req, err);
+		parked_free(p);
+		return;
+	}
+	park_arm(q, p, first);
+}
+
+void park(struct park_queue *q, fuse_req_t req, park_try_fn try, void *arg, void (*arg_free)(void *arg))
+{
+	struct parked *p = calloc(1, sizeof(*p));
+
+	if (!p) {
+		fuse_reply_err(req, ENOMEM);
+		if (arg_free)
+			arg_free(arg);
+		return;
+	}
+	p->req = req;
+	p->q = q;
+	p->try = try;
+	p->arg = arg;
+	p->arg_free = arg_free;
+	park_enqueue(q, p, true);
+}
+
+/* Park thread: retry every armed waiter of q. */
+static void queue_service(struct park_queue *q)
+{
+	struct parked *p, *next;
+	struct park_poll *polls;
+
+	pthread_mutex_lock(&q->lock);
+	p = queue_claim_locked(q);
+	polls = q->polls;
+	q->polls = NULL;
+	pthread_mutex_unlock(&q->lock);
+	polls_notify(polls);
+	for (; p; p = next) {
+		next = p->next;
+		fuse_req_interrupt_func(p->req, NULL, NULL);
+		if (p->interrupted) {
+			fuse_reply_err(p->req, EINTR);
+			parked_free(p);
+		} else if (p->try(p->req, p->arg)) {
+			parked_free(p);
+		} else {
+			park_enqueue(q, p, false);
+		}
+	}
+}
+
+void park_drain(struct park_queue *q, int err)
+{
+	struct parked *p, *next;
+	struct park_poll *polls;
+
+	pthread_mutex_lock(&q->lock);
+	q->closed = true;
+	q->close_err = err;
+	p = queue_claim_locked(q);
+	polls = q->polls;
+	q->polls = NULL;
+	pthread_mutex_unlock(&q->lock);
+	polls_notify(polls);
+	for (; p; p = next) {
+		next = p->next;
+		fuse_req_interrupt_func(p->req, NULL, NULL);
+		fuse_reply_err(p->req, err);
+		parked_free(p);
+	}
+}
+
+bool park_has_waiters(struct park_queue *q)
+{
+	bool any;
+
+	pthread_mutex_lock(&q->lock);
+	any = q->head != NULL;
+	pthread_mutex_unlock(&q->lock);
+	return any;
+}
+
+static void park_service_dirty(void)
+{
+	struct park_queue *list, *q;
+
+	pthread_mutex_lock(&park_lock);
+	list = dirty_head;
+	dirty_head = NULL;
+	for (q = list; q; q = q->dirty_next)
+		q->dirty = false; /* a wake from now on queues it again */
+	pthread_mutex_unlock(&park_lock);
+	while ((q = list)) {
+		list = q->dirty_next;
+		queue_service(q);
+		if (q->put)
+			q->put(q->owner);
+	}
+}
+
+static void *park_main(void *arg)
+{
+	(void)arg;
+	while (!park_stop) {
+		struct pollfd pfd = { .fd = park_efd, .events = POLLIN };
+		uint64_t v;
+
+		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
+			log_warn("park", "poll: %s", strerror(errno));
+		if (read(park_efd, &v, sizeof(v)) < 0 && errno != EAGAIN && errno != EINTR)
+			log_warn("park", "eventfd: %s", strerror(errno));
+		park_service_dirty();
+	}
+	park_service_dirty();
+	return NULL;
+}
+
+int park_init(void)
+{
+	int err;
+
+	park_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (park_efd < 0)
+		return errno;
+	err = pthread_create(&park_thread, NULL, park_main, NULL);
+	if (err)
+		return err;
+	park_running = true;
+	return 0;
+}
+
+void park_shutdown(void)
+{
+	uint64_t one = 1;
+
+	if (!park_running)
+		return;
+	park_stop = 1;
+	if (write(park_efd, &one, sizeof(one)) < 0)
+		log_warn("park", "cannot stop the park thread: %s", strerror(errno));
+	pthread_join(park_thread, NULL);
+	park_running = false;
+	close(park_efd);
+	park_efd = -1;
+}

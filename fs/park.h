@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * park.h - FUSE requests that have to wait: a read of a job's `exit` before
+ * the job ends, of `stdout` at end of file while the job runs, of `events`
+ * with nothing pending.  A parked request holds no FUSE worker: it sits on a
+ * queue and the park thread answers it when its queue is woken.
+ *
+ * Protocol (libfuse runs interrupt callbacks holding the request's lock, and
+ * fuse_req_interrupt_func() takes that lock, so neither side may hold the
+ * other's lock): a waiter is put on its queue unarmed, its interrupt
+ * callback is registered outside any lock, then it is armed.  Only armed
+ * waiters are claimed; the claimer clears the callback (which waits for a
+ * running one) before it replies.  The callback only flags the waiter and
+ * wakes its queue.
+ *
+ * Lock order: park_lock (the dirty list) is never held with a queue's lock;
+ * neither is held while replying or calling try().
+ *
+ * poll(2): handles registered with park_poll() are notified at the next
+ * wake of their queue, then dropped (the kernel polls again).
+ *
+ * Lifetime: every waiter and every pending wake-up holds a reference on the
+ * queue's owner (get/put given at park_queue_init), so a queue outlives its
+ * waiters.  An owner that goes away (job rmdir, sandbox release, shutdown)
+ * calls park_drain(): every waiter, also one being retried at that moment,
+ * is answered with the given errno and later parks are refused with it.
+ */
+#ifndef SBX_PARK_H
+#define SBX_PARK_H
+
+#define FUSE_USE_VERSION 34
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+struct parked;
+
+struct park_poll;
+
+struct park_queue {
+	pthread_mutex_t lock;
+	struct parked *head, *tail; /* protected by lock: FIFO */
+	struct park_poll *polls;    /* protected by lock: poll(2) handles to notify */
+	bool closed;                /* protected by lock: drained */
+	int close_err;
+	bool dirty;                    /* protected by park_lock */
+	struct park_queue *dirty_next; /* protected by park_lock */
+	void (*get)(void *owner);
+	void (*put)(void *owner);
+	void *owner;
+};
+
+/* Answers req and returns true, or returns false to keep waiting.  Called
+ * from the park thread (or the parker's own thread) with no lock held. */
+typedef bool (*park_try_fn)(fuse_req_t req, void *arg);
+
+void park_queue_init(struct park_queue *q, void (*get)(void *), void (*put)(void *), void *owner);
+/* The queue must be drained and have no waiter. */
+void park_queue_destroy(struct park_queue *q);
+/* Park req: try(req, arg) is called each time q is woken until it answers;
+ * then (or when req is interrupted, answered EINTR, or the queue drained)
+ * arg_free(arg) runs.  Never fails: on ENOMEM req is answered ENOMEM. */
+void park(struct park_queue *q, fuse_req_t req, park_try_fn try, void *arg, void (*arg_free)(void *arg));
+/* Something q's waiters wait for may have happened: retry them soon, on the
+ * park thread.  Cheap, any thread, no lock of the caller's matters. */
+void park_wake(struct park_queue *q);
+/* Answer every waiter with err now and refuse later parks with it. */
+void park_drain(struct park_queue *q, int err);
+/* Keep a poll(2) handle: it is notified (and destroyed) at the next wake.
+ * Register before testing readiness, so an event in between is not lost. */
+void park_poll(struct park_queue *q, struct fuse_pollhandle *ph);
+bool park_has_waiters(struct park_queue *q);
+
+int park_init(void);
+void park_shutdown(void);
+
+#endif

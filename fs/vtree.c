@@ -1,0 +1,487 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * vtree.c - the virtual tree of the namespace (DESIGN §3): the root with its
+ * dot-files, user directories, sandbox directories and their control files.
+ * Data directories are served by data.c and jobs/ by jobfs.c; this module
+ * only links them into a sandbox directory.
+ *
+ * Semantics follow cgroupfs/configfs: mkdir of a user or thread is an
+ * object creation (acquire), rmdir of a sandbox directory releases it
+ * although it holds files, control files cannot be created, removed or
+ * renamed (EPERM), and they are opened with direct I/O.
+ *
+ * Acquire and release are slow (a container start, a remote call): mkdir and
+ * rmdir of a thread hand them to the work pool (work.h) and the work item
+ * answers the request, so no FUSE worker waits for a provider.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "ctl.h"
+#include "data.h"
+#include "handle.h"
+#include "node.h"
+#include "vdir.h"
+#include "work.h"
+
+#define VDIR_TIMEOUT 1.0
+
+static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status" };
+static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
+static struct node *rootfiles[RF_COUNT];
+
+static int name_index(const char *const *names, int count, const char *name)
+{
+	for (int i = 0; i < count; i++)
+		if (!strcmp(names[i], name))
+			return i;
+	return -1;
+}
+
+/* ---- attributes -------------------------------------------------------------- */
+
+static mode_t vtree_mode(struct node *n)
+{
+	switch (n->kind) {
+	case N_ROOT:
+		return S_IFDIR | (fs.cfg->n_users || fs.cfg->users_passwd ? 01777 : 0755);
+	case N_USER:
+	case N_SANDBOX:
+		return S_IFDIR | 0700;
+	default:
+		return S_IFREG | 0444;
+	}
+}
+
+/* The size of a readable control file: its content rendered now. */
+static off_t vtree_size(struct node *n)
+{
+	struct buf b = BUF_INIT(BUF_CAP_JSON);
+	off_t size = 0;
+
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !ctl_render(n, &b))
+		size = (off_t)b.len;
+	buf_free(&b);
+	return size;
+}
+
+static double vtree_timeout(struct node *n)
+{
+	return n->kind == N_ROOTFILE || n->kind == N_CTL ? 0 : VDIR_TIMEOUT;
+}
+
+/* fs_lock held. */
+static void vtree_entry_locked(struct node *n, off_t size, struct fuse_entry_param *e)
+{
+	vnode_entry_locked(n, vtree_mode(n), size, vtree_timeout(n), e);
+}
+
+static void vtree_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	struct stat st;
+
+	(void)fi;
+	vnode_attr(n, vtree_mode(n), vtree_size(n), &st);
+	fuse_reply_attr(req, &st, vtree_timeout(n));
+}
+
+/* touch of a directory: accepted, nothing changes.  Anything else: EPERM. */
+static void vtree_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
+{
+	const int times = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+			  FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+	struct node *n = node_of(ino);
+
+	(void)attr;
+	if ((valid & ~times) == 0 && S_ISDIR(vtree_mode(n)))
+		return vtree_getattr(req, ino, fi);
+	fuse_reply_err(req, EPERM);
+}
+
+/* ---- lookup ----------------------------------------------------------------------- */
+
+static void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	int i = name_index(rootfile_names, RF_COUNT, name);
+	struct fuse_entry_param e;
+	struct user_ent *u;
+	off_t size = i >= 0 ? vtree_size(rootfiles[i]) : 0;
+	int err = 0;
+
+	(void)parent;
+	pthread_mutex_lock(&fs_lock);
+	if (i >= 0)
+		vtree_entry_locked(rootfiles[i], size, &e);
+	else if ((u = user_find_locked(name)))
+		vtree_entry_locked(u->node, 0, &e);
+	else
+		err = ENOENT;
+	pthread_mutex_unlock(&fs_lock);
+	node_reply_entry(req, err, &e);
+}
+
+/* The entry of s's sandbox directory, or ENOENT. */
+static int sandbox_entry(struct sbx *s, struct fuse_entry_param *e)
+{
+	struct view *v = view_current(s);
+	int err = ENOENT;
+
+	if (!v)
+		return ENOENT;
+	pthread_mutex_lock(&fs_lock);
+	if (v->dir && !v->dead) {
+		vtree_entry_locked(v->dir, 0, e);
+		err = 0;
+	}
+	pthread_mutex_unlock(&fs_lock);
+	view_put(v);
+	return err;
+}
+
+static void user_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	char user[NAME_MAX_LEN + 1];
+	struct fuse_entry_param e;
+	struct sbx *s = NULL;
+	int err = ENOENT;
+
+	if (user_name_of(node_of(parent), user, NULL) && names_valid(name))
+		s = pool_find_active(user, name);
+	if (s) {
+		err = sandbox_entry(s, &e);
+		pool_put(s);
+	}
+	node_reply_entry(req, err, &e);
+}
+
+static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct view *v = node_of(parent)->view;
+	struct fuse_entry_param e;
+	struct node *n = NULL;
+	int i, err = 0;
+
+	if ((i = name_index(data_names, DD_COUNT, name)) >= 0)
+		return node_reply_entry(req, v->dead ? ENOENT : data_lookup_root(v, i, &e), &e);
+	i = name_index(ctl_names, CTL_COUNT, name);
+	if (i >= 0) {
+		pthread_mutex_lock(&fs_lock);
+		n = v->dead ? NULL : v->ctl[i];
+		pthread_mutex_unlock(&fs_lock);
+	}
+	off_t size = n ? vtree_size(n) : 0; /* rendered outside fs_lock */
+	pthread_mutex_lock(&fs_lock);
+	if (v->dead)
+		err = ENOENT;
+	else if (i >= 0 && v->ctl[i])
+		vtree_entry_locked(v->ctl[i], size, &e);
+	else if (!strcmp(name, "jobs") && v->jobs)
+		vnode_entry_locked(v->jobs, S_IFDIR | 0700, 0, VDIR_TIMEOUT, &e);
+	else
+		err = ENOENT;
+	pthread_mutex_unlock(&fs_lock);
+	node_reply_entry(req, err, &e);
+}
+
+/* ---- mkdir / rmdir of users and threads --------------------------------------------- */
+
+static bool may_act_for(fuse_req_t req, uid_t owner)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	return ctx->uid == 0 || ctx->uid == owner;
+}
+
+static void root_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct fuse_entry_param e;
+	uid_t uid = fs.mount_uid;
+	gid_t gid = fs.mount_gid;
+	struct sbx_config *cfg;
+	int r, err;
+
+	(void)parent;
+	(void)mode;
+	if (!names_valid(name)) {
+		log_warn("namespace", "mkdir %s: invalid user name (must match ^[A-Za-z0-9_-]{1,64}$)", name);
+		return (void)fuse_reply_err(req, EINVAL);
+	}
+	cfg = pool_config();
+	r = config_user_lookup(cfg, name, &uid, &gid);
+	config_put(cfg);
+	if (r < 0 || !may_act_for(req, uid)) {
+		log_warn(name, "mkdir refused: %s", r < 0 ? "not a configured user" : "caller is not that user");
+		return (void)fuse_reply_err(req, EACCES);
+	}
+	err = user_add(name, uid, gid);
+	if (err)
+		return (void)fuse_reply_err(req, err);
+	pthread_mutex_lock(&fs_lock);
+	struct user_ent *u = user_find_locked(name);
+	if (u)
+		vtree_entry_locked(u->node, 0, &e);
+	pthread_mutex_unlock(&fs_lock);
+	if (!u)
+		return (void)fuse_reply_err(req, ENOENT);
+	log_info(name, "user directory created");
+	fuse_reply_entry(req, &e);
+}
+
+static void root_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent;
+	if (name_index(rootfile_names, RF_COUNT, name) >= 0)
+		return (void)fuse_reply_err(req, ENOTDIR);
+	fuse_reply_err(req, user_remove(name));
+}
+
+struct thread_op {
+	fuse_req_t req;
+	char user[NAME_MAX_LEN + 1];
+	char thread[NAME_MAX_LEN + 1];
+};
+
+/* Work thread: acquire, then answer the mkdir. */
+static void acquire_work(void *arg)
+{
+	struct thread_op *op = arg;
+	struct fuse_entry_param e;
+	struct sbx *s;
+	int err;
+
+	err = pool_acquire(op->user, op->thread, &s);
+	if (!err) {
+		err = sandbox_entry(s, &e);
+		pool_put(s);
+	} else if (err != EEXIST) {
+		log_err(op->user, "mkdir %s: acquire failed: %s", op->thread, strerror(err));
+	}
+	if (err)
+		fuse_reply_err(op->req, err);
+	else
+		fuse_reply_entry(op->req, &e);
+	free(op);
+}
+
+/* Work thread: release, then answer the rmdir. */
+static void release_work(void *arg)
+{
+	struct thread_op *op = arg;
+	struct sbx *s = pool_find_active(op->user, op->thread);
+	int err = ENOENT;
+
+	if (s) {
+		err = pool_release(s);
+		if (!err)
+			view_kill(s);
+		pool_put(s);
+	}
+	fuse_reply_err(op->req, err);
+	free(op);
+}
+
+static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name, void (*fn)(void *))
+{
+	struct thread_op *op;
+	uid_t owner;
+	int err;
+
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return (void)fuse_reply_err(req, ENOMEM);
+	if (!user_name_of(node_of(parent), op->user, &owner)) {
+		free(op);
+		return (void)fuse_reply_err(req, ENOENT);
+	}
+	if (!names_valid(name)) {
+		if (fn == acquire_work)
+			log_warn(op->user, "mkdir %s: invalid thread name (must match ^[A-Za-z0-9_-]{1,64}$)", name);
+		free(op);
+		return (void)fuse_reply_err(req, fn == acquire_work ? EINVAL : ENOENT);
+	}
+	if (!may_act_for(req, owner)) {
+		free(op);
+		return (void)fuse_reply_err(req, EACCES);
+	}
+	memcpy(op->thread, name, strlen(name) + 1);
+	op->req = req;
+	err = work_submit(fn, op);
+	if (err) {
+		free(op);
+		fuse_reply_err(req, err);
+	}
+}
+
+static void user_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)mode;
+	thread_op_submit(req, parent, name, acquire_work);
+}
+
+static void user_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	thread_op_submit(req, parent, name, release_work);
+}
+
+static void sandbox_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	(void)parent;
+	(void)mode;
+	log_warn("namespace", "mkdir %s: not allowed in a sandbox directory", name);
+	fuse_reply_err(req, EPERM);
+}
+
+/* ---- control files ------------------------------------------------------------------- */
+
+static void ctl_handle_clean(void *p)
+{
+	buf_free(p);
+}
+
+static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	struct buf *b;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		log_warn("namespace", "write to a read-only control file refused");
+		return (void)fuse_reply_err(req, EPERM);
+	}
+	if (n->view && n->view->dead)
+		return (void)fuse_reply_err(req, ENOENT);
+	b = handle_alloc(sizeof(*b), ctl_handle_clean);
+	if (!b)
+		return (void)fuse_reply_err(req, ENOMEM);
+	buf_init(b, BUF_CAP_JSON);
+	if (ctl_render(n, b)) {
+		handle_discard(b);
+		return (void)fuse_reply_err(req, EIO);
+	}
+	fi->fh = (uint64_t)(uintptr_t)b;
+	fi->direct_io = 1;
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct buf *b = (struct buf *)(uintptr_t)fi->fh;
+
+	(void)ino;
+	if ((size_t)off >= b->len)
+		return (void)fuse_reply_buf(req, NULL, 0);
+	fuse_reply_buf(req, b->ptr + off, b->len - (size_t)off < size ? b->len - (size_t)off : size);
+}
+
+static void ctlfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle_retire((void *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- directories ----------------------------------------------------------------------- */
+
+static void vdir_add_user(struct user_ent *u, void *arg)
+{
+	vdir_add(arg, u->name, DT_DIR);
+}
+
+static void vdir_add_sbx(struct sbx *s, void *arg)
+{
+	vdir_add(arg, s->thread, DT_DIR);
+}
+
+static void vtree_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	char user[NAME_MAX_LEN + 1];
+	struct vdir *d;
+
+	if (n->view && n->view->dead)
+		return (void)fuse_reply_err(req, ENOENT);
+	d = vdir_new();
+	if (!d)
+		return (void)fuse_reply_err(req, ENOMEM);
+	switch (n->kind) {
+	case N_ROOT:
+		for (int i = 0; i < RF_COUNT; i++)
+			vdir_add(d, rootfile_names[i], DT_REG);
+		users_each(vdir_add_user, d);
+		break;
+	case N_USER:
+		if (user_name_of(n, user, NULL))
+			pool_each_active(user, vdir_add_sbx, d);
+		break;
+	default: /* N_SANDBOX */
+		for (int i = 0; i < CTL_COUNT; i++)
+			vdir_add(d, ctl_names[i], DT_REG);
+		for (int i = 0; i < DD_COUNT; i++)
+			vdir_add(d, data_names[i], DT_DIR);
+		vdir_add(d, "jobs", DT_DIR);
+		break;
+	}
+	vdir_reply_open(req, d, fi);
+}
+
+/* ---- registration ------------------------------------------------------------------------- */
+
+#define VTREE_DIR_OPS                                                                                          \
+	.getattr = vtree_getattr, .setattr = vtree_setattr, .opendir = vtree_opendir, .readdir = vdir_readdir, \
+	.readdirplus = vdir_readdirplus, .releasedir = vdir_releasedir
+
+static const struct fuse_lowlevel_ops root_ops = {
+	VTREE_DIR_OPS,
+	.lookup = root_lookup,
+	.mkdir = root_mkdir,
+	.rmdir = root_rmdir,
+};
+
+static const struct fuse_lowlevel_ops user_ops = {
+	VTREE_DIR_OPS,
+	.lookup = user_lookup,
+	.mkdir = user_mkdir,
+	.rmdir = user_rmdir,
+};
+
+static const struct fuse_lowlevel_ops sandbox_ops = {
+	VTREE_DIR_OPS,
+	.lookup = sandbox_lookup,
+	.mkdir = sandbox_mkdir,
+};
+
+static const struct fuse_lowlevel_ops ctlfile_ops = {
+	.getattr = vtree_getattr,
+	.setattr = vtree_setattr,
+	.open = ctlfile_open,
+	.read = ctlfile_read,
+	.release = ctlfile_release,
+};
+
+static const struct node_kind_ops k_root = { .ops = &root_ops };
+static const struct node_kind_ops k_user = { .ops = &user_ops };
+static const struct node_kind_ops k_sandbox = { .ops = &sandbox_ops };
+static const struct node_kind_ops k_ctlfile = { .ops = &ctlfile_ops };
+
+int vtree_init(void)
+{
+	for (int i = 0; i < RF_COUNT; i++) {
+		rootfiles[i] = vnode_new(N_ROOTFILE, i);
+		if (!rootfiles[i])
+			return ENOMEM;
+	}
+	node_kind_register(N_ROOT, &k_root);
+	node_kind_register(N_USER, &k_user);
+	node_kind_register(N_SANDBOX, &k_sandbox);
+	node_kind_register(N_ROOTFILE, &k_ctlfile);
+	node_kind_register(N_CTL, &k_ctlfile);
+	return 0;
+}
