@@ -43,8 +43,7 @@ API (paths, fields and envelopes as in openapi.json)
   HTTP 200 + success:false + data = FileOperationError; unknown routes are
   404 {"detail": "Not Found"}.
 
-Test control channel (never under /v1; see the README section of the report or
-`GET /_fake/help`)
+Test control channel (never under /v1; this text is served at GET /_fake/help)
   GET  /_fake/health      {"ok", "pid", "port", "mode", "root", "ready"}
   GET  /_fake/requests    request log (?path=REGEX&since=SEQ)
   GET  /_fake/counters    {"total", "by_route": {"POST /v1/bash/exec": n}, "by_status"}
@@ -56,6 +55,13 @@ Test control channel (never under /v1; see the README section of the report or
          "times": N (default 1; null = until removed), "after": K (let K
          matching requests through first), "status": 500, "body": {...},
          "seconds": 2.0 (delay), "message": "..."}
+        error: HTTP `status` with `body` (default: the envelope with success
+        false for 5xx, FastAPI's {"detail": ...} for 401/403/404/405/422/503);
+        delay: wait `seconds`, then answer normally; drop: close the
+        connection without an answer (reset: with a TCP RST); malformed_json:
+        200 with a cut JSON body; truncate: 200 whose body ends before its
+        Content-Length; tool_failure: 200 {"success": false, "message"}.
+        Faults apply before authentication and readiness, in the order added.
   POST /_fake/ready       {"ready": bool} or {"delay": seconds}
   POST /_fake/config      {"omit_null": bool, "bash_api": bool, "version": str}
   POST /_fake/reset       clear faults, log and counters; {"sessions": true}
@@ -66,6 +72,25 @@ Test control channel (never under /v1; see the README section of the report or
 Usage
   /usr/bin/python3 tests/fakes/aio_server.py --port 0 --port-file /tmp/p
   /usr/bin/python3 tests/fakes/aio_server.py --in-container --host 0.0.0.0 --port 8080
+
+Choices where the spec is silent (a client must not depend on them)
+  * /v1/bash/exec with an unknown session_id creates that session (v1 creates
+    a session on first use); /v1/shell/exec with an unknown id, and the
+    session routes with unknown ids, answer 404 with the envelope and a
+    message containing "session not found" (what DeerFlow checks).  /v1/shell/exec
+    without id makes a fresh session each time.
+  * A session runs one command at a time: an exec while one runs gets
+    success:false "... is busy".  Commands get a stdin pipe that stays open
+    (for /write), so a command reading stdin waits: redirect it.
+  * exit_code is set only with status completed; a command killed by signal
+    N (not through the API) completes with 128+N.
+  * shell output is stdout and stderr merged in order, without a PTY (no \r).
+  * timestamps are ISO 8601 in UTC with +00:00; permissions are
+    "rwxr-xr-x"; directories have size null; file/search line_numbers count
+    from 0, grep line_number from 1; write creates missing parents; upload
+    without `path` lands in the home directory, and a `path` naming a
+    directory keeps the part's file name; download answers 404/400/403 with
+    {"detail"} and honours Range.
 """
 
 import argparse
@@ -523,12 +548,12 @@ class Proc:
             self.proc.stdin.close()
         except OSError:
             pass
+        self.server.unregister_proc(self)    # first: whoever sees done sees it gone
         with self.cond:
             self.returncode = rc
             self.ended = time.monotonic()
             self.done = True
             self.cond.notify_all()
-        self.server.unregister_proc(self)
 
     # ---- control
     def set_hard_timeout(self, seconds):
@@ -660,12 +685,12 @@ class Env:
         return vp == "/" or (hp is not None and os.path.isdir(hp))
 
     def makedirs(self, vpath):
-        parts = [p for p in vpath.split("/") if p]
+        """mkdir -p, each component resolved as the sandbox sees it."""
         cur = ""
-        for p in parts:
+        for p in [p for p in vpath.split("/") if p]:
             cur += "/" + p
-            vp, hp = self.host(cur, write=False) if self.is_dir(cur) else self.host(cur, write=True)
-            if hp is not None and not os.path.isdir(hp):
+            if not self.is_dir(cur):
+                _, hp = self.host(cur, write=True)
                 os.mkdir(hp)
 
     # commands -----------------------------------------------------------
@@ -2857,7 +2882,11 @@ def main(argv=None):
         httpd.server_close()
         if made_root:
             shutil.rmtree(made_root, ignore_errors=True)
-    return 0
+    # Reader threads may still block on pipes that a command's leftovers hold
+    # open; interpreter finalisation would then abort on their buffer locks.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,16 @@ def bash(aio, command, **kw):
     return ok(aio.post("/v1/bash/exec", {"command": command, **kw}, timeout=kw.get("hard_timeout", 10) + 5))
 
 
+def wait_no_processes(aio, seconds=5):
+    deadline = time.monotonic() + seconds
+    while True:
+        procs = aio.get("/_fake/processes").json["processes"]
+        if not procs:
+            return
+        assert time.monotonic() < deadline, f"commands still running after {seconds} s: {procs}"
+        time.sleep(0.05)
+
+
 # --------------------------------------------------------------------------
 # readiness
 
@@ -255,10 +265,7 @@ def test_bash_sessions_create_close(aio):
     r = aio.post("/v1/bash/sessions/s-1/close")
     assert r.status == 404 and "session not found" in r.json["message"].lower()
     assert aio.post("/v1/bash/output", {"session_id": "s-1"}).status == 404
-    deadline = time.monotonic() + 5
-    while aio.get("/_fake/processes").json["processes"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_no_processes(aio)
 
 
 def test_bash_api_absent_on_old_images(own_server):
@@ -326,10 +333,7 @@ def test_shell_timeouts(aio):
     d = ok(aio.post("/v1/shell/exec", {"command": "sleep 30", "timeout": 0.3}))
     assert d["status"] == "running"
     assert ok(aio.delete("/v1/shell/sessions")) is None
-    deadline = time.monotonic() + 5
-    while aio.get("/_fake/processes").json["processes"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_no_processes(aio)
 
 
 def test_shell_write_to_process(aio):
