@@ -5,21 +5,28 @@
 #   make test       install missing packages, build, run the pytest suite
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks side by side with native I/O and bindfs
-#   make deps       apt-get install what is missing
+#   make deps       apt-get install what is missing, then prepare libfuse (below)
 #   make install    install into $(PREFIX)
+#   make distclean  clean, and also remove build/ (the libfuse built from source)
+#
+# libfuse: the system's when it is >= 3.16 (kernel FUSE passthrough), else
+# built from Debian's newer source package into build/libfuse and linked
+# statically; SBXFS_LIBFUSE=system|build forces either (mk/libfuse.mk,
+# docs/libfuse.md).
 
 PREFIX ?= /usr/local
 MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := fuse3 libcurl jansson yaml-0.1 libcrypto
+PKGS := libcurl jansson yaml-0.1 libcrypto
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
 ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
-	  -DSBXFS_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
-LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
+	  -DSBXFS_VERSION=\"$(VERSION)\" $(if $(filter 1,$(FUSE_PASSTHROUGH)),-DSBXFS_FUSE_PASSTHROUGH=1) \
+	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
+LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
 PROVIDERS := providers/providers.o providers/pool.o providers/local.o
@@ -29,11 +36,15 @@ OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
-	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr
+	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
+	       dpkg-dev meson ninja-build debian-archive-keyring
 
-.PHONY: all run test unit asan bench deps clean install check-style
+.PHONY: all run test unit asan bench deps clean distclean install check-style
 
 all: sbxfs sbxfs-exec sbxfs-init
+
+# FUSE_CFLAGS, FUSE_LIBS, FUSE_PASSTHROUGH (after `all`, the default goal)
+include mk/libfuse.mk
 
 sbxfs: $(OBJS)
 	$(CC) $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
@@ -49,7 +60,7 @@ sbxfs-exec: providers/local_exec.c
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
-%.o: %.c $(HDRS)
+%.o: %.c $(HDRS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 deps:
@@ -58,12 +69,14 @@ deps:
 		echo "installing: $$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+	@# then libfuse, unless this make already did it on starting (make test, make run)
+	@$(if $(filter $(LIBFUSE_MK),$(MAKEFILE_LIST)),:,$(MAKE) --no-print-directory libfuse)
 
 run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-tests/unit/unit: tests/unit/unit.c $(COMMON)
+tests/unit/unit: tests/unit/unit.c $(COMMON) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(COMMON) $(LDFLAGS) $(LDLIBS)
 
 unit: tests/unit/unit
@@ -88,5 +101,9 @@ install: all
 check-style:
 	@bash .ci/banned-functions
 
+# clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) providers/local_exec.o fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) fs/*.o providers/*.o common/*.o
+
+distclean: clean
+	rm -rf build
