@@ -859,11 +859,15 @@ int job_start(struct job *j, const char *cmd, size_t len)
 	struct sbx_exec *x = NULL;
 	int err = 0;
 
+	size_t blank = 0;
+
 	while (len && (cmd[len - 1] == '\n' || cmd[len - 1] == '\r'))
 		len--;
+	while (blank < len && memchr(" \t\r\n", cmd[blank], 4))
+		blank++;
 	if (!cfg) {
 		err = ENOENT;
-	} else if (!len) {
+	} else if (blank == len) {
 		log_warn(j->scope, "cmd: empty command");
 		err = EINVAL;
 	} else if (memchr(cmd, '\0', len)) {

@@ -38,6 +38,7 @@
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "../common/log.h"
@@ -224,10 +225,11 @@ static char *mountpoint_canonical(const char *mountpoint)
 static void detach_stale_mount(const char *state_dir, const char *mountpoint)
 {
 	struct buf rec = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(PATH_MAX);
-	struct stat st;
+	struct statvfs sv;
 	char *real = NULL;
 
-	if (stat(mountpoint, &st) == 0 || errno != ENOTCONN)
+	/* statfs always asks the daemon (stat may answer from the attribute cache) */
+	if (statvfs(mountpoint, &sv) == 0 || errno != ENOTCONN)
 		goto out;
 	real = mountpoint_canonical(mountpoint);
 	if (!real || mountpoint_record(state_dir, &rec) || util_read_file(rec.ptr, &text) ||

@@ -106,8 +106,46 @@ def dump_yaml(obj):
 # one daemon
 
 
+class DetachedProc:
+    """The daemon started without -f: not our child once it has detached.
+    Quacks like the bits of subprocess.Popen the suite uses; it is found
+    by the pid the daemon writes into its state_dir lock file and watched
+    by pid and start time (never signalled once it is gone)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+        self.ref = sbxutil.ProcRef(pid)
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None and not self.ref.alive():
+            self.returncode = 0  # its real status went to its parent (init)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"sbxfs pid {self.pid}", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def _signal(self, sig):
+        if self.ref.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self):
+        self._signal(signal.SIGTERM)
+
+    def kill(self):
+        self._signal(signal.SIGKILL)
+
+
 class SbxfsInstance:
-    def __init__(self, config=None, env=None, raw_config=None, args=()):
+    def __init__(self, config=None, env=None, raw_config=None, args=(), detach=False):
         self.base = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=TMP_ROOT))
         os.chmod(self.base, 0o755)  # other uids (users: tests, sandboxes) traverse it
         self.mnt = self.base / "mnt"
@@ -119,6 +157,7 @@ class SbxfsInstance:
         self.env = dict(os.environ)
         self.env.update(env or {})
         self.args = list(args)
+        self.detach = detach  # start without -f, as an administrator would
         self.proc = None
         self.tracked = []  # ProcRefs of sandbox processes seen by the test
         self.leaks = []
@@ -150,29 +189,62 @@ class SbxfsInstance:
             return ""
 
     # ---- process
+    def command(self):
+        fg = [] if self.detach else ["-f"]
+        return [str(SBXFS_BIN), *fg, "-c", str(self.conf), *self.args, str(self.mnt)]
+
+    def daemon_pid(self):
+        """The pid the running daemon wrote into its lock file, or None."""
+        try:
+            txt = (self.state_dir / "sbxfs.lock").read_text().strip()
+            return int(txt) if txt else None
+        except (FileNotFoundError, ValueError):
+            return None
+
     def _spawn(self):
         if not SBXFS_BIN.exists():
             pytest.fail(f"daemon binary {SBXFS_BIN} does not exist (run make)")
         logf = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(
-                [str(SBXFS_BIN), "-f", "-c", str(self.conf), *self.args, str(self.mnt)],
-                stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                self.command(), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
                 env=self.env, cwd=str(self.base))
         finally:
             logf.close()
+        if self.detach:
+            # the launcher exits once the daemon is up (0) or has failed (1)
+            try:
+                rc = self.proc.wait(timeout=MOUNT_TIMEOUT + 20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                pytest.fail(f"sbxfs (without -f) did not return within {MOUNT_TIMEOUT + 20} s")
+            if rc != 0:
+                return  # start() / run_expect_exit() look at the status
+            pid = self.daemon_pid()
+            if pid is None:
+                pytest.fail(f"detached sbxfs wrote no pid into its lock file; log:\n{self.log}")
+            self.proc = DetachedProc(pid)
 
     def start(self):
         self._spawn()
         deadline = time.monotonic() + MOUNT_TIMEOUT
         while time.monotonic() < deadline:
             fst = sbxutil.mount_fstype(self.mnt)
-            if fst is not None and fst.startswith("fuse"):
+            if fst is not None and fst.startswith("fuse") and self._answers():
                 return self
             if self.proc.poll() is not None:
                 pytest.fail(f"sbxfs exited with status {self.proc.returncode} before mounting; log:\n{self.log}")
             time.sleep(0.05)
         pytest.fail(f"sbxfs did not mount {self.mnt} within {MOUNT_TIMEOUT} s; log:\n{self.log}")
+
+    def _answers(self):
+        """The mount is served (a stale mount of a killed daemon is ENOTCONN;
+        statfs always asks the daemon, stat may answer from a cache)."""
+        try:
+            os.statvfs(self.mnt)
+            return True
+        except OSError:
+            return False
 
     def run_expect_exit(self, timeout=10):
         """Start the daemon expecting it to refuse to run: returns (rc, log).
@@ -333,11 +405,12 @@ def _time_limit(request):
 
 @pytest.fixture
 def sbxfs(request):
-    """Factory: sbxfs(config=None, env=None, raw_config=None, start=True)."""
+    """Factory: sbxfs(config=None, env=None, raw_config=None, start=True,
+    args=(), detach=False)."""
     made = []
 
-    def make(config=None, env=None, raw_config=None, start=True, args=()):
-        inst = SbxfsInstance(config=config, env=env, raw_config=raw_config, args=args)
+    def make(config=None, env=None, raw_config=None, start=True, args=(), detach=False):
+        inst = SbxfsInstance(config=config, env=env, raw_config=raw_config, args=args, detach=detach)
         made.append(inst)
         if start:
             inst.start()
