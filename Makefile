@@ -28,8 +28,9 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
-COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
-PROVIDERS := providers/providers.o providers/pool.o providers/local.o
+COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o
+PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
+	     providers/local.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
@@ -76,8 +77,10 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-tests/unit/unit: tests/unit/unit.c $(COMMON) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(COMMON) $(LDFLAGS) $(LDLIBS)
+UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o
+
+tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 unit: tests/unit/unit
 	./tests/unit/unit

@@ -32,7 +32,14 @@ struct cfg_ctx {
 	int failed;
 };
 
-static void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
+static const struct config_hooks *hooks;
+
+void config_set_hooks(const struct config_hooks *h)
+{
+	hooks = h;
+}
+
+void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
 {
 	char rule[512];
 	va_list ap;
@@ -105,7 +112,11 @@ static int get_str(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **ou
 	}
 	free(*out);
 	*out = strdup(s);
-	return *out ? 0 : -1;
+	if (!*out) {
+		cfg_fail(x, key, "out of memory");
+		return -1;
+	}
+	return 0;
 }
 
 static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
@@ -121,6 +132,94 @@ static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char
 		return -1;
 	}
 	return get_str(x, key, n, out);
+}
+
+/* ---- the readers the providers use (struct cfg_node is a yaml_node_t) ---- */
+
+static yaml_node_t *ynode(struct cfg_node *n)
+{
+	return (yaml_node_t *)n;
+}
+
+bool cfg_failed(struct cfg_ctx *x)
+{
+	return x->failed;
+}
+
+bool cfg_is_null(struct cfg_node *n)
+{
+	return scalar_is_null(ynode(n));
+}
+
+int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, long max, long *out)
+{
+	return get_long(x, key, ynode(n), min, max, out);
+}
+
+int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out)
+{
+	return get_bool(x, key, ynode(n), out);
+}
+
+int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out)
+{
+	return get_str(x, key, ynode(n), out);
+}
+
+int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out)
+{
+	return get_abs_path(x, key, ynode(n), out);
+}
+
+/* Fail on the first key given twice in mapping n (named sect; NULL at the
+ * top level). */
+static int mapping_check_dups(struct cfg_ctx *x, const char *sect, yaml_node_t *n)
+{
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+		yaml_node_t *kn = yaml_document_get_node(x->doc, p->key);
+		const char *k = scalar(kn);
+
+		for (yaml_node_pair_t *q = n->data.mapping.pairs.start; k && q < p; q++) {
+			yaml_node_t *qn = yaml_document_get_node(x->doc, q->key);
+			char key[300];
+
+			if (!scalar(qn) || strcmp(k, scalar(qn)))
+				continue;
+			snprintf(key, sizeof(key), "%s%s%s", sect ? sect : "", sect ? "." : "", k);
+			cfg_fail(x, key, "given twice (lines %zu and %zu): a key may appear once",
+				qn->start_mark.line + 1, kn->start_mark.line + 1);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,
+	int (*fn)(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v), void *arg)
+{
+	yaml_node_t *n = ynode(map);
+
+	if (scalar_is_null(n))
+		return 0;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, sect, "must be a mapping");
+		return -1;
+	}
+	if (mapping_check_dups(x, sect, n))
+		return -1;
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		char full[300];
+
+		if (!k) {
+			cfg_fail(x, sect, "keys must be strings");
+			return -1;
+		}
+		snprintf(full, sizeof(full), "%s.%s", sect, k);
+		if (fn(x, arg, k, full, (struct cfg_node *)yaml_document_get_node(x->doc, p->value)))
+			return -1;
+	}
+	return x->failed ? -1 : 0;
 }
 
 /* $VAR or ${VAR} resolves from the daemon's environment; a missing
@@ -160,6 +259,8 @@ static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node
 		cfg_fail(x, "environment", "must be a mapping of NAME: value");
 		return;
 	}
+	if (mapping_check_dups(x, "environment", n))
+		return;
 	for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
 		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *vn = yaml_document_get_node(x->doc, p->value);
@@ -188,6 +289,10 @@ static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node
 		kv->key = strdup(k);
 		kv->value = resolve_var(v, &resolved);
 		kv->shown = strdup(resolved ? v : names_secret_like(k) ? "***" : v);
+		if (!kv->key || !kv->value || !kv->shown) {
+			cfg_fail(x, "environment", "out of memory");
+			return;
+		}
 	}
 }
 
@@ -261,6 +366,8 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 		cfg_fail(x, "users", "must be 'passwd' or a mapping of name: uid");
 		return;
 	}
+	if (mapping_check_dups(x, "users", n))
+		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
 		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
@@ -284,6 +391,10 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 		c->users[c->n_users].name = strdup(k);
 		c->users[c->n_users].uid = (uid_t)uid;
 		c->users[c->n_users].gid = pw ? pw->pw_gid : (gid_t)uid;
+		if (!c->users[c->n_users].name) {
+			cfg_fail(x, key, "out of memory");
+			return;
+		}
 		c->n_users++;
 	}
 }
@@ -328,6 +439,8 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 		cfg_fail(x, "network", "must be a mapping");
 		return;
 	}
+	if (mapping_check_dups(x, "network", n))
+		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
 		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
@@ -383,10 +496,14 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 					break;
 				}
 				char **a = realloc(c->allow_domains, (c->n_allow_domains + 1) * sizeof(*a));
-				if (!a)
+				if (!a || !(low[0] ? (a[c->n_allow_domains] = strdup(low)) : NULL)) {
+					if (a)
+						c->allow_domains = a;
+					cfg_fail(x, key, "out of memory");
 					break;
+				}
 				c->allow_domains = a;
-				c->allow_domains[c->n_allow_domains++] = strdup(low);
+				c->n_allow_domains++;
 			}
 		} else if (!strcmp(k, "hosts") || !strcmp(k, "allow_private_destinations") || !strcmp(k, "proxy_image")) {
 			/* consumed by the network-policy module (net/) */
@@ -404,11 +521,12 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 		cfg_fail(x, sect, "must be a mapping");
 		return;
 	}
+	if (mapping_check_dups(x, sect, n))
+		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
 		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 		char key[128];
-		long l;
 
 		snprintf(key, sizeof(key), "%s.%s", sect, k ? k : "?");
 		if (!k)
@@ -421,47 +539,36 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 					c->skills_container_path);
 		} else if (!strcmp(sect, "skills") && !strcmp(k, "path"))
 			get_abs_path(x, key, v, &c->skills_path);
-		else if (!strcmp(sect, "local") && !strcmp(k, "rootfs"))
-			get_abs_path(x, key, v, &c->local_rootfs);
-		else if (!strcmp(sect, "local") && !strcmp(k, "uid_base")) {
-			if (!get_long(x, key, v, 1000, 4000000000L, &l))
-				c->local_uid_base = (uid_t)l;
-		} else if (!strcmp(sect, "local") && !strcmp(k, "uid_count")) {
-			if (!get_long(x, key, v, 1, 1000000, &l))
-				c->local_uid_count = (unsigned)l;
-		} else
+		else
 			log_warn("config", "%s: unknown key, ignored", key);
 	}
 }
 
-static const struct {
-	const char *name;
-	const char *canonical;
-} provider_aliases[] = {
-	{ "local", "local" },
-	{ "docker", "docker" },
-	{ "aio", "aio" },
-	{ "opensandbox", "opensandbox" },
-	{ "deerflow.sandbox.local:LocalSandboxProvider", "local" },
-	{ "deerflow.community.aio_sandbox:AioSandboxProvider", "aio" },
-	{ "deerflow.community.opensandbox:OpenSandboxProvider", "opensandbox" },
-};
+/* `use`: a provider built into this binary, by name or DeerFlow class path. */
+static void parse_use(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *v)
+{
+	const char *s = scalar(v), *canon = s && hooks ? hooks->canonical(s) : s;
+
+	if (!canon) {
+		cfg_fail(x, "use", "must name a provider built into this sbxfs: %s, or a DeerFlow class path (got '%s')",
+			hooks ? hooks->names() : "local", s ? s : "a non-scalar");
+		return;
+	}
+	free(c->use);
+	c->use = strdup(canon);
+	if (!c->use)
+		cfg_fail(x, "use", "out of memory");
+}
 
 static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, yaml_node_t *v)
 {
 	long l;
 
-	if (!strcmp(k, "use")) {
-		const char *s = scalar(v);
-		for (size_t i = 0; s && i < sizeof(provider_aliases) / sizeof(provider_aliases[0]); i++)
-			if (!strcmp(s, provider_aliases[i].name)) {
-				free(c->use);
-				c->use = strdup(provider_aliases[i].canonical);
-				return;
-			}
-		cfg_fail(x, "use", "must name a provider: local, docker, aio, opensandbox or a DeerFlow class path (got '%s')",
-			s ? s : "?");
-	} else if (!strcmp(k, "state_dir"))
+	if (!strcmp(k, "use"))
+		return; /* read first, by walk_top */
+	if (hooks && hooks->key(x, c, k, (struct cfg_node *)v))
+		return; /* the selected provider's own key */
+	if (!strcmp(k, "state_dir"))
 		get_abs_path(x, k, v, &c->state_dir);
 	else if (!strcmp(k, "replicas")) {
 		if (!get_long(x, k, v, 1, 100000, &l))
@@ -493,7 +600,7 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_users(x, c, v);
 	else if (!strcmp(k, "network"))
 		parse_network(x, c, v);
-	else if (!strcmp(k, "skills") || !strcmp(k, "local"))
+	else if (!strcmp(k, "skills"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
 		get_str(x, k, v, &c->image);
@@ -514,12 +621,13 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 	else if (!strcmp(k, "protocol")) {
 		if (!get_str(x, k, v, &c->protocol) && strcmp(c->protocol, "http") && strcmp(c->protocol, "https"))
 			cfg_fail(x, k, "must be http or https (got '%s')", c->protocol);
-	} else if (!strcmp(k, "docker") || !strcmp(k, "aio") || !strcmp(k, "opensandbox") || !strcmp(k, "port") ||
-		   !strcmp(k, "thread_data_mounts") || !strcmp(k, "allow_host_bash") || !strcmp(k, "ownership") ||
-		   !strncmp(k, "bash_output", 11) || !strncmp(k, "read_file_output", 16) ||
+	} else if (hooks && hooks->known(k)) {
+		log_debug("config", "%s: a key of another provider, not used by %s", k, c->use);
+	} else if (!strcmp(k, "port") || !strcmp(k, "thread_data_mounts") || !strcmp(k, "allow_host_bash") ||
+		   !strcmp(k, "ownership") || !strncmp(k, "bash_output", 11) || !strncmp(k, "read_file_output", 16) ||
 		   !strncmp(k, "ls_output", 9)) {
-		/* sections of providers that are not built yet, and DeerFlow keys we do not need */
-		log_debug("config", "%s: accepted, not used by this build", k);
+		/* DeerFlow keys sbxfs has no use for */
+		log_debug("config", "%s: accepted, not used by sbxfs", k);
 	} else
 		log_warn("config", "%s: unknown key, ignored", k);
 }
@@ -540,51 +648,67 @@ static void config_defaults(struct sbx_config *c)
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
-	c->local_uid_base = 200000;
-	c->local_uid_count = 60000;
 	c->container_prefix = strdup("sbxfs");
 	c->protocol = strdup("http");
 }
 
+static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char *key)
+{
+	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		if (k && !strcmp(k, key))
+			return yaml_document_get_node(x->doc, p->value);
+	}
+	return NULL;
+}
+
+/* Keys sbxfs reads at the top level of a DeerFlow config.yaml (the rest of
+ * that file is DeerFlow's, not ours): its own keys and providers' sections. */
+static bool sbxfs_top_key(const char *k)
+{
+	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "resources", NULL };
+
+	for (int i = 0; own[i]; i++)
+		if (!strcmp(k, own[i]))
+			return true;
+	return hooks && hooks->known(k);
+}
+
 static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 {
-	yaml_node_t *sandbox = NULL;
+	yaml_node_t *sandbox, *use;
 
-	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
-		if (k && !strcmp(k, "sandbox"))
-			sandbox = yaml_document_get_node(x->doc, p->value);
+	if (mapping_check_dups(x, NULL, root))
+		return;
+	sandbox = mapping_get(x, root, "sandbox");
+	if (sandbox && sandbox->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "sandbox", "must be a mapping");
+		return;
 	}
+	if (sandbox && mapping_check_dups(x, "sandbox", sandbox))
+		return;
+	/* the provider first: its own keys may come before `use` */
+	use = sandbox ? mapping_get(x, sandbox, "use") : NULL;
+	if (!use)
+		use = mapping_get(x, root, "use");
+	if (use)
+		parse_use(x, c, use);
 	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !x->failed; p++) {
 		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
-		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 
 		if (!k) {
 			cfg_fail(x, "(top level)", "keys must be strings");
 			break;
 		}
-		if (!strcmp(k, "sandbox"))
+		if (!strcmp(k, "sandbox") || (sandbox && !sbxfs_top_key(k)))
 			continue;
-		if (sandbox) {
-			/* A DeerFlow config.yaml: only sbxfs's own keys and skills: count
-			 * at the top level; the rest of DeerFlow's file is not ours. */
-			if (!strcmp(k, "state_dir") || !strcmp(k, "users") || !strcmp(k, "allow_other") ||
-			    !strcmp(k, "keep_on_exit") || !strcmp(k, "skills") || !strcmp(k, "local"))
-				parse_key(x, c, k, v);
-			continue;
-		}
-		parse_key(x, c, k, v);
+		parse_key(x, c, k, yaml_document_get_node(x->doc, p->value));
 	}
-	if (sandbox && !x->failed) {
-		if (sandbox->type != YAML_MAPPING_NODE) {
-			cfg_fail(x, "sandbox", "must be a mapping");
-			return;
-		}
-		for (yaml_node_pair_t *p = sandbox->data.mapping.pairs.start; p < sandbox->data.mapping.pairs.top && !x->failed; p++) {
-			const char *k = scalar(yaml_document_get_node(x->doc, p->key));
-			if (k)
-				parse_key(x, c, k, yaml_document_get_node(x->doc, p->value));
-		}
+	for (yaml_node_pair_t *p = sandbox ? sandbox->data.mapping.pairs.start : NULL;
+		sandbox && p < sandbox->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		if (k)
+			parse_key(x, c, k, yaml_document_get_node(x->doc, p->value));
 	}
 }
 
@@ -606,6 +730,10 @@ struct sbx_config *config_load(const char *path, char *err, size_t errlen)
 	}
 	config_defaults(c);
 	c->path = strdup(path);
+	if (!c->path || !c->use || !c->state_dir || !c->skills_container_path || !c->container_prefix || !c->protocol) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		goto fail;
+	}
 	f = fopen(path, "r");
 	if (!f) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -632,12 +760,10 @@ struct sbx_config *config_load(const char *path, char *err, size_t errlen)
 		}
 		walk_top(&x, c, root);
 	}
+	if (!x.failed && hooks && hooks->check(&x, c))
+		x.failed = 1;
 	if (x.failed)
 		goto fail;
-	if (c->local_uid_base + c->local_uid_count < c->local_uid_base) {
-		snprintf(err, errlen, "local.uid_count: uid range overflows");
-		goto fail;
-	}
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&parser);
 	fclose(f);
@@ -663,6 +789,8 @@ void config_put(struct sbx_config *c)
 {
 	if (!c || __atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
+	if (c->prov && hooks)
+		hooks->free_prov(c);
 	for (size_t i = 0; i < c->n_env; i++) {
 		free(c->env[i].key);
 		free(c->env[i].value);
@@ -685,7 +813,6 @@ void config_put(struct sbx_config *c)
 	free(c->state_dir);
 	free(c->skills_container_path);
 	free(c->skills_path);
-	free(c->local_rootfs);
 	free(c->image);
 	free(c->container_prefix);
 	free(c->base_url);
@@ -708,7 +835,7 @@ static json_t *jstr_or_null(const char *s)
 int config_show(const struct sbx_config *c, struct buf *out)
 {
 	json_t *o = json_object(), *env = json_object(), *mounts = json_array(), *net = json_object(),
-	       *doms = json_array(), *skills = json_object(), *local = json_object(), *users;
+	       *doms = json_array(), *skills = json_object(), *users;
 
 	for (size_t i = 0; i < c->n_env; i++)
 		json_object_set_new(env, c->env[i].key, json_string(c->env[i].shown));
@@ -734,9 +861,6 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(net, "approval_wait", json_integer(c->approval_wait));
 	json_object_set_new(skills, "container_path", json_string(c->skills_container_path));
 	json_object_set_new(skills, "path", jstr_or_null(c->skills_path));
-	json_object_set_new(local, "rootfs", jstr_or_null(c->local_rootfs));
-	json_object_set_new(local, "uid_base", json_integer(c->local_uid_base));
-	json_object_set_new(local, "uid_count", json_integer(c->local_uid_count));
 
 	json_object_set_new(o, "config_file", json_string(c->path));
 	json_object_set_new(o, "use", json_string(c->use));
@@ -753,7 +877,6 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "users", users);
 	json_object_set_new(o, "network", net);
 	json_object_set_new(o, "skills", skills);
-	json_object_set_new(o, "local", local);
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
 	json_object_set_new(o, "base_url", jstr_or_null(c->base_url));
@@ -763,6 +886,8 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "request_timeout", json_integer(c->request_timeout));
 	json_object_set_new(o, "sandbox_timeout", json_integer(c->sandbox_timeout));
 	json_object_set_new(o, "use_server_proxy", json_boolean(c->use_server_proxy));
+	if (hooks)
+		hooks->show(c, o);
 	return json_to_buf(o, out);
 }
 

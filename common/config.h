@@ -8,8 +8,17 @@
  *
  * Validation is all-or-nothing: config_load() returns NULL and fills err
  * with one line naming the key and the rule; unknown keys are warnings
- * (logged, not fatal).  A DeerFlow config.yaml works as it is: when the file
- * has a `sandbox:` mapping, the sandbox keys are read from there.
+ * (logged, not fatal); a key given twice in one mapping is an error.  A
+ * DeerFlow config.yaml works as it is: when the file has a `sandbox:`
+ * mapping, the sandbox keys are read from there.
+ *
+ * Who parses what: this module reads the keys every provider shares
+ * (DeerFlow's flat sandbox keys and sbxfs's own); a provider's own section
+ * (`local:`, `docker:`, ...) is handed to that provider through the hooks
+ * set with config_set_hooks() (the provider registry sets them), using the
+ * cfg_* readers below, and the provider keeps what it read in cfg->prov.
+ * Without hooks (unit tests of this module alone) provider sections are
+ * unknown keys and `use` is taken as written.
  */
 #ifndef SBX_CONFIG_H
 #define SBX_CONFIG_H
@@ -42,6 +51,7 @@ struct config_user {
 
 struct sbx_config {
 	int refs; /* atomic; see config_get/config_put */
+	void *prov; /* the provider's own configuration (hooks->free_prov) */
 	char *path;
 	char *use;            /* canonical provider name: "local", ... */
 	char *state_dir;
@@ -68,10 +78,6 @@ struct sbx_config {
 	bool approval_prompt;
 	long temporary_grant_ttl;
 	long approval_wait;
-	/* local: */
-	char *local_rootfs;
-	uid_t local_uid_base;
-	unsigned local_uid_count;
 	/* remote-provider keys, accepted now for DeerFlow compatibility */
 	char *image;
 	char *container_prefix;
@@ -83,6 +89,44 @@ struct sbx_config {
 	long sandbox_timeout;
 	bool use_server_proxy;
 };
+
+/* ---- for the providers' own sections ---------------------------------------- */
+
+struct cfg_ctx;  /* a parse in progress */
+struct cfg_node; /* a node of the YAML document */
+
+/* Fail the parse with "key: rule" (only the first failure counts). */
+__attribute__((format(printf, 3, 4))) void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...);
+bool cfg_failed(struct cfg_ctx *x);
+bool cfg_is_null(struct cfg_node *n);
+/* Readers: 0, or -1 after cfg_fail naming key and the rule. */
+int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, long max, long *out);
+int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out);
+int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
+int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
+/* A mapping named sect: fn(x, arg, key, "sect.key", value) for each pair
+ * (a duplicate key fails the parse).  0 or -1. */
+int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,
+	int (*fn)(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v), void *arg);
+
+struct json_t;
+
+struct config_hooks {
+	/* the canonical provider a `use:` value names, or NULL */
+	const char *(*canonical)(const char *use);
+	/* "local, docker, ..." for the error line */
+	const char *(*names)(void);
+	/* offer key to the provider cfg->use names: 1 taken, 0 not its key */
+	int (*key)(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v);
+	/* some built-in provider owns key (accepted, unused by this one) */
+	bool (*known)(const char *key);
+	/* the provider's checks of the whole file: 0 or -1 after cfg_fail */
+	int (*check)(struct cfg_ctx *x, struct sbx_config *cfg);
+	void (*show)(const struct sbx_config *cfg, struct json_t *out);
+	void (*free_prov)(const struct sbx_config *cfg);
+};
+
+void config_set_hooks(const struct config_hooks *h);
 
 /* Parse and validate.  On failure returns NULL and writes one line to err. */
 struct sbx_config *config_load(const char *path, char *err, size_t errlen);

@@ -35,7 +35,8 @@ bool names_env_key_valid(const char *key)
 	return true;
 }
 
-int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1])
+/* The first ndigits hex digits of SHA-256(a [":" b]) into out. */
+static int names_sha256_hex(const char *a, const char *b, char *out, int ndigits)
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -45,18 +46,28 @@ int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN
 
 	if (!ctx)
 		return -1;
-	ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, user, strlen(user)) &&
-	     EVP_DigestUpdate(ctx, ":", 1) && EVP_DigestUpdate(ctx, thread, strlen(thread)) &&
+	ok = EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) && EVP_DigestUpdate(ctx, a, strlen(a)) &&
+	     (!b || (EVP_DigestUpdate(ctx, ":", 1) && EVP_DigestUpdate(ctx, b, strlen(b)))) &&
 	     EVP_DigestFinal_ex(ctx, md, &mdlen);
 	EVP_MD_CTX_free(ctx);
 	if (!ok)
 		return -1;
-	for (int i = 0; i < SCOPE_TOKEN_LEN / 2; i++) {
+	for (int i = 0; i < ndigits / 2; i++) {
 		out[2 * i] = hex[md[i] >> 4];
 		out[2 * i + 1] = hex[md[i] & 15];
 	}
-	out[SCOPE_TOKEN_LEN] = '\0';
+	out[ndigits] = '\0';
 	return 0;
+}
+
+int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1])
+{
+	return names_sha256_hex(user, thread, out, SCOPE_TOKEN_LEN);
+}
+
+int names_state_id(const char *state_dir, char out[NAMES_STATE_ID_LEN + 1])
+{
+	return names_sha256_hex(state_dir, NULL, out, NAMES_STATE_ID_LEN);
 }
 
 bool names_secret_like(const char *key)

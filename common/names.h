@@ -16,9 +16,17 @@
 
 #define NAME_MAX_LEN 64
 #define SCOPE_TOKEN_LEN 16
+/* "<user>/<thread>" and a NUL */
+#define NAMES_SCOPE_MAX (2 * NAME_MAX_LEN + 2)
 
 bool names_valid(const char *name);
 bool names_env_key_valid(const char *key);
+#define NAMES_STATE_ID_LEN 8
+/* A daemon's identity in shared namespaces (cgroups, container labels,
+ * remote metadata): the first 8 hex digits of SHA-256(state_dir), so two
+ * daemons with different state_dirs never touch each other's sandboxes.
+ * 0 or -1. */
+int names_state_id(const char *state_dir, char out[NAMES_STATE_ID_LEN + 1]);
 /* Writes SCOPE_TOKEN_LEN hex digits and a NUL into out.  Returns 0 or -1. */
 int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1]);
 /* DeerFlow's is_blocked_env_name: names that look like secrets. */

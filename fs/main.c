@@ -228,8 +228,10 @@ static void detach_stale_mount(const char *state_dir, const char *mountpoint)
 	struct statvfs sv;
 	char *real = NULL;
 
-	/* statfs always asks the daemon (stat may answer from the attribute cache) */
-	if (statvfs(mountpoint, &sv) == 0 || errno != ENOTCONN)
+	/* statfs always asks the daemon (stat may answer from the attribute
+	 * cache); a dead daemon's mount answers ENOTCONN, or ECONNABORTED when
+	 * the kernel aborted the connection */
+	if (statvfs(mountpoint, &sv) == 0 || (errno != ENOTCONN && errno != ECONNABORTED))
 		goto out;
 	real = mountpoint_canonical(mountpoint);
 	if (!real || mountpoint_record(state_dir, &rec) || util_read_file(rec.ptr, &text) ||
@@ -489,6 +491,7 @@ int main(int argc, char **argv)
 		return 2;
 	log_open(0, o.debug);
 	umask(0); /* the kernel applied the caller's umask already */
+	config_set_hooks(&provider_config_hooks);
 	cfg = load_config(&o);
 	if (!cfg)
 		goto out;

@@ -41,8 +41,11 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../common/layout.h"
+#include "../common/names.h"
 #include "provider.h"
 #include "provider_int.h"
+#include "uidpool.h"
 
 #define LOCAL_MAX_ARGS 256
 
@@ -57,6 +60,24 @@ struct local_box {
 	char token[24];
 	char *thread_dir;
 };
+
+/* The `local:` section of mount.conf (cfg->prov). */
+struct local_conf {
+	char *rootfs;     /* NULL: the host's /usr and /etc */
+	uid_t uid_base;   /* sandbox uids when users: does not map the user */
+	unsigned uid_count;
+};
+
+static const struct local_conf local_defaults = { .uid_base = 200000, .uid_count = 60000 };
+
+static const struct local_conf *local_conf(const struct sbx_config *cfg)
+{
+	return cfg->prov ? cfg->prov : &local_defaults;
+}
+
+static struct uidpool *local_uids; /* created by local_init for the first configuration's range */
+static uid_t local_uids_base;
+static unsigned local_uids_count;
 
 static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
 static char local_exec_helper[PATH_MAX];
@@ -99,8 +120,73 @@ static int local_find_helper(const char *dir, const char *name, char *out, size_
 	return -1;
 }
 
+/* ---- configuration: the local: section ----------------------------------------- */
+
+static int local_conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
+{
+	struct local_conf *lc = arg;
+	long l;
+
+	if (!strcmp(key, "rootfs"))
+		return cfg_abs_path(x, full, v, &lc->rootfs);
+	if (!strcmp(key, "uid_base")) {
+		if (cfg_long(x, full, v, 1000, 4000000000L, &l))
+			return -1;
+		lc->uid_base = (uid_t)l;
+		return 0;
+	}
+	if (!strcmp(key, "uid_count")) {
+		if (cfg_long(x, full, v, 1, 1000000, &l))
+			return -1;
+		lc->uid_count = (unsigned)l;
+		return 0;
+	}
+	log_warn("config", "%s: unknown key, ignored", full);
+	return 0;
+}
+
+static int local_config_key(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v)
+{
+	struct local_conf *lc = cfg->prov;
+
+	(void)key; /* only "local" is ours */
+	if (!lc) {
+		lc = calloc(1, sizeof(*lc));
+		if (!lc) {
+			cfg_fail(x, "local", "out of memory");
+			return -1;
+		}
+		*lc = local_defaults;
+		cfg->prov = lc;
+	}
+	return cfg_each(x, "local", v, local_conf_key, lc);
+}
+
+static void local_config_show(const struct sbx_config *cfg, struct json_t *out)
+{
+	const struct local_conf *lc = local_conf(cfg);
+
+	json_object_set_new((json_t *)out, "local",
+		json_pack("{s:o,s:i,s:i}", "rootfs", lc->rootfs ? json_string(lc->rootfs) : json_null(), "uid_base",
+			(int)lc->uid_base, "uid_count", (int)lc->uid_count));
+}
+
+static void local_config_free(void *prov)
+{
+	struct local_conf *lc = prov;
+
+	if (lc) {
+		free(lc->rootfs);
+		free(lc);
+	}
+}
+
+/* ---- start of day ----------------------------------------------------------------- */
+
 static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
+	const struct local_conf *lc = local_conf(cfg);
+
 	char self[PATH_MAX], *slash;
 	ssize_t n;
 
@@ -108,9 +194,21 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 		snprintf(err, errlen, "local provider: %s not found (install bubblewrap)", local_bwrap);
 		return SBX_ERR_INVAL;
 	}
-	if (cfg->local_rootfs && access(cfg->local_rootfs, X_OK)) {
-		snprintf(err, errlen, "local.rootfs: %s: %s", cfg->local_rootfs, strerror(errno));
+	if (lc->rootfs && access(lc->rootfs, X_OK)) {
+		snprintf(err, errlen, "local.rootfs: %s: %s", lc->rootfs, strerror(errno));
 		return SBX_ERR_INVAL;
+	}
+	if (local_uids && (lc->uid_base != local_uids_base || lc->uid_count != local_uids_count))
+		log_warn("config", "local.uid_base/uid_count: a new range takes effect at the next start");
+	if (!local_uids) {
+		local_uids = uidpool_new(lc->uid_base, lc->uid_count);
+		if (!local_uids) {
+			snprintf(err, errlen, "local provider: out of memory");
+			return SBX_ERR_NOMEM;
+		}
+		local_uids_base = lc->uid_base;
+		local_uids_count = lc->uid_count;
+		uidpool_scan(local_uids, cfg->state_dir);
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0) {
@@ -205,9 +303,9 @@ static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
 	char target[PATH_MAX];
 	struct stat st;
 
-	if (cfg->local_rootfs) {
+	if (local_conf(cfg)->rootfs) {
 		av_add(a, "--ro-bind");
-		av_add(a, cfg->local_rootfs);
+		av_add(a, local_conf(cfg)->rootfs);
 		av_add(a, "/");
 		return;
 	}
@@ -244,7 +342,7 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_add(a, dst);
 }
 
-static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, uid_t uid, gid_t gid)
 {
 	const struct sbx_config *cfg = s->cfg;
 
@@ -286,8 +384,8 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	av_add(a, "3");
 	av_add(a, "--");
 	av_add(a, LOCAL_INIT_PATH);
-	av_add(a, av_fmt(a, "--uid=%u", (unsigned)s->uid));
-	av_add(a, av_fmt(a, "--gid=%u", (unsigned)s->gid));
+	av_add(a, av_fmt(a, "--uid=%u", (unsigned)uid));
+	av_add(a, av_fmt(a, "--gid=%u", (unsigned)gid));
 }
 
 /* Read until EOF or the deadline into b; returns 0 on EOF, -1 on timeout/error. */
@@ -457,14 +555,25 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	pid_t bwrap = -1, init = 0;
 	json_t *j = NULL;
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
-	char scope[160], ch;
+	char scope[NAMES_SCOPE_MAX], ch;
+	uid_t uid;
+	gid_t gid;
+	int err;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	if (!a || !lb) {
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
-	local_build_argv(a, s);
+	err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
+	if (!err && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
+		err = errno == ENOSPC ? ENOSPC : EIO;
+	if (err) {
+		log_err(scope, "local: cannot prepare the sandbox's files: %s", strerror(err));
+		result = sbx_err_from_errno(err);
+		goto out;
+	}
+	local_build_argv(a, s, uid, gid);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
 		result = SBX_ERR_INVAL;
@@ -512,14 +621,14 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		goto out;
 	}
 	sbx_box_init(&lb->base, &provider_local);
-	lb->base.uid = s->uid;
-	lb->base.gid = s->gid;
+	lb->base.uid = uid;
+	lb->base.gid = gid;
 	lb->init_pid = init;
 	lb->init_start = util_proc_starttime(init);
 	lb->mntns = local_ns_ino(init, "mnt");
 	lb->bwrap_pid = bwrap;
-	lb->uid = s->uid;
-	lb->gid = s->gid;
+	lb->uid = uid;
+	lb->gid = gid;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	lb->thread_dir = strdup(s->dirs.thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
@@ -610,13 +719,13 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	if (!j || !lb || !(lb->thread_dir = strdup(s->dirs.thread_dir)))
 		goto out;
 	sbx_box_init(&lb->base, &provider_local);
-	lb->base.uid = s->uid;
-	lb->base.gid = s->gid;
+	lb->uid = (uid_t)json_integer_value(json_object_get(j, "uid"));
+	lb->gid = (gid_t)json_integer_value(json_object_get(j, "gid"));
+	lb->base.uid = lb->uid;
+	lb->base.gid = lb->gid;
 	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
 	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
 	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
-	lb->uid = s->uid;
-	lb->gid = s->gid;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (!local_alive(lb))
@@ -918,6 +1027,9 @@ static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const cha
 }
 
 static const struct sbx_provider_ops local_ops = {
+	.config_key = local_config_key,
+	.config_show = local_config_show,
+	.config_free = local_config_free,
 	.init = local_init,
 	.create = local_create,
 	.health = local_health,
@@ -933,10 +1045,12 @@ static const struct sbx_provider_ops local_ops = {
 };
 
 static const char *const local_aliases[] = { "deerflow.sandbox.local:LocalSandboxProvider", NULL };
+static const char *const local_keys[] = { "local", NULL };
 
 const struct sbx_provider provider_local = {
 	.name = "local",
 	.aliases = local_aliases,
+	.config_keys = local_keys,
 	.caps = SBX_CAP_EXEC | SBX_CAP_SIGNALS,
 	.ops = &local_ops,
 };

@@ -12,9 +12,9 @@
  * Persistence: sandbox.json in the thread directory says a sandbox exists:
  * written with state "creating" before the provider starts anything (so a
  * kill -9 in the middle of a create leaves a record the next start finds and
- * cleans up), rewritten "ready" once it is, removed after destroy.  `uid`
- * keeps the scope's host uid forever so files written by an earlier
- * incarnation stay writable.
+ * cleans up), rewritten "ready" once it is, removed after destroy.  Where
+ * a thread's files live is common/layout.h's business; which host uid they
+ * belong to is the provider's (box->uid).
  */
 #define _GNU_SOURCE
 #include "pool.h"
@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../common/json.h"
+#include "../common/layout.h"
 
 #include "../common/log.h"
 #include "../common/util.h"
@@ -42,10 +43,8 @@ static struct {
 	struct sbx *table[POOL_BUCKETS];  /* protected by lock */
 	struct sbx_config *cfg;           /* protected by lock; referenced */
 	const struct sbx_provider *prov;  /* protected by lock */
-	unsigned char *uid_used;          /* protected by lock; bitmap over the uid range */
-	uid_t uid_base;
-	unsigned uid_count;
 	struct pool_stats st;             /* protected by lock (counters) */
+	char state_id[NAMES_STATE_ID_LEN + 1];
 	pthread_t reaper;
 	pthread_cond_t reaper_cond;
 	bool reaper_running, stopping;
@@ -150,111 +149,28 @@ void pool_note_error(const char *scope, const char *kind, const char *fmt, ...)
 	json_decref(o);
 }
 
-/* ---- uids ---------------------------------------------------------------- */
-
-static int pool_read_uid(const char *thread_dir, uid_t *uid, gid_t *gid)
-{
-	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(256);
-	unsigned long u, g;
-	int r = -1;
-
-	if (!buf_addf(&path, "%s/uid", thread_dir) && !util_read_file(path.ptr, &text) &&
-	    sscanf(buf_str(&text), "%lu:%lu", &u, &g) == 2) {
-		*uid = (uid_t)u;
-		*gid = (gid_t)g;
-		r = 0;
-	}
-	buf_free(&path);
-	buf_free(&text);
-	return r;
-}
-
-/* Caller holds pool.lock. */
-static void pool_mark_uid_locked(uid_t uid)
-{
-	if (uid >= pool.uid_base && uid - pool.uid_base < pool.uid_count)
-		pool.uid_used[(uid - pool.uid_base) / 8] |= (unsigned char)(1u << ((uid - pool.uid_base) % 8));
-}
-
-/* Decide the scope's uid: users: mapping, else the uid recorded for the
- * thread, else a free uid from the configured range.  Called under
- * s->scope; takes pool.lock briefly. */
-static int pool_assign_uid(struct sbx *s, struct sbx_config *cfg)
-{
-	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(64);
-	uid_t uid;
-	gid_t gid;
-	int r;
-
-	r = config_user_lookup(cfg, s->user, &uid, &gid);
-	if (r < 0)
-		return EACCES;
-	if (r == 1 && pool_read_uid(s->thread_dir, &uid, &gid)) {
-		pthread_mutex_lock(&pool.lock);
-		unsigned i;
-		for (i = 0; i < pool.uid_count; i++)
-			if (!(pool.uid_used[i / 8] & (1u << (i % 8))))
-				break;
-		if (i < pool.uid_count)
-			pool_mark_uid_locked(pool.uid_base + i);
-		pthread_mutex_unlock(&pool.lock);
-		if (i == pool.uid_count) {
-			log_err("pool", "no free uid left in local.uid_base..+uid_count");
-			return ENOSPC;
-		}
-		uid = gid = pool.uid_base + i;
-	}
-	if (util_mkdir_p(s->thread_dir, 0700) || buf_addf(&path, "%s/uid", s->thread_dir) ||
-	    buf_addf(&text, "%u:%u\n", (unsigned)uid, (unsigned)gid) ||
-	    util_write_atomic(path.ptr, text.ptr, text.len, 0600)) {
-		log_err("pool", "cannot record the uid in %s: %s", s->thread_dir, strerror(errno));
-		buf_free(&path);
-		buf_free(&text);
-		return EIO;
-	}
-	buf_free(&path);
-	buf_free(&text);
-	s->uid = uid;
-	s->gid = gid;
-	return 0;
-}
-
 /* ---- the thread's host directories ---------------------------------------- */
 
 struct pool_dirs {
-	struct buf ws, up, out, skills;
+	struct buf b[LAYOUT_DIR_COUNT];
 };
 
 static void pool_dirs_free(struct pool_dirs *d)
 {
-	buf_free(&d->ws);
-	buf_free(&d->up);
-	buf_free(&d->out);
-	buf_free(&d->skills);
+	for (int i = 0; i < LAYOUT_DIR_COUNT; i++)
+		buf_free(&d->b[i]);
 }
 
-static int pool_dirs(struct sbx *s, struct pool_dirs *d, bool make)
+/* The paths of s's directories (made by the provider or the FUSE layer). */
+static int pool_dirs(struct sbx *s, struct pool_dirs *d)
 {
-	struct buf *all[] = { &d->ws, &d->up, &d->out, &d->skills };
+	int r = 0;
 
-	for (int i = 0; i < 4; i++)
-		buf_init(all[i], BUF_CAP_PATH);
-	if (buf_addf(&d->ws, "%s/user-data/workspace", s->thread_dir) ||
-	    buf_addf(&d->up, "%s/user-data/uploads", s->thread_dir) ||
-	    buf_addf(&d->out, "%s/user-data/outputs", s->thread_dir) ||
-	    buf_addf(&d->skills, "%s/skills", s->thread_dir))
-		return ENOMEM;
-	if (!make)
-		return 0;
-	for (int i = 0; i < 4; i++) {
-		if (util_mkdir_p(all[i]->ptr, 0755))
-			return errno == ENOSPC ? ENOSPC : EIO;
-		/* The top of each data dir belongs to the sandbox uid so both the
-		 * sandbox and (through the FUSE mapping) the user can write it. */
-		if (chown(all[i]->ptr, s->uid, s->gid))
-			return EIO;
+	for (int i = 0; i < LAYOUT_DIR_COUNT; i++) {
+		buf_init(&d->b[i], BUF_CAP_PATH);
+		r |= layout_dir(&d->b[i], s->thread_dir, (enum layout_dir)i);
 	}
-	return 0;
+	return r ? ENOMEM : 0;
 }
 
 static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg, struct sbx_spec *spec)
@@ -263,12 +179,12 @@ static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg
 	spec->thread = s->thread;
 	spec->token = s->token;
 	spec->dirs.thread_dir = s->thread_dir;
-	spec->dirs.workspace = d->ws.ptr;
-	spec->dirs.uploads = d->up.ptr;
-	spec->dirs.outputs = d->out.ptr;
-	spec->dirs.skills = d->skills.ptr;
-	spec->uid = s->uid;
-	spec->gid = s->gid;
+	spec->dirs.workspace = d->b[LAYOUT_WORKSPACE].ptr;
+	spec->dirs.uploads = d->b[LAYOUT_UPLOADS].ptr;
+	spec->dirs.outputs = d->b[LAYOUT_OUTPUTS].ptr;
+	spec->dirs.skills = d->b[LAYOUT_SKILLS].ptr;
+	spec->dirs.jobs = d->b[LAYOUT_JOBS].ptr;
+	spec->state_id = pool.state_id;
 	spec->cfg = cfg;
 }
 
@@ -308,6 +224,10 @@ static void pool_set_box_held(struct sbx *s, struct sbx_box *box, const struct s
 	s->box = box;
 	s->prov = prov;
 	s->cfg = cfg;
+	if (box) { /* the owner of its files on the host, for the FUSE layer's mapping */
+		s->uid = box->uid;
+		s->gid = box->gid;
+	}
 	pthread_mutex_unlock(&pool.lock);
 }
 
@@ -460,18 +380,12 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	enum sbx_err e;
 	int err;
 
-	if (s->uid == (uid_t)-1 || cfg->n_users || cfg->users_passwd) {
-		err = pool_assign_uid(s, cfg);
-		if (err) {
-			log_err(scope, "no uid for the sandbox: %s", strerror(err));
-			pool_note_error(scope, "uid", "no uid for the sandbox: %s", strerror(err));
-			return err;
-		}
-	}
-	err = pool_dirs(s, &d, true);
+	err = pool_dirs(s, &d);
+	if (!err && (util_mkdir_p(s->thread_dir, 0700) || util_mkdir_p(d.b[LAYOUT_SKILLS].ptr, 0755)))
+		err = errno == ENOSPC ? ENOSPC : EIO;
 	if (err) {
-		log_err(scope, "cannot prepare %s: %s", s->thread_dir, strerror(errno));
-		pool_note_error(scope, "state_dir", "cannot prepare the thread directory: %s", strerror(errno));
+		log_err(scope, "cannot prepare %s: %s", s->thread_dir, strerror(err));
+		pool_note_error(scope, "state_dir", "cannot prepare the thread directory: %s", strerror(err));
 		pool_dirs_free(&d);
 		return err;
 	}
@@ -499,7 +413,7 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		return EIO;
 	}
 	pool_set_box_held(s, box, prov, config_get(cfg));
-	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)s->uid);
+	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)box->uid);
 	return 0;
 }
 
@@ -766,11 +680,6 @@ static void pool_adopt_one(const char *user, const char *thread)
 	pthread_mutex_unlock(&pool.lock);
 	if (!s)
 		return;
-	if (!pool_read_uid(s->thread_dir, &s->uid, &s->gid)) {
-		pthread_mutex_lock(&pool.lock);
-		pool_mark_uid_locked(s->uid);
-		pthread_mutex_unlock(&pool.lock);
-	}
 	if (buf_addf(&path, "%s/sandbox.json", s->thread_dir) || !(j = json_read_file(path.ptr)))
 		goto out; /* no sandbox recorded: data only */
 	pname = j ? json_string_value(json_object_get(j, "provider")) : NULL;
@@ -780,7 +689,7 @@ static void pool_adopt_one(const char *user, const char *thread)
 		goto out;
 	}
 	state = json_string_value(json_object_get(j, "state"));
-	if (pool_dirs(s, &d, false) == 0) {
+	if (pool_dirs(s, &d) == 0) {
 		pool_spec(s, &d, pool.cfg, &spec);
 		if (pool.prov->ops->adopt(&spec, &box) != SBX_OK) {
 			pool_unsave(s);
@@ -840,20 +749,18 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	const struct sbx_provider *prov = provider_find(cfg->use);
 
 	if (!prov) {
-		snprintf(err, errlen, "use: provider '%s' is not built into this sbxfs (available: local)", cfg->use);
+		snprintf(err, errlen, "use: provider '%s' is not built into this sbxfs (available: %s)", cfg->use,
+			provider_names());
 		return -1;
 	}
 	if (prov->ops->init(cfg, err, errlen))
 		return -1;
-	pool.cfg = config_get(cfg);
-	pool.prov = prov;
-	pool.uid_base = cfg->local_uid_base;
-	pool.uid_count = cfg->local_uid_count;
-	pool.uid_used = calloc(pool.uid_count / 8 + 1, 1);
-	if (!pool.uid_used) {
+	if (names_state_id(cfg->state_dir, pool.state_id)) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	pool.cfg = config_get(cfg);
+	pool.prov = prov;
 	pool_scan(cfg->state_dir);
 	pool.stopping = false;
 	if (pthread_create(&pool.reaper, NULL, pool_reaper_main, NULL)) {

@@ -80,8 +80,6 @@ struct sbx_spec {
 	const char *token;    /* scope token: names derive from it */
 	const char *state_id; /* 8 hex digits naming this daemon's state_dir (labels, cgroups) */
 	struct sbx_dirs dirs;
-	uid_t uid; /* the sandbox's unprivileged host uid (its files' owner) */
-	gid_t gid;
 	const struct sbx_config *cfg; /* the configuration this sandbox lives with */
 };
 
@@ -254,7 +252,8 @@ enum sbx_caps {
 
 struct sbx_provider {
 	const char *name;
-	const char *const *aliases; /* DeerFlow class paths naming it; NULL-terminated */
+	const char *const *aliases;     /* DeerFlow class paths naming it; NULL-terminated */
+	const char *const *config_keys; /* configuration keys it owns (its section); NULL-terminated */
 	unsigned caps;
 	const struct sbx_provider_ops *ops;
 };
@@ -268,6 +267,8 @@ const char *provider_canonical(const char *name);
 const struct sbx_provider *const *provider_all(void);
 /* "local, docker, ..." for error messages. */
 const char *provider_names(void);
+/* What config.c needs of the registry (config_set_hooks). */
+extern const struct config_hooks provider_config_hooks;
 
 /* ---- calls with defaults for the optional slots (providers.c) ------------------- */
 

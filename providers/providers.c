@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * providers.c - the registry of built-in providers, the one translation
- * from provider errors to errno, and the calls that give every optional
- * slot of struct sbx_provider_ops its default (so no caller tests a slot
- * for NULL, as Redis' connection wrappers do).
+ * providers.c - the one translation from provider errors to errno, and
+ * the calls that give every optional slot of struct sbx_provider_ops its
+ * default (so no caller tests a slot for NULL, as Redis' connection
+ * wrappers do).  The registry is registry.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,57 +11,6 @@
 #include <string.h>
 
 #include "provider.h"
-#include "provider_int.h"
-
-static const struct sbx_provider *const providers[] = {
-	&provider_local,
-	NULL,
-};
-
-const struct sbx_provider *provider_find(const char *name)
-{
-	for (int i = 0; providers[i]; i++) {
-		if (!strcmp(providers[i]->name, name))
-			return providers[i];
-		for (const char *const *a = providers[i]->aliases; a && *a; a++)
-			if (!strcmp(*a, name))
-				return providers[i];
-	}
-	return NULL;
-}
-
-const char *provider_canonical(const char *name)
-{
-	const struct sbx_provider *p = provider_find(name);
-
-	return p ? p->name : NULL;
-}
-
-const struct sbx_provider *const *provider_all(void)
-{
-	return providers;
-}
-
-const char *provider_names(void)
-{
-	static char names[256];
-
-	if (!names[0]) {
-		size_t n = 0;
-		for (int i = 0; providers[i]; i++) {
-			size_t l = strlen(providers[i]->name);
-			if (n + l + 3 >= sizeof(names))
-				break;
-			if (i) {
-				memcpy(names + n, ", ", 2);
-				n += 2;
-			}
-			memcpy(names + n, providers[i]->name, l + 1);
-			n += l;
-		}
-	}
-	return names;
-}
 
 int sbx_err_errno(enum sbx_err e)
 {

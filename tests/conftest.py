@@ -238,7 +238,8 @@ class SbxfsInstance:
         pytest.fail(f"sbxfs did not mount {self.mnt} within {MOUNT_TIMEOUT} s; log:\n{self.log}")
 
     def _answers(self):
-        """The mount is served (a stale mount of a killed daemon is ENOTCONN;
+        """The mount is served (a stale mount of a killed daemon is ENOTCONN
+        or ECONNABORTED;
         statfs always asks the daemon, stat may answer from a cache)."""
         try:
             os.statvfs(self.mnt)

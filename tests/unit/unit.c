@@ -15,6 +15,7 @@
 #include "../../common/config.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
+#include "../../providers/provider.h"
 
 static int passed, failed;
 
@@ -125,6 +126,13 @@ static void test_config(void)
 	}
 	buf_free(&shown);
 
+	/* the provider's own section is the provider's: shown through it */
+	buf_init(&shown, 1 << 20);
+	c = load("local:\n  uid_base: 300000\n  uid_count: 10\nuse: local\n", err, sizeof(err));
+	CHECK(c && c->prov && config_show(c, &shown) == 0 && strstr(buf_str(&shown), "300000"));
+	config_put(c);
+	buf_free(&shown);
+
 	/* a DeerFlow config.yaml: keys come from sandbox: */
 	c = load("models: []\nsandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n  replicas: 2\n", err,
 		sizeof(err));
@@ -147,6 +155,13 @@ static void test_config(void)
 		{ "skills:\n  container_path: rel\n", "skills.container_path:" },
 		{ "keep_on_exit: maybe\n", "keep_on_exit:" },
 		{ "replicas: [1\n", "YAML syntax error" },
+		{ "replicas: 2\nreplicas: 3\n", "replicas: given twice" },
+		{ "network:\n  mode: open\n  mode: isolated\n", "network.mode: given twice" },
+		{ "environment:\n  A: 1\n  A: 2\n", "environment.A: given twice" },
+		{ "sandbox:\n  use: local\n  use: local\n", "sandbox.use: given twice" },
+		{ "local:\n  uid_base: 10\n", "local.uid_base:" },
+		{ "local:\n  uid_count: 0\n", "local.uid_count:" },
+		{ "local:\n  rootfs: relative\n", "local.rootfs:" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		c = load(bad[i].yaml, err, sizeof(err));
@@ -160,6 +175,7 @@ static void test_config(void)
 int main(void)
 {
 	log_open(0, 0);
+	config_set_hooks(&provider_config_hooks);
 	test_buf();
 	test_names();
 	test_config();

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * layout.h - the on-disk layout of sbxfs's state_dir, known here only:
+ *
+ *   STATE/users/<user>/.present                 the user directory exists
+ *   STATE/users/<user>/threads/<thread>/        a thread (scope)
+ *       sandbox.json                            the pool's record of its sandbox
+ *       uid                                     the host uid:gid of its files (bind providers)
+ *       user-data/{workspace,uploads,outputs}/  the sandbox's /mnt/user-data
+ *       skills/                                 the skill projection
+ *       jobs/<name>/                            job slots (fs/job.h)
+ *       <provider files>                        local.json, sandbox.log, ...
+ *
+ * and where a sandbox sees them (LAYOUT_SANDBOX_*).  Path builders append
+ * to a bounded buffer and return 0 or -1 (buf.h).
+ */
+#ifndef SBX_LAYOUT_H
+#define SBX_LAYOUT_H
+
+#include <sys/types.h>
+
+#include "buf.h"
+
+enum layout_dir { LAYOUT_WORKSPACE, LAYOUT_UPLOADS, LAYOUT_OUTPUTS, LAYOUT_SKILLS, LAYOUT_JOBS, LAYOUT_DIR_COUNT };
+
+#define LAYOUT_SANDBOX_USER_DATA "/mnt/user-data"
+#define LAYOUT_SANDBOX_WORKSPACE "/mnt/user-data/workspace"
+
+/* STATE/users/<user>/threads/<thread> */
+__attribute__((warn_unused_result)) int layout_thread_dir(struct buf *b, const char *state_dir, const char *user,
+	const char *thread);
+/* STATE/users/<user> and STATE/users */
+__attribute__((warn_unused_result)) int layout_user_dir(struct buf *b, const char *state_dir, const char *user);
+__attribute__((warn_unused_result)) int layout_users_dir(struct buf *b, const char *state_dir);
+/* STATE/users/<user>/threads */
+__attribute__((warn_unused_result)) int layout_threads_dir(struct buf *b, const char *state_dir, const char *user);
+/* thread_dir/<the directory d> */
+__attribute__((warn_unused_result)) int layout_dir(struct buf *b, const char *thread_dir, enum layout_dir d);
+/* thread_dir/<name> (a file of the thread: sandbox.json, uid, ...) */
+__attribute__((warn_unused_result)) int layout_file(struct buf *b, const char *thread_dir, const char *name);
+/* Where the sandbox sees data directory d (workspace, uploads, outputs). */
+const char *layout_sandbox_path(enum layout_dir d);
+/* Create the data directories of a thread whose files belong to uid:gid
+ * (the tops of workspace/uploads/outputs/skills are given to it so both the
+ * sandbox and, through the FUSE mapping, the user can write them).  0 or -1
+ * with errno. */
+int layout_make_data_dirs(const char *thread_dir, uid_t uid, gid_t gid);
+
+#endif

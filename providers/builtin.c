@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* builtin.c - the table of providers built into the daemon (registry.c). */
+#include "provider_int.h"
+
+const struct sbx_provider *const sbx_builtin_providers[] = {
+	&provider_local,
+	NULL,
+};
