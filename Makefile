@@ -82,15 +82,35 @@ UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/buil
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit
+POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
+	fs/job.o fs/park.o fs/work.o
+WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
+
+tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
+		$(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
+
+POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
+	fs/job.o fs/park.o fs/work.o
+WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
+
+tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
+		$(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test
 	./tests/unit/unit
+	./tests/unit/pool_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
@@ -106,7 +126,7 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test $(OBJS) fs/*.o providers/*.o common/*.o
 
 distclean: clean
 	rm -rf build

@@ -14,6 +14,12 @@
 
 static int log_syslog;
 static int log_debug_on;
+static enum log_level log_min = LOG_LVL_DEBUG;
+
+void log_set_min_level(enum log_level min)
+{
+	log_min = min;
+}
 
 void log_open(int use_syslog, int debug)
 {
@@ -31,7 +37,7 @@ void log_msg(enum log_level lvl, const char *scope, const char *fmt, ...)
 	va_list ap;
 	int n;
 
-	if (lvl == LOG_LVL_DEBUG && !log_debug_on)
+	if ((lvl == LOG_LVL_DEBUG && !log_debug_on) || lvl < log_min)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);

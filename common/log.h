@@ -12,6 +12,8 @@
 enum log_level { LOG_LVL_DEBUG, LOG_LVL_INFO, LOG_LVL_WARN, LOG_LVL_ERR };
 
 void log_open(int use_syslog, int debug);
+/* Drop lines below min (unit tests keep only warnings and errors). */
+void log_set_min_level(enum log_level min);
 __attribute__((format(printf, 3, 4))) void log_msg(enum log_level lvl, const char *scope, const char *fmt, ...);
 
 #define log_debug(scope, ...) log_msg(LOG_LVL_DEBUG, scope, __VA_ARGS__)

@@ -231,10 +231,11 @@ static bool job_decode_result(struct job *j, struct job_result *r)
 	return ok;
 }
 
-/* The job ended without a result anybody recorded: record that. */
-static void job_record_lost(struct job *j, const char *why)
+/* Record how a job ended when its provider could not (state "lost" or
+ * "failed", exit 255, the cause). */
+static void job_record_end(struct job *j, const char *state, const char *why)
 {
-	json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:s}", "state", "lost", "exit", 255, "signal", 0, "ended_at",
+	json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:s}", "state", state, "exit", 255, "signal", 0, "ended_at",
 		util_wall_now(), "error", why);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
@@ -250,7 +251,7 @@ static void job_take_result_locked(struct job *j)
 	struct job_result r;
 
 	if (!job_decode_result(j, &r)) {
-		job_record_lost(j, "the job ended without recording a result");
+		job_record_end(j, "lost", "the job ended without recording a result");
 		r.state = J_LOST;
 	}
 	job_set_state_locked(j, r.state);
@@ -303,8 +304,8 @@ static int job_watch(struct job *j)
 		buf_free(&p);
 	}
 	job_ref(j); /* the epoll set's */
-	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, j->exec->fd, &ev)) {
-		err = errno;
+	if (!j->exec || epoll_ctl(ev_epoll, EPOLL_CTL_ADD, j->exec->fd, &ev)) {
+		err = j->exec ? errno : ESRCH;
 		__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED); /* cannot be the last */
 	} else {
 		j->watched = true;
@@ -312,6 +313,36 @@ static int job_watch(struct job *j)
 	pthread_mutex_unlock(&j->lock);
 	pthread_mutex_unlock(&jobs_lock);
 	return err;
+}
+
+/* Caller holds jobs_lock and j->lock. */
+static void job_unwatch_locked(struct job *j);
+
+/* A started job nobody can watch would run unseen and never end for its
+ * readers: end it now, with the cause as its result. */
+static void job_fail_unwatched(struct job *j, int err)
+{
+	struct sbx_exec *x;
+	char why[128];
+
+	log_err(j->scope, "cannot watch the job (%s): ending it", strerror(err));
+	pthread_mutex_lock(&jobs_lock);
+	pthread_mutex_lock(&j->lock);
+	job_unwatch_locked(j);
+	x = j->exec;
+	j->exec = NULL;
+	pthread_mutex_unlock(&j->lock);
+	pthread_mutex_unlock(&jobs_lock);
+	if (x) {
+		sbx_exec_signal(x, SIGKILL);
+		sbx_exec_finish(x);
+		sbx_exec_free(x);
+	}
+	snprintf(why, sizeof(why), "the daemon could not watch the job: %s", strerror(err));
+	job_record_end(j, "failed", why);
+	pthread_mutex_lock(&j->lock);
+	job_take_result_locked(j);
+	pthread_mutex_unlock(&j->lock);
 }
 
 /* Caller holds jobs_lock and j->lock. */
@@ -494,6 +525,7 @@ void job_shutdown(void)
 		kick();
 		pthread_join(ev_thread, NULL);
 		ev_running = false;
+		ev_stop = 0;
 	}
 	/* Answer every parked request: the session is ending.  Jobs still
 	 * running go on (their provider records the result). */
@@ -517,6 +549,10 @@ void job_shutdown(void)
 		job_put(j); /* the registry's */
 	}
 	pthread_mutex_unlock(&jobs_lock);
+	for (int *fd = (int[]){ ev_epoll, ev_inotify, ev_kick }, i = 0; i < 3; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	ev_epoll = ev_inotify = ev_kick = -1;
 }
 
 /* ---- registry and loading ---------------------------------------------------------------- */
@@ -564,9 +600,9 @@ static void job_reattach_work(void *arg)
 	else
 		job_take_result_locked(j); /* it has ended (or was lost) meanwhile */
 	pthread_mutex_unlock(&j->lock);
-	if (!err && job_watch(j))
-		log_warn(j->scope, "cannot watch the reattached job: %s", strerror(errno));
-	if (!err)
+	if (!err && (err = job_watch(j)))
+		job_fail_unwatched(j, err);
+	else if (!err)
 		log_info(j->scope, "reattached to the running job");
 	park_wake(&j->q);
 	job_put(j);
@@ -906,9 +942,11 @@ int job_start(struct job *j, const char *cmd, size_t len)
 	j->exec = x;
 	job_set_state_locked(j, J_RUNNING);
 	pthread_mutex_unlock(&j->lock);
-	if (job_watch(j))
-		log_warn(j->scope, "cannot watch the job: %s", strerror(errno));
-	log_info(j->scope, "job started");
+	err = job_watch(j);
+	if (err)
+		job_fail_unwatched(j, err);
+	else
+		log_info(j->scope, "job started");
 	park_wake(&j->q);
 	return 0;
 }

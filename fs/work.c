@@ -147,6 +147,7 @@ void work_shutdown(void)
 	pthread_cond_broadcast(&wq.more);
 	while (wq.pending > 0 || wq.threads > 0)
 		pthread_cond_wait(&wq.idle_done, &wq.lock);
+	wq.stopping = false; /* drained: a later start may use it again */
 	pthread_mutex_unlock(&wq.lock);
 }
 

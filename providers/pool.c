@@ -875,3 +875,26 @@ void pool_shutdown(bool keep)
 		pthread_join(workers[--n], NULL);
 	/* No acquire can be in flight: the work pool has drained before this. */
 }
+
+void pool_clear(void)
+{
+	for (int i = 0; i < POOL_BUCKETS; i++) {
+		while (pool.table[i]) {
+			struct sbx *s = pool.table[i];
+
+			pool.table[i] = s->next;
+			if (s->refs > 1)
+				log_warn("pool", "%s/%s: still referenced at exit", s->user, s->thread);
+			sbx_box_put(s->box);
+			config_put(s->cfg);
+			pthread_mutex_destroy(&s->scope);
+			free(s->thread_dir);
+			free(s);
+		}
+	}
+	config_put(pool.cfg);
+	pool.cfg = NULL;
+	pool.prov = NULL;
+	memset(&pool.st, 0, sizeof(pool.st));
+	pool.stopping = false;
+}

@@ -127,5 +127,8 @@ void pool_stop(void);
  * start when keep (a failed start) or keep_on_exit.  No acquire may be in
  * flight. */
 void pool_shutdown(bool keep);
+/* After pool_shutdown() and once nobody holds a reference: free every
+ * entry and the configuration (exit, and unit tests that start again). */
+void pool_clear(void);
 
 #endif

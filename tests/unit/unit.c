@@ -16,18 +16,7 @@
 #include "../../common/log.h"
 #include "../../common/names.h"
 #include "../../providers/provider.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                              \
-	do {                                                                     \
-		if (cond) {                                                      \
-			passed++;                                                \
-		} else {                                                         \
-			failed++;                                                \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-		}                                                                \
-	} while (0)
+#include "check.h"
 
 static void test_buf(void)
 {
