@@ -1026,7 +1026,16 @@ static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const cha
 	buf_free(&path);
 }
 
+static void local_box_status(struct sbx_box *b, struct json_t *out)
+{
+	struct local_box *lb = local_box(b);
+
+	if (lb->init_pid > 0)
+		json_object_set_new((json_t *)out, "init_pid", json_integer(lb->init_pid));
+}
+
 static const struct sbx_provider_ops local_ops = {
+	.box_status = local_box_status,
 	.config_key = local_config_key,
 	.config_show = local_config_show,
 	.config_free = local_config_free,

@@ -236,7 +236,7 @@ static void pool_destroy_held(struct sbx *s, const char *why)
 {
 	struct sbx_box *box = s->box;
 	struct sbx_config *cfg = s->cfg;
-	char scope[140];
+	char scope[NAMES_SCOPE_MAX];
 	enum sbx_err e;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
@@ -422,7 +422,7 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	struct sbx_config *cfg;
 	const struct sbx_provider *prov;
 	uint64_t t0 = util_now_ms();
-	char scope[140];
+	char scope[NAMES_SCOPE_MAX];
 	struct sbx *s;
 	int err = 0, kind = 0;
 
@@ -489,7 +489,7 @@ out:
 
 int pool_release(struct sbx *s)
 {
-	char scope[140];
+	char scope[NAMES_SCOPE_MAX];
 	bool stale;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
@@ -612,8 +612,8 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		s->thread, "provider", s->prov ? s->prov->name : "none", "state", names[s->state], "created_at",
 		created, "acquired_at", acquired, "remote_id", s->box ? s->box->remote_id : "", "uid", (int)s->uid,
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
-	if (o && s->box && !strncmp(s->box->remote_id, "pid:", 4))
-		json_object_set_new(o, "init_pid", json_integer(strtol(s->box->remote_id + 4, NULL, 10)));
+	if (o)
+		sbx_box_status(s->box, o);
 	if (o && s->box && s->box->note[0])
 		json_object_set_new(o, "note", json_string(s->box->note));
 	if (o && s->last_event[0])
@@ -663,7 +663,10 @@ struct sbx_config *pool_sbx_config(struct sbx *s)
 
 /* ---- start, adoption, reload, shutdown ---------------------------------------- */
 
-static void pool_adopt_one(const char *user, const char *thread)
+/* Adopt what a record (or, with discovered, the provider) says exists.
+ * A record "creating", or a discovered sandbox without any record, is a
+ * create cut short by a crash: never trusted, destroyed. */
+static void pool_adopt_one(const char *user, const char *thread, bool discovered)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct pool_dirs d = { 0 };
@@ -671,24 +674,26 @@ static void pool_adopt_one(const char *user, const char *thread)
 	struct sbx_box *box = NULL;
 	json_t *j = NULL;
 	struct sbx *s;
-	char scope[140];
+	char scope[NAMES_SCOPE_MAX];
 	const char *pname, *state;
 
 	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
 	pthread_mutex_lock(&pool.lock);
 	s = pool_entry_locked(user, thread);
 	pthread_mutex_unlock(&pool.lock);
-	if (!s)
-		return;
-	if (buf_addf(&path, "%s/sandbox.json", s->thread_dir) || !(j = json_read_file(path.ptr)))
+	if (!s || (s->box && discovered))
+		return; /* already adopted from its record */
+	if (!layout_file(&path, s->thread_dir, "sandbox.json"))
+		j = json_read_file(path.ptr);
+	if (!j && !discovered)
 		goto out; /* no sandbox recorded: data only */
-	pname = j ? json_string_value(json_object_get(j, "provider")) : NULL;
+	pname = j ? json_string_value(json_object_get(j, "provider")) : pool.prov->name;
 	if (!pname || strcmp(pname, pool.prov->name)) {
 		log_warn(scope, "recorded sandbox of provider '%s' is not this provider's: left alone",
 			pname ? pname : "?");
 		goto out;
 	}
-	state = json_string_value(json_object_get(j, "state"));
+	state = j ? json_string_value(json_object_get(j, "state")) : "creating";
 	if (pool_dirs(s, &d) == 0) {
 		pool_spec(s, &d, pool.cfg, &spec);
 		if (pool.prov->ops->adopt(&spec, &box) != SBX_OK) {
@@ -719,6 +724,13 @@ out:
 	buf_free(&path);
 }
 
+static void pool_discovered(const char *user, const char *thread, void *arg)
+{
+	(void)arg;
+	if (names_valid(user) && names_valid(thread))
+		pool_adopt_one(user, thread, true);
+}
+
 static void pool_scan(const char *state_dir)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -737,7 +749,7 @@ static void pool_scan(const char *state_dir)
 			continue;
 		while ((t = readdir(threads)))
 			if (names_valid(t->d_name))
-				pool_adopt_one(u->d_name, t->d_name);
+				pool_adopt_one(u->d_name, t->d_name, false);
 		closedir(threads);
 	}
 	closedir(users);
@@ -762,6 +774,10 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	pool.cfg = config_get(cfg);
 	pool.prov = prov;
 	pool_scan(cfg->state_dir);
+	/* sandboxes the provider knows of that no record names (a crash
+	 * between a create and its record): adopted the same way */
+	if (prov->ops->discover && prov->ops->discover(cfg, pool.state_id, pool_discovered, NULL))
+		log_warn("pool", "provider %s: discovery of its sandboxes failed", prov->name);
 	pool.stopping = false;
 	if (pthread_create(&pool.reaper, NULL, pool_reaper_main, NULL)) {
 		snprintf(err, errlen, "cannot start the idle reaper");
@@ -843,6 +859,12 @@ void pool_stop(void)
 	pthread_mutex_unlock(&pool.lock);
 }
 
+static void pool_provider_shutdown(void)
+{
+	if (pool.prov && pool.prov->ops->shutdown)
+		pool.prov->ops->shutdown();
+}
+
 void pool_shutdown(bool keep)
 {
 	pthread_t workers[8];
@@ -865,6 +887,7 @@ void pool_shutdown(bool keep)
 				pthread_mutex_unlock(&s->scope);
 			}
 		log_info("pool", "sandboxes left running for the next start to adopt");
+		pool_provider_shutdown();
 		return;
 	}
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
@@ -874,6 +897,7 @@ void pool_shutdown(bool keep)
 	while (n > 0)
 		pthread_join(workers[--n], NULL);
 	/* No acquire can be in flight: the work pool has drained before this. */
+	pool_provider_shutdown();
 }
 
 void pool_clear(void)

@@ -217,6 +217,9 @@ struct sbx_provider_ops {
 	/* MAY: end every process of the sandbox but its own init (jobs and
 	 * what they left behind), keeping the sandbox.  Default NOTSUP. */
 	enum sbx_err (*kill_all)(struct sbx_box *box);
+	/* MAY: add the provider's own keys to the sandbox's status JSON (e.g.
+	 * init_pid).  Any thread, pool.lock held: MUST NOT block. */
+	void (*box_status)(struct sbx_box *box, struct json_t *out);
 
 	/* -- exec -- */
 
@@ -276,6 +279,7 @@ void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov);
 struct sbx_box *sbx_box_get(struct sbx_box *box);
 void sbx_box_put(struct sbx_box *box);
 enum sbx_err sbx_kill_all(struct sbx_box *box);
+void sbx_box_status(struct sbx_box *box, struct json_t *out);
 enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out);
 enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct sbx_exec **out);
 enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig);

@@ -120,6 +120,12 @@ enum sbx_err sbx_kill_all(struct sbx_box *box)
 	return box->prov->ops->kill_all ? box->prov->ops->kill_all(box) : SBX_ERR_NOTSUP;
 }
 
+void sbx_box_status(struct sbx_box *box, struct json_t *out)
+{
+	if (box && box->prov->ops->box_status)
+		box->prov->ops->box_status(box, out);
+}
+
 enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
 	if (!(box->prov->caps & SBX_CAP_EXEC) || !box->prov->ops->exec_start)
