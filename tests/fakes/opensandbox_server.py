@@ -79,7 +79,15 @@ then the connection is held --graceful-close s (upstream: 1 s) and the chunked
 body ends.  Background commands: init, then execution_complete at once.
 Timeouts (ms) SIGKILL the command's process group.  DELETE /command?id= sends
 SIGTERM to the group and SIGKILL after 3 s, like upstream execd's killPid
-(--interrupt-signal INT switches to SIGINT).
+(--interrupt-signal INT switches to SIGINT); unknown id -> 500 RUNTIME_ERROR.
+If the client goes away the command still runs to its end (as upstream); if
+the sandbox is deleted or expires, its streams are cut (no terminal event).
+GET /command/status/{id} -> {"id","content","running","exit_code"?,"error"?,
+"started_at","finished_at"?} (exit_code -1 after a signal; unknown id 404).
+GET /command/{id}/logs?cursor=N (background commands only, else 400): the
+combined output after byte N, header EXECD-COMMANDS-TAIL-CURSOR = the next
+cursor; the spec calls it a line cursor, upstream execd uses a byte offset,
+so a client should treat it as opaque.
 
 AUTH.  --api-key K: every lifecycle route except /health and the proxy routes
 needs OPEN-SANDBOX-API-KEY: K; missing -> 401 {"code":"MISSING_API_KEY",...},
@@ -101,7 +109,9 @@ as the Docker runtime does, A.9); renew-expiration sets a new absolute time
 (400 if not in the future, 409 if the sandbox has no TTL).  pause/resume:
 Pausing -> Paused (SIGSTOP of every process) and Resuming -> Running.  When
 the entrypoint exits the sandbox becomes Terminated (code 0) or Failed and
-stays listed until deleted or expired.
+stays listed until deleted or expired.  With --renew-intent, a sandbox
+created with extensions["access.renew.extend.seconds"] gets expiresAt pushed
+to now + that on every execd request (OSEP-0009 renew-on-access).
 
 CONTROL CHANNEL (test side channel, not part of any API; never authenticated,
 never logged, never faulted), JSON in and out:
@@ -114,31 +124,49 @@ never logged, never faulted), JSON in and out:
                                           "query","route","sandbox","status",
                                           "req_bytes","resp_bytes",
                                           "request_id","faults","ms"}]}
+                                         (an entry is added when its response
+                                         ends: a stream logs when it closes;
+                                         routes look like "POST /v1/sandboxes",
+                                         "GET /v1/sandboxes/{id}",
+                                         "POST execd/command")
   POST   /_fake/reset                    {"sandboxes": bool}: clear faults,
                                           log and counters (and sandboxes)
   GET    /_fake/faults                   the active faults
   POST   /_fake/faults                   add one, answers {"id": N, ...}
   DELETE /_fake/faults[/{id}]            remove all / one
-  GET|POST /_fake/config                 read / change runtime settings
+  GET|POST /_fake/config                 read / change runtime settings: any of
+                                          api_key, sse_form, ready_delay,
+                                          endpoint_style, eip, execd_token,
+                                          max_timeout, min_timeout,
+                                          renew_intent, ping_interval,
+                                          graceful_close, interrupt_signal,
+                                          interrupt_grace
 Fault object: {"kind": K, "method"?: "POST", "path"?: REGEX (re.search on the
 request path, query excluded), "count"?: N (the next N matching requests;
-absent = until removed), "sandbox"?: ID, ...}; kinds:
+absent = until removed), "sandbox"?: ID (only that sandbox's execd
+requests), ...}; POST answers the fault with its "id".  Kinds:
   http_error      "status" (500), "code", "message": answer that error
                   (lifecycle or execd {"code","message"} shape) instead
   delay           "ms": sleep before handling
-  drop_stream     "after_events" (1) for SSE, "after_bytes" for other bodies
-                  (default half): close the connection mid-body
-  malformed_json  JSON bodies are cut in half; in SSE the event number
-                  "after_events" (1) is cut
+  drop_stream     close the connection mid-body: an SSE stream after
+                  "after_events" (1) events were sent, another body after
+                  "after_bytes" bytes (default: half of it)
+  malformed_json  JSON bodies are cut in half (status and headers kept); in
+                  SSE the event at 0-based index "after_events" (1: the first
+                  after init) is cut
   ping_fail       "seconds" (null = until removed): execd GET /ping -> 502
   pending_forever while present, matching sandboxes stay Pending
 
 CLI: --root DIR (required; sandboxes live in DIR/<id>), --port N (0 = OS
 chooses), --port-file PATH (the port, written atomically once listening),
 --api-key K, --sse-form bare|data, --ready-delay S (0.2), --endpoint-style
-uri|header, --eip HOST, --execd-token T, --max-timeout S, --renew-intent,
+uri|header, --eip HOST, --execd-token T, --max-timeout S, --min-timeout S
+(60, the spec's minimum; lower it to test short TTLs), --renew-intent,
 --ping-interval S (3), --graceful-close S (1), --interrupt-signal TERM|INT,
 --verbose.  SIGTERM/SIGINT: kill every sandbox process and remove ROOT/<id>.
+After a kill -9 the sandboxes still die (bwrap --die-with-parent, which is why
+bwrap is forked from the main thread) but ROOT/<id> stays for the test to
+remove.
 
 NOT IMPLEMENTED (deliberately): snapshots (create -> 400
 SANDBOX::API_NOT_SUPPORTED, list empty, get/delete 404), snapshotId, pool
@@ -148,7 +176,10 @@ networkPolicy and credentialProxy enforcement (validated, the sandbox network
 is always loopback-only), the egress sidecar (port 18080 resolves but is
 unreachable), image pulling and registry auth, resourceLimits enforcement
 (validated and echoed only), execd's /code* (Jupyter), /session*,
-/metrics/watch and /proxy/{port}, WebSocket proxying, seccomp.
+/metrics/watch and /proxy/{port}, WebSocket proxying, seccomp.  Path
+resolution for the files API is not race-free against a sandbox process that
+swaps a directory for a symlink while a request is being served (the tests
+own the sandboxes; this is a fake, not a security boundary).
 """
 
 import argparse
@@ -371,7 +402,7 @@ class V:
         return out
 
 
-def validate_create(body):
+def validate_create(body, min_timeout=60):
     """CreateSandboxRequest -> normalised dict, or ValidationFailed (422)."""
     v = V()
     if body is MISSING:
@@ -413,9 +444,10 @@ def validate_create(body):
     if timeout is not None:
         t = v.int_(timeout, ["body", "timeout"])
         if t is not None:
-            if t < 60:
+            if t < min_timeout:
                 v.errors.append(v_err("greater_than_equal", ["body", "timeout"],
-                                      "Input should be greater than or equal to 60", timeout, {"ge": 60}))
+                                      f"Input should be greater than or equal to {min_timeout}", timeout,
+                                      {"ge": min_timeout}))
             else:
                 out["timeout"] = t
     else:
@@ -1446,7 +1478,7 @@ class Spawner:
 
 CONFIG_KEYS = {"api_key": (str, type(None)), "sse_form": str, "ready_delay": (int, float),
                "endpoint_style": str, "eip": (str, type(None)), "execd_token": (str, type(None)),
-               "max_timeout": (int, type(None)), "renew_intent": bool, "ping_interval": (int, float),
+               "max_timeout": (int, type(None)), "min_timeout": int, "renew_intent": bool, "ping_interval": (int, float),
                "graceful_close": (int, float), "interrupt_signal": str, "interrupt_grace": (int, float)}
 
 
@@ -1457,7 +1489,8 @@ class App:
         self.cfg = {"api_key": args.api_key or None, "sse_form": args.sse_form,
                     "ready_delay": args.ready_delay, "endpoint_style": args.endpoint_style,
                     "eip": args.eip, "execd_token": args.execd_token or None,
-                    "max_timeout": args.max_timeout, "renew_intent": args.renew_intent,
+                    "max_timeout": args.max_timeout, "min_timeout": args.min_timeout,
+                    "renew_intent": args.renew_intent,
                     "ping_interval": args.ping_interval, "graceful_close": args.graceful_close,
                     "interrupt_signal": args.interrupt_signal, "interrupt_grace": 3.0}
         self.verbose = args.verbose
@@ -1468,6 +1501,7 @@ class App:
         self.spawner = Spawner()
         self.stop = threading.Event()
         self.port = None
+        self.reaping = []   # threads destroying expired sandboxes
 
     def set_config(self, changes):
         if not isinstance(changes, dict):
@@ -1533,7 +1567,10 @@ class App:
                     sb.pause_processes(signal.SIGCONT)
                     sb.set_state("Running", "CONTAINER_RUNNING", "Sandbox container is running.")
         for sb in expired:
-            threading.Thread(target=sb.destroy, daemon=True).start()
+            t = threading.Thread(target=sb.destroy, name=f"expire-{sb.id[:8]}", daemon=True)
+            t.start()
+            with self.lock:
+                self.reaping = [x for x in self.reaping if x.is_alive()] + [t]
 
     def ticker(self):
         while not self.stop.wait(0.05):
@@ -1543,14 +1580,18 @@ class App:
                 traceback.print_exc()
 
     def shutdown(self):
+        self.stop.set()
         with self.lock:
             sbs = list(self.sandboxes.values())
             self.sandboxes.clear()
+            reaping = list(self.reaping)
         for sb in sbs:
             try:
                 sb.destroy()
             except Exception:
                 traceback.print_exc()
+        for t in reaping:
+            t.join(20)
 
     def state_json(self):
         with self.lock:
@@ -1597,12 +1638,13 @@ class EventStream:
         h.end_headers()
         h.wfile.flush()
 
-    def _write(self, data):
+    def _write(self, data, flush=True):
         if self.closed:
             return
         try:
             self.h.wfile.write(data)
-            self.h.wfile.flush()
+            if flush:
+                self.h.wfile.flush()
             self.h.resp_bytes += len(data)
         except OSError:
             self.closed = True
@@ -1621,7 +1663,8 @@ class EventStream:
             self.abort()
 
     def finish(self):
-        self._write(b"0\r\n\r\n")
+        # not flushed here: http.server flushes once the request is logged
+        self._write(b"0\r\n\r\n", flush=False)
 
     def abort(self):
         self.closed = True
@@ -1632,12 +1675,21 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "opensandbox-fake/1.0"
     request_id = "-"
+    # buffered: a plain response reaches the socket when http.server flushes
+    # after dispatch() returns, i.e. after the request log has its entry, so
+    # a client that got an answer always finds it in /_fake/requests
+    wbufsize = 1 << 16
 
     # ---- plumbing
 
     def log_message(self, fmt, *args):
         if APP is not None and APP.verbose:
             sys.stderr.write("opensandbox-fake: %s\n" % (fmt % args))
+
+    def handle_expect_100(self):
+        ok = super().handle_expect_100()
+        self.wfile.flush()
+        return ok
 
     def send_response(self, code, message=None):
         super().send_response(code, message)
@@ -1982,7 +2034,7 @@ class Handler(BaseHTTPRequestHandler):
         return sb
 
     def create_sandbox(self):
-        req = validate_create(self.json_body_422())
+        req = validate_create(self.json_body_422(), APP.cfg["min_timeout"])
         if req.get("metadata"):
             check_labels(req["metadata"])
         ext = req.get("extensions") or {}
@@ -2692,6 +2744,11 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128
     allow_reuse_address = True
 
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client (or a drop_stream fault) went away: not a bug
+        super().handle_error(request, client_address)
+
 
 def main(argv=None):
     global APP
@@ -2705,7 +2762,8 @@ def main(argv=None):
     ap.add_argument("--endpoint-style", choices=("uri", "header"), default="uri")
     ap.add_argument("--eip", default=None)
     ap.add_argument("--execd-token", default=None)
-    ap.add_argument("--max-timeout", type=int, default=None)
+    ap.add_argument("--max-timeout", type=int, default=None, help="server.max_sandbox_timeout_seconds")
+    ap.add_argument("--min-timeout", type=int, default=60, help="smallest create timeout (the spec's 60)")
     ap.add_argument("--renew-intent", action="store_true")
     ap.add_argument("--ping-interval", type=float, default=3.0)
     ap.add_argument("--graceful-close", type=float, default=1.0)
