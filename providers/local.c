@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@
 #include "provider_int.h"
 
 #define LOCAL_MAX_ARGS 256
+#define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
 
 struct local_box {
 	struct sbx_box base; /* first: see local_box() */
@@ -626,12 +628,59 @@ out:
 	return result;
 }
 
+/* A sealed memfd holding len bytes, positioned at 0, or -1. */
+static int local_memfd(const char *name, const void *data, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	const char *p = data;
+
+	if (fd < 0)
+		return -1;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
+	    lseek(fd, 0, SEEK_SET)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The job's environment for sbxfs-exec: KEY=VALUE entries, each ended by a
+ * NUL, in a memfd.  It never travels through the supervisor's own
+ * environment: a root process that starts with LD_PRELOAD, LD_AUDIT,
+ * GCONV_PATH... of the user's choosing runs the user's code as root. */
+static int local_exec_input(const struct sbx_exec_spec *e)
+{
+	struct buf in = BUF_INIT(LOCAL_EXEC_INPUT_MAX);
+	int fd = -1;
+
+	for (size_t i = 0; e->env && e->env[i]; i++)
+		if (buf_add(&in, e->env[i], strlen(e->env[i]) + 1))
+			break;
+	if (!in.failed)
+		fd = local_memfd("sbxfs-job", in.ptr ? in.ptr : "", in.len);
+	buf_free(&in);
+	return fd;
+}
+
 static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, pid_t *pid_out)
 {
+	/* the supervisor's whole environment: fixed, nothing of the job's */
+	static char *const clean_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 	struct local_box *lb = local_box(b);
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	enum sbx_err result = SBX_ERR_IO;
-	int ready[2] = { -1, -1 };
+	int ready[2] = { -1, -1 }, input = -1;
 	pid_t pid = -1;
 	char ch;
 
@@ -656,11 +705,12 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		result = SBX_ERR_INVAL;
 		goto out;
 	}
-	if (pipe2(ready, O_CLOEXEC))
+	input = local_exec_input(e);
+	if (input < 0 || pipe2(ready, O_CLOEXEC))
 		goto out;
 	{
-		const int fds[5] = { -1, -1, -1, ready[1], -1 };
-		pid = local_spawn((char *const *)a->v, e->env, fds);
+		const int fds[5] = { input, -1, -1, ready[1], -1 };
+		pid = local_spawn((char *const *)a->v, clean_env, fds);
 	}
 	if (pid < 0) {
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
@@ -687,6 +737,8 @@ out:
 	for (int i = 0; i < 2; i++)
 		if (ready[i] >= 0)
 			close(ready[i]);
+	if (input >= 0)
+		close(input);
 	av_free(a);
 	free(a);
 	return result;

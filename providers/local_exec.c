@@ -12,7 +12,11 @@
  *   sbxfs-exec --pid=INIT --start=STARTTIME --uid=U --gid=G --timeout=SECS
  *              --job-dir=DIR [--cgroup=PATH] -- CMD
  *
- * The job's environment is this process's environment.
+ * This process starts with a fixed, clean environment: the job's
+ * environment arrives on fd 0 (a memfd of KEY=VALUE entries, each ended by a
+ * NUL) and is applied only to the command, after the privilege drop.  A root
+ * process must never start with variables a user chose (LD_PRELOAD,
+ * LD_AUDIT, LD_LIBRARY_PATH, GCONV_PATH, MALLOC_*, locale variables...).
  * Files in DIR: stdin (read, optional), stdout and stderr (appended), pgid
  * (the job's process group = its host pid), cgroup (the job's cgroup),
  * result (JSON, written atomically at the end), kill-requested (written by
@@ -38,8 +42,8 @@
 #include <linux/capability.h>
 
 #define KILL_GRACE_SECONDS 2
-
-extern char **environ;
+#define INPUT_MAX (1024 * 1024 + 1) /* the daemon sends at most 1 MiB */
+#define ENV_MAX 8192                /* entries */
 
 static volatile sig_atomic_t timed_out;
 
@@ -99,6 +103,58 @@ static void write_at(int dirfd, const char *name, const char *text)
 	renameat(dirfd, tmp, dirfd, name);
 }
 
+/* Read all of fd (bounded) into a NUL-terminated buffer. */
+static char *read_all(int fd, size_t *len)
+{
+	char *data = malloc(INPUT_MAX + 1);
+	size_t n = 0;
+
+	if (!data)
+		die("out of memory");
+	for (;;) {
+		ssize_t r = read(fd, data + n, INPUT_MAX - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			die("reading the job's input");
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n == INPUT_MAX) {
+			errno = E2BIG;
+			die("reading the job's input");
+		}
+	}
+	data[n] = '\0';
+	*len = n;
+	return data;
+}
+
+/* The job's environment from the input: NUL-separated KEY=VALUE entries. */
+static char **input_env(char *data, size_t len)
+{
+	char **env = calloc(ENV_MAX + 1, sizeof(*env));
+	size_t n = 0;
+
+	if (!env)
+		die("out of memory");
+	for (char *p = data; p < data + len && n < ENV_MAX; p += strlen(p) + 1)
+		if (strchr(p, '='))
+			env[n++] = p;
+	env[n] = NULL;
+	return env;
+}
+
+/* fd 0 carried the input: from now on it is /dev/null. */
+static void input_done(void)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (null < 0 || dup2(null, 0) < 0)
+		die("/dev/null");
+	close(null);
+}
+
 static void drop_privileges(uid_t uid, gid_t gid)
 {
 	for (int cap = 0; cap <= 63; cap++)
@@ -135,7 +191,8 @@ int main(int argc, char **argv)
 	const char *job_dir = NULL, *cgroup = NULL, *cmd = NULL;
 	static const char *nss[] = { "ipc", "uts", "net", "pid", "mnt" };
 	int nsfd[5], rootfd, dirfd, in, out, err, cgprocs = -1, cgkill = -1, status = 0, i, sync[2];
-	char text[256], path[PATH_MAX];
+	char text[256], path[PATH_MAX], *input, **env;
+	size_t input_len;
 
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -159,9 +216,12 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!init || !job_dir || !cmd || uid == 0) {
-		fprintf(stderr, "usage: sbxfs-exec --pid=N --start=T --uid=U --gid=G --timeout=S --job-dir=DIR [--cgroup=P] -- CMD\n");
+		fprintf(stderr, "usage: sbxfs-exec --pid=N --start=T --uid=U --gid=G --timeout=S --job-dir=DIR [--cgroup=P] -- CMD < ENV\n");
 		return 2;
 	}
+	input = read_all(0, &input_len);
+	env = input_env(input, input_len);
+	input_done();
 	dirfd = open(job_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
 	if (dirfd < 0)
 		die(job_dir);
@@ -226,7 +286,7 @@ int main(int argc, char **argv)
 		if (chdir("/mnt/user-data/workspace"))
 			chdir("/");
 		signal(SIGPIPE, SIG_DFL);
-		execle("/bin/sh", "sh", "-c", cmd, (char *)NULL, environ);
+		execle("/bin/sh", "sh", "-c", cmd, (char *)NULL, env);
 		fprintf(stderr, "sbxfs: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
 		_exit(127);
 	}

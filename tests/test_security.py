@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: MIT
+"""Security hardening (issue 7), tested the way an attacker would try it:
+a hostile job inside a sandbox, or a hostile local user of the mount.
+
+Every probe is bounded in count and time: fork loops and allocations stop by
+themselves, and every wait has a timeout."""
+
+import os
+import random
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import sbxutil
+from sbxutil import wait_until
+from test_jobs import acquire, cat, jstatus, mkjob, run_job, start, wait_exit, write_ctl  # noqa: F401
+
+GCC = shutil.which("gcc")
+
+
+def tag():
+    return f"{random.randint(0, 1 << 40):010x}"
+
+
+def uid_of(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def proc_file(pid, name):
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def scan_procs(needle, what):
+    """{pid: uid} of every host process whose /proc/PID/<what> holds needle."""
+    needle = needle.encode() if isinstance(needle, str) else needle
+    hits = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit() and needle in proc_file(d, what):
+            hits[int(d)] = uid_of(d)
+    return hits
+
+
+# --------------------------------------------------------------------------
+# 1. nothing of a job's environment reaches a process with privileges
+
+
+EVIL_SO = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* LD_AUDIT wants this; as a preload it is just an unused symbol */
+unsigned int la_version(unsigned int v) { return v; }
+
+__attribute__((constructor)) static void evil(void)
+{
+	const char *path = geteuid() == 0 ? "ROOT_MARKER" : "USER_MARKER";
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0666);
+	char line[256];
+
+	if (fd < 0)
+		return;
+	snprintf(line, sizeof(line), "uid %d pid %d\n", (int)geteuid(), (int)getpid());
+	if (write(fd, line, strlen(line)) < 0)
+		line[0] = 0;
+	if (geteuid() == 0) {
+		int s = open("/etc/shadow", O_RDONLY);
+		if (s >= 0 && read(s, line, 64) > 0 && write(fd, "read /etc/shadow\n", 17) < 0)
+			line[0] = 0;
+	}
+	close(fd);
+}
+"""
+
+
+@pytest.mark.skipif(GCC is None, reason="gcc not installed")
+@pytest.mark.timeout_s(120)
+def test_env_ld_preload_never_runs_as_root(sandbox, tmp_path):
+    """A job's env file names a library in the user's own workspace in every
+    variable the dynamic loader and libc act on.  It must never be loaded by a
+    root process (the host marker stays absent), while the job itself, as the
+    sandbox uid, does get the variables (the library loads inside)."""
+    m, t = sandbox
+    tg = tag()
+    root_marker = f"/tmp/sbxfs-preload-root-{tg}"
+    user_marker = "/mnt/user-data/workspace/preload-user"
+    src = tmp_path / "evil.c"
+    src.write_text(EVIL_SO.replace("ROOT_MARKER", root_marker).replace("USER_MARKER", user_marker))
+    so = tmp_path / "evil.so"
+    r = subprocess.run([GCC, "-shared", "-fPIC", "-o", str(so), str(src)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    ws = t / "workspace"
+    shutil.copy(so, ws / "evil.so")
+    # a directory that fakes the libraries a root helper could link
+    (ws / "lib").mkdir()
+    for name in ("libjansson.so.4", "libseccomp.so.2", "libc.so.6.x"):
+        shutil.copy(so, ws / "lib" / name)
+    host_ws = m.workspace_data("alice", "t")
+    inside = "/mnt/user-data/workspace"
+    marker = f"ENVMARK{tg}"
+    env = "".join([
+        f"LD_PRELOAD={host_ws}/evil.so:{inside}/evil.so\n",
+        f"LD_AUDIT={host_ws}/evil.so\n",
+        f"LD_LIBRARY_PATH={host_ws}/lib\n",
+        f"GCONV_PATH={host_ws}/lib\n",
+        f"LOCPATH={host_ws}/lib\n",
+        "LC_ALL=xx_XX.UTF-8\n",
+        f"NLSPATH={host_ws}/lib/%N\n",
+        "MALLOC_CHECK_=3\n",
+        "MALLOC_PERTURB_=85\n",
+        "GLIBC_TUNABLES=glibc.malloc.check=3\n",
+        f"HOSTALIASES={host_ws}/lib/x\n",
+        f"RESOLV_HOST_CONF={host_ws}/lib/x\n",
+        f"TZDIR={host_ws}/lib\n",
+        f"SBX_MARK={marker}\n",
+    ])
+    j = mkjob(t, "preload")
+    start(j, "sleep 2; echo $SBX_MARK", env=env)
+    # while it runs: no root process carries the job's environment
+    seen_root = {}
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        for pid, uid in scan_procs(marker, "environ").items():
+            if uid == 0:
+                seen_root[pid] = sbxutil.proc_cmdline(pid)
+        time.sleep(0.1)
+    assert wait_exit(j, 30) == 0, cat(j / "stderr")
+    assert not os.path.exists(root_marker), \
+        f"the job's LD_PRELOAD ran as host root: {open(root_marker).read()}"
+    assert not seen_root, f"root processes carry the job's environment: {seen_root}"
+    _, out, _ = cat(j / "stdout")
+    assert out.decode().strip().endswith(marker)
+    # positive control: the library works and the job had its variables
+    got = (ws / "preload-user").read_text()
+    assert "uid 0 " not in got and f"uid {sbxutil.status(t)['uid']} " in got, got
