@@ -753,6 +753,29 @@ static void jh_clean(void *p)
 	buf_free(&h->snap);
 }
 
+/* What reading cmd returns: the bytes written (`command`), or the text of
+ * cmd.json for a job of an older daemon. */
+static void job_cmd_snapshot(struct job *j, struct buf *snap)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	json_t *c;
+	const char *s;
+
+	if (!job_path(j, "command", &p) && !util_read_file(p.ptr, snap) && snap->len) {
+		if (buf_adds(snap, "\n"))
+			buf_free(snap);
+		buf_free(&p);
+		return;
+	}
+	buf_free(&p);
+	buf_reset(snap);
+	c = job_read_json(j, "cmd.json");
+	s = c ? json_string_value(json_object_get(c, "cmd")) : NULL;
+	if (s && (buf_adds(snap, s) || buf_adds(snap, "\n")))
+		buf_free(snap);
+	json_decref(c);
+}
+
 void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	struct job *j = n->job;
@@ -773,13 +796,8 @@ void jobs_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 		fs_handle_discard(h);
 		return (void)fuse_reply_err(req, EIO);
 	}
-	if (n->which == JF_CMD && acc == O_RDONLY) {
-		json_t *c = job_read_json(j, "cmd.json");
-		const char *s = c ? json_string_value(json_object_get(c, "cmd")) : NULL;
-		if (s && (buf_adds(&h->snap, s) || buf_adds(&h->snap, "\n")))
-			buf_free(&h->snap);
-		json_decref(c);
-	}
+	if (n->which == JF_CMD && acc == O_RDONLY)
+		job_cmd_snapshot(j, &h->snap);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	fi->nonseekable = n->which == JF_STDIN ? 1 : 0;
@@ -985,8 +1003,9 @@ static int job_start(struct job *j, const char *cmdtext)
 		goto out;
 	}
 	env = job_environ(j, cfg);
-	o = json_pack("{s:s,s:i,s:f}", "cmd", cmd, "timeout", (int)cfg->bash_command_timeout, "created_at",
-		util_wall_now());
+	/* a command is bytes: cmd.json shows it as text, `command` keeps it */
+	o = json_pack("{s:o,s:i,s:f}", "cmd", json_string_lossy(cmd), "timeout", (int)cfg->bash_command_timeout,
+		"created_at", util_wall_now());
 	text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
 	json_decref(o);
 	if (!env || !text) {
@@ -994,6 +1013,7 @@ static int job_start(struct job *j, const char *cmdtext)
 		goto out;
 	}
 	job_write_file(j, "cmd.json", text, strlen(text));
+	job_write_file(j, "command", cmd, strlen(cmd));
 	spec.cmd = cmd;
 	spec.env = env;
 	spec.job_dir = j->dir;

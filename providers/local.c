@@ -655,15 +655,18 @@ static int local_memfd(const char *name, const void *data, size_t len)
 	return fd;
 }
 
-/* The job's environment for sbxfs-exec: KEY=VALUE entries, each ended by a
- * NUL, in a memfd.  It never travels through the supervisor's own
- * environment: a root process that starts with LD_PRELOAD, LD_AUDIT,
- * GCONV_PATH... of the user's choosing runs the user's code as root. */
+/* The job for sbxfs-exec, in a memfd: the command, a NUL, then KEY=VALUE
+ * entries each ended by a NUL.  Neither travels through the supervisor's
+ * argv (world-readable in /proc) or environment (a root process that starts
+ * with LD_PRELOAD, LD_AUDIT, GCONV_PATH... of the user's choosing runs the
+ * user's code as root). */
 static int local_exec_input(const struct sbx_exec_spec *e)
 {
 	struct buf in = BUF_INIT(LOCAL_EXEC_INPUT_MAX);
 	int fd = -1;
 
+	if (buf_add(&in, e->cmd, strlen(e->cmd) + 1))
+		return -1;
 	for (size_t i = 0; e->env && e->env[i]; i++)
 		if (buf_add(&in, e->env[i], strlen(e->env[i]) + 1))
 			break;
@@ -699,8 +702,6 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	av_add(a, av_fmt(a, "--job-dir=%s", e->job_dir));
 	if (local_cgroup_root[0])
 		av_add(a, av_fmt(a, "--cgroup=%s/%s/%s", local_cgroup_root, lb->token, e->job_name));
-	av_add(a, "--");
-	av_add(a, e->cmd);
 	if (a->overflow) {
 		result = SBX_ERR_INVAL;
 		goto out;

@@ -4,19 +4,23 @@
  *
  * The daemon starts one per job (as root, in its own session) and forgets
  * about the details: the supervisor joins the sandbox's namespaces, starts
- * `/bin/sh -c CMD` as the sandbox's uid with no capabilities and
+ * the command with /bin/sh as the sandbox's uid with no capabilities and
  * no_new_privs, enforces the timeout, and records how the job ended in
  * JOB_DIR/result.  Because the supervisor, not the daemon, writes the
  * result, a job outlives a crashed daemon and still reports its end.
  *
  *   sbxfs-exec --pid=INIT --start=STARTTIME --uid=U --gid=G --timeout=SECS
- *              --job-dir=DIR [--cgroup=PATH] -- CMD
+ *              --job-dir=DIR [--cgroup=PATH]  < INPUT
  *
- * This process starts with a fixed, clean environment: the job's
- * environment arrives on fd 0 (a memfd of KEY=VALUE entries, each ended by a
- * NUL) and is applied only to the command, after the privilege drop.  A root
- * process must never start with variables a user chose (LD_PRELOAD,
- * LD_AUDIT, LD_LIBRARY_PATH, GCONV_PATH, MALLOC_*, locale variables...).
+ * Nothing a user controls is in this process's argv or environment (both
+ * are world-readable or reach the dynamic loader of a root process).  The
+ * daemon starts it with a fixed, clean environment and sends the job on fd 0,
+ * a memfd: the command (bytes), a NUL, then the job's environment as
+ * KEY=VALUE entries, each ended by a NUL.  Both are applied only to the
+ * command, after the privilege drop: a root process must never start with
+ * variables a user chose (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH, GCONV_PATH,
+ * MALLOC_*, locale variables...).  The command runs as a script read from
+ * fd 3, `sh -c '. /dev/fd/3'`, so `ps` on the host never shows its text.
  * Files in DIR: stdin (read, optional), stdout and stderr (appended), pgid
  * (the job's process group = its host pid), cgroup (the job's cgroup),
  * result (JSON, written atomically at the end), kill-requested (written by
@@ -32,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -130,7 +135,8 @@ static char *read_all(int fd, size_t *len)
 	return data;
 }
 
-/* The job's environment from the input: NUL-separated KEY=VALUE entries. */
+/* The job's environment from the input: after the command, NUL-separated
+ * KEY=VALUE entries. */
 static char **input_env(char *data, size_t len)
 {
 	char **env = calloc(ENV_MAX + 1, sizeof(*env));
@@ -138,7 +144,7 @@ static char **input_env(char *data, size_t len)
 
 	if (!env)
 		die("out of memory");
-	for (char *p = data; p < data + len && n < ENV_MAX; p += strlen(p) + 1)
+	for (char *p = data + strlen(data) + 1; p < data + len && n < ENV_MAX; p += strlen(p) + 1)
 		if (strchr(p, '='))
 			env[n++] = p;
 	env[n] = NULL;
@@ -153,6 +159,21 @@ static void input_done(void)
 	if (null < 0 || dup2(null, 0) < 0)
 		die("/dev/null");
 	close(null);
+}
+
+/* In the job, after the privilege drop: the command as a script on fd 3,
+ * which the script closes first (its shell reads it through its own fd), so
+ * the job's processes do not inherit it. */
+static void script_fd(const char *cmd)
+{
+	static const char prologue[] = "exec 3<&-; ";
+	int fd = memfd_create("sbxfs-job", 0);
+
+	if (fd < 0 || write(fd, prologue, sizeof(prologue) - 1) != (ssize_t)sizeof(prologue) - 1 ||
+	    write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd) || lseek(fd, 0, SEEK_SET))
+		die("the job's script");
+	if (fd != 3 && (dup2(fd, 3) < 0 || close(fd)))
+		die("the job's script");
 }
 
 static void drop_privileges(uid_t uid, gid_t gid)
@@ -210,16 +231,13 @@ int main(int argc, char **argv)
 			job_dir = a + 10;
 		else if (!strncmp(a, "--cgroup=", 9))
 			cgroup = a + 9;
-		else if (!strcmp(a, "--")) {
-			cmd = i + 1 < argc ? argv[i + 1] : NULL;
-			break;
-		}
 	}
-	if (!init || !job_dir || !cmd || uid == 0) {
-		fprintf(stderr, "usage: sbxfs-exec --pid=N --start=T --uid=U --gid=G --timeout=S --job-dir=DIR [--cgroup=P] -- CMD < ENV\n");
+	if (!init || !job_dir || uid == 0) {
+		fprintf(stderr, "usage: sbxfs-exec --pid=N --start=T --uid=U --gid=G --timeout=S --job-dir=DIR [--cgroup=P] < INPUT\n");
 		return 2;
 	}
 	input = read_all(0, &input_len);
+	cmd = input;
 	env = input_env(input, input_len);
 	input_done();
 	dirfd = open(job_dir, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
@@ -283,10 +301,11 @@ int main(int argc, char **argv)
 		if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			die("dup2");
 		drop_privileges(uid, gid);
+		script_fd(cmd);
 		if (chdir("/mnt/user-data/workspace"))
 			chdir("/");
 		signal(SIGPIPE, SIG_DFL);
-		execle("/bin/sh", "sh", "-c", cmd, (char *)NULL, env);
+		execle("/bin/sh", "sh", "-c", ". /dev/fd/3", (char *)NULL, env);
 		fprintf(stderr, "sbxfs: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
 		_exit(127);
 	}

@@ -69,14 +69,14 @@ struct sbx_box {
 	char remote_id[80]; /* shown in status: pid, container id, remote id */
 };
 
-/* A command to run (DESIGN §6).  The provider's supervisor runs
- * `/bin/sh -c cmd` with cwd /mnt/user-data/workspace, stdin from
+/* A command to run (DESIGN §6).  The provider's supervisor runs the
+ * command with /bin/sh (as `sh -c cmd` does) with cwd /mnt/user-data/workspace, stdin from
  * job_dir/stdin when it exists, stdout/stderr appended to job_dir/stdout and
  * job_dir/stderr, and records the end in job_dir/result (JSON:
  * state, exit, signal, ended_at), also when the daemon is gone. */
 struct sbx_exec_spec {
-	const char *cmd;
-	char *const *env; /* KEY=VALUE, NULL-terminated */
+	const char *cmd;  /* bytes (any encoding), no NUL; never put in a host argv */
+	char *const *env; /* KEY=VALUE, NULL-terminated; never in a host process's environment */
 	const char *job_dir;
 	const char *job_name;
 	long timeout; /* seconds; the supervisor kills and reports timed_out */

@@ -148,3 +148,64 @@ def test_env_ld_preload_never_runs_as_root(sandbox, tmp_path):
     # positive control: the library works and the job had its variables
     got = (ws / "preload-user").read_text()
     assert "uid 0 " not in got and f"uid {sbxutil.status(t)['uid']} " in got, got
+
+
+# --------------------------------------------------------------------------
+# 6. no host process's argv or environ carries a job's command or environment
+
+
+@pytest.mark.timeout_s(90)
+def test_command_and_env_never_in_host_argv_or_environ(sandbox):
+    """Any local user can read every process's argv (/proc/PID/cmdline): a
+    job's command (here with a fake bearer token) must not be in one, and its
+    environment must not be in the environ of any process but its own."""
+    m, t = sandbox
+    uid = sbxutil.status(t)["uid"]
+    secret, envsecret = f"CMDSECRET{tag()}", f"ENVSECRET{tag()}"
+    j = mkjob(t, "secret")
+    start(j, f": 'Authorization: Bearer {secret}'; echo started; sleep 3; echo \"$TOKEN\"",
+          env=f"TOKEN={envsecret}\n")
+    assert wait_until(lambda: jstatus(j)["stdout_bytes"] >= 8, 10), jstatus(j)
+    in_argv, in_env = {}, {}
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        for s in (secret, envsecret):
+            for pid, puid in scan_procs(s, "cmdline").items():
+                in_argv[pid] = (puid, sbxutil.proc_cmdline(pid))
+            for pid, puid in scan_procs(s, "environ").items():
+                if puid != uid:  # the job's own processes have their environment
+                    in_env[pid] = (puid, sbxutil.proc_cmdline(pid))
+        time.sleep(0.1)
+    assert wait_exit(j, 30) == 0
+    assert not in_argv, f"a job's command or environment is in a host argv: {in_argv}"
+    assert not in_env, f"a job's environment is in another process's environ: {in_env}"
+    _, out, _ = cat(j / "stdout")
+    assert out.decode() == f"started\n{envsecret}\n"
+    # and the shell of the job is not `sh -c CMD` either; the script's fd
+    # does not leak into the job's processes
+    code, out, _ = run_job(t, "argv", "cat /proc/$$/cmdline | tr '\\0' ' '; echo; "
+                           "ls -l /proc/self/fd | grep -c memfd")
+    assert code == 1 or code == 0
+    line, memfds = out.splitlines()
+    assert "cat /proc" not in line, line
+    assert memfds == "0", f"the job's processes inherit the script: {out}"
+
+
+# --------------------------------------------------------------------------
+# 9. commands are bytes
+
+
+@pytest.mark.timeout_s(60)
+def test_non_utf8_command_runs(sandbox):
+    m, t = sandbox
+    j = mkjob(t, "latin1")
+    cmd = b"printf '%s\\n' caf\xe9 | od -An -tx1 | tr -d ' \\n'; echo\n"
+    assert write_ctl(j / "cmd", cmd) == len(cmd)
+    assert wait_exit(j, 30) == 0, cat(j / "stderr")
+    _, out, _ = cat(j / "stdout")
+    assert out == b"636166e90a\n", out
+    st = jstatus(j)
+    assert st["state"] == "exited" and st["cmd"].startswith("printf"), st
+    # reading cmd back gives the bytes that were written
+    _, back, _ = cat(j / "cmd")
+    assert back == cmd, back

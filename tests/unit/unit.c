@@ -13,6 +13,7 @@
 
 #include "../../common/buf.h"
 #include "../../common/config.h"
+#include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
 
@@ -51,6 +52,27 @@ static void test_buf(void)
 	CHECK(str_fmt(small, sizeof(small), "%s", "abc") == 0);
 	errno = 0;
 	CHECK(str_fmt(small, sizeof(small), "%s", "abcd") == -1 && errno == ENAMETOOLONG);
+}
+
+static void test_json_lossy(void)
+{
+	static const struct {
+		const char *in, *out;
+	} vec[] = {
+		{ "plain", "plain" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "caf\xe9", "caf\xef\xbf\xbd" },                   /* latin-1 */
+		{ "\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd" },          /* overlong '/' */
+		{ "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* a surrogate */
+		{ "\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd" },          /* truncated */
+		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* > U+10FFFF */
+	};
+
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		json_t *o = json_string_lossy(vec[i].in);
+		CHECK(o && !strcmp(json_string_value(o), vec[i].out));
+		json_decref(o);
+	}
 }
 
 static void test_names(void)
@@ -162,6 +184,7 @@ int main(void)
 	log_open(0, 0);
 	test_buf();
 	test_names();
+	test_json_lossy();
 	test_config();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
