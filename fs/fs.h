@@ -134,8 +134,8 @@ int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_para
 void data_forget(struct node *n, uint64_t nlookup);
 extern const struct fuse_lowlevel_ops data_ops;
 
-/* ctl.c: contents of dot-files and control files */
-int ctl_render(struct node *n, struct buf *out);
+/* ctl.c: contents of dot-files and control files, as reader (a uid) sees them */
+int ctl_render(struct node *n, struct buf *out, uid_t reader);
 
 /* jobs.c */
 int jobs_init(void);

@@ -634,7 +634,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!b)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(b, BUF_CAP_JSON);
-	if (ctl_render(n, b)) {
+	if (ctl_render(n, b, fuse_req_ctx(req)->uid)) {
 		fs_handle_discard(b);
 		return (void)fuse_reply_err(req, EIO);
 	}

@@ -16,6 +16,7 @@ import pytest
 import sbxutil
 from sbxutil import wait_until
 from test_jobs import acquire, cat, jstatus, mkjob, run_job, start, wait_exit, write_ctl  # noqa: F401
+from test_users import accounts, as_user  # noqa: F401  (accounts is a fixture)
 
 GCC = shutil.which("gcc")
 
@@ -209,3 +210,26 @@ def test_non_utf8_command_runs(sandbox):
     # reading cmd back gives the bytes that were written
     _, back, _ = cat(j / "cmd")
     assert back == cmd, back
+
+
+@pytest.mark.timeout_s(150)
+def test_last_error_shown_only_to_root_and_its_owner(sbxfs, accounts, tmp_path):
+    """/sbx/.status is world-readable: a failure's last_error names the scope
+    and cause, so only root and the user it belongs to see it."""
+    (a, ua), (b, ub) = accounts
+    rootfs = tmp_path / "emptyroot"  # a sandbox cannot start on it
+    rootfs.mkdir()
+    os.chmod(tmp_path, 0o755)
+    m = sbxfs(config={"users": {a: ua, b: ub}, "allow_other": True, "ready_timeout": 5,
+                      "local": {"rootfs": str(rootfs)}})
+    res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1")])
+    assert "ok" in res[0] and res[1].get("errno") in ("EIO", "ETIMEDOUT"), res
+    import json
+    as_root = json.loads((m.mnt / ".status").read_text())
+    assert as_root["last_error"] and as_root["last_error"]["scope"] == f"{a}/t1", as_root
+    res = as_user(ua, [("read", m.mnt / ".status")])
+    assert json.loads(res[0]["ok"])["last_error"]["scope"] == f"{a}/t1", res
+    res = as_user(ub, [("read", m.mnt / ".status")])
+    other = json.loads(res[0]["ok"])
+    assert other["last_error"] is None, f"another user sees {a}'s failure: {other}"
+    assert other["provider"] == "local"  # the rest of .status stays readable
