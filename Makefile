@@ -22,8 +22,8 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
-PROVIDERS := providers/providers.o providers/pool.o providers/local.o
-FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o
+PROVIDERS := providers/providers.o providers/pool.o providers/local.o providers/cgroup.o
+FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o fs/sbxctl.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
@@ -40,10 +40,12 @@ sbxfs: $(OBJS)
 # The helpers run after setns()/chroot() into a sandbox, where sanitizer
 # runtimes cannot work: they are built without $(SAN).  sbxfs-init runs on the
 # sandbox's root filesystem, so it is static.
-HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64 $(shell pkg-config --cflags jansson 2>/dev/null)
+# sbxfs-exec runs as root: it links nothing but libc.
+HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64
+EXEC_SRCS := providers/local_exec.c providers/local_pump.c
 
-sbxfs-exec: providers/local_exec.c
-	$(CC) $(HELPER_CFLAGS) -o $@ $< $(shell pkg-config --libs jansson 2>/dev/null)
+sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
+	$(CC) $(HELPER_CFLAGS) -o $@ $(EXEC_SRCS)
 
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<

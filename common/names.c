@@ -35,6 +35,22 @@ bool names_env_key_valid(const char *key)
 	return true;
 }
 
+int names_sha256_hex(const char *s, char *out, size_t hexlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char md[EVP_MAX_MD_SIZE];
+	unsigned int mdlen = 0;
+
+	if (hexlen % 2 || hexlen > 64 || !EVP_Digest(s, strlen(s), md, &mdlen, EVP_sha256(), NULL))
+		return -1;
+	for (size_t i = 0; i < hexlen / 2; i++) {
+		out[2 * i] = hex[md[i] >> 4];
+		out[2 * i + 1] = hex[md[i] & 15];
+	}
+	out[hexlen] = '\0';
+	return 0;
+}
+
 int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1])
 {
 	static const char hex[] = "0123456789abcdef";

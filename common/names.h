@@ -13,6 +13,7 @@
 #define SBX_NAMES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define NAME_MAX_LEN 64
 #define SCOPE_TOKEN_LEN 16
@@ -21,6 +22,9 @@ bool names_valid(const char *name);
 bool names_env_key_valid(const char *key);
 /* Writes SCOPE_TOKEN_LEN hex digits and a NUL into out.  Returns 0 or -1. */
 int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1]);
+/* The first hexlen (even, <= 64) lowercase hex digits of SHA-256(s), and a
+ * NUL, into out.  Returns 0 or -1. */
+int names_sha256_hex(const char *s, char *out, size_t hexlen);
 /* DeerFlow's is_blocked_env_name: names that look like secrets. */
 bool names_secret_like(const char *key);
 

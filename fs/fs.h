@@ -38,7 +38,7 @@ enum node_kind {
 	N_ROOTFILE, /* .status .metrics .config */
 	N_USER,
 	N_SANDBOX,
-	N_CTL,      /* id, status (and later events, network) */
+	N_CTL,      /* id, status, ctl (and later events, network) */
 	N_JOBS,     /* jobs/ */
 	N_JOB,      /* jobs/<name>/ */
 	N_JOBFILE,  /* jobs/<name>/{cmd,env,stdin,stdout,stderr,exit,status,ctl} */
@@ -46,7 +46,7 @@ enum node_kind {
 };
 
 enum rootfile { RF_STATUS, RF_METRICS, RF_CONFIG, RF_COUNT };
-enum ctlfile { CTL_ID, CTL_STATUS, CTL_COUNT };
+enum ctlfile { CTL_ID, CTL_STATUS, CTL_CTL, CTL_COUNT };
 enum jobfile { JF_CMD, JF_ENV, JF_STDIN, JF_STDOUT, JF_STDERR, JF_EXIT, JF_STATUS, JF_CTL, JF_COUNT };
 enum datadir { DD_WORKSPACE, DD_UPLOADS, DD_OUTPUTS, DD_SKILLS, DD_COUNT };
 
@@ -136,6 +136,11 @@ extern const struct fuse_lowlevel_ops data_ops;
 
 /* ctl.c: contents of dot-files and control files, as reader (a uid) sees them */
 int ctl_render(struct node *n, struct buf *out, uid_t reader);
+
+/* sbxctl.c: the sandbox's ctl file (N_CTL, CTL_CTL), write-only commands */
+bool sbxctl_is(const struct node *n);
+void sbxctl_open(fuse_req_t req, struct node *n, struct fuse_file_info *fi);
+void sbxctl_write(fuse_req_t req, struct node *n, const char *data, size_t size);
 
 /* jobs.c */
 int jobs_init(void);

@@ -355,6 +355,19 @@ int jobs_mkdir(struct view *v, const char *name)
 	return err;
 }
 
+/* A finished job's slot goes: what the job left behind goes with it (no
+ * lock held: this calls into the provider). */
+static void job_end_leftovers(struct job *j)
+{
+	enum job_state st;
+
+	pthread_mutex_lock(&j->lock);
+	st = j->state;
+	pthread_mutex_unlock(&j->lock);
+	if (job_ended(st))
+		pool_exec_cleanup(j->sbx, j->dir);
+}
+
 int jobs_rmdir(struct view *v, const char *name)
 {
 	struct job *j = jobs_get(v, name), **pp;
@@ -362,6 +375,7 @@ int jobs_rmdir(struct view *v, const char *name)
 
 	if (!j)
 		return ENOENT;
+	job_end_leftovers(j);
 	pthread_mutex_lock(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	if (j->state == J_RUNNING || j->state == J_STARTING) {
@@ -734,10 +748,11 @@ static int job_status_json(struct job *j, struct buf *out)
 		se.st_size = 0;
 	buf_free(&p);
 	buf_free(&t);
-	o = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:o}", "name", j->name, "state", job_state_names[st],
-		"cmd", jget(cmd, "cmd"), "pid", pgid, "started_at", jget(started, "started_at"), "ended_at",
-		jget(r, "ended_at"), "exit", jget(r, "exit"), "signal", jget(r, "signal"), "stdout_bytes",
-		(json_int_t)so.st_size, "stderr_bytes", (json_int_t)se.st_size, "timeout", jget(cmd, "timeout"));
+	o = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:o,s:o}", "name", j->name, "state",
+		job_state_names[st], "cmd", jget(cmd, "cmd"), "pid", pgid, "started_at", jget(started, "started_at"),
+		"ended_at", jget(r, "ended_at"), "exit", jget(r, "exit"), "signal", jget(r, "signal"), "stdout_bytes",
+		(json_int_t)so.st_size, "stderr_bytes", (json_int_t)se.st_size, "timeout", jget(cmd, "timeout"),
+		"reason", jget(r, "reason"));
 	json_decref(r);
 	json_decref(started);
 	json_decref(cmd);

@@ -28,7 +28,7 @@
 struct fs fs;
 
 static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
-static const char *ctl_names[CTL_COUNT] = { "id", "status" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static const char *job_names[JF_COUNT] = { "cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl" };
 static struct node *rootfiles[RF_COUNT];
@@ -79,6 +79,10 @@ void fs_fill_vattr(struct node *n, struct stat *st)
 		break;
 	case N_JOBFILE:
 		st->st_mode = S_IFREG | (mode_t)jobs_file_mode(n->which);
+		st->st_nlink = 1;
+		break;
+	case N_CTL:
+		st->st_mode = S_IFREG | (sbxctl_is(n) ? 0200 : 0444);
 		st->st_nlink = 1;
 		break;
 	default:
@@ -624,6 +628,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return data_ops.open(req, ino, fi);
 	if (n->kind == N_JOBFILE)
 		return jobs_open(req, n, fi);
+	if (sbxctl_is(n))
+		return sbxctl_open(req, n, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		log_warn("namespace", "write to a read-only control file refused");
 		return (void)fuse_reply_err(req, EPERM);
@@ -667,7 +673,7 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 
 	if (n->kind == N_DATA)
 		return data_ops.write_buf(req, ino, in, off, fi);
-	if (n->kind != N_JOBFILE)
+	if (n->kind != N_JOBFILE && !sbxctl_is(n))
 		return (void)fuse_reply_err(req, EPERM);
 	/* Commands are small, but stdin is data: accept a whole FUSE write. */
 	if (dst.buf[0].size > (n->which == JF_STDIN ? 2 * 1024 * 1024 : BUF_CAP_CTL)) {
@@ -684,7 +690,10 @@ static void fs_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 		return (void)fuse_reply_err(req, (int)-got);
 	}
 	mem[got] = '\0';
-	jobs_write(req, n, mem, (size_t)got, fi);
+	if (sbxctl_is(n))
+		sbxctl_write(req, n, mem, (size_t)got);
+	else
+		jobs_write(req, n, mem, (size_t)got, fi);
 	free(mem);
 }
 

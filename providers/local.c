@@ -22,6 +22,7 @@
  * the init's namespaces.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -41,6 +42,7 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "cgroup.h"
 #include "provider.h"
 #include "provider_int.h"
 
@@ -57,38 +59,19 @@ struct local_box {
 	gid_t gid;
 	char token[24];
 	char *thread_dir;
+	uint64_t output_max; /* resources.output of the config it lives with */
 };
 
 static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
 static char local_exec_helper[PATH_MAX];
 static char local_init_helper[PATH_MAX];
 #define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
-static char local_cgroup_root[PATH_MAX]; /* "" when no cgroup v2 is mounted */
 
 static struct local_box *local_box(struct sbx_box *b)
 {
 	if (!b || b->prov != &provider_local)
 		abort(); /* a box handed to the wrong provider is a programming error */
 	return (struct local_box *)b;
-}
-
-static void local_find_cgroup2(void)
-{
-	FILE *f = fopen("/proc/self/mounts", "re");
-	char dev[256], dir[PATH_MAX], type[64];
-
-	local_cgroup_root[0] = '\0';
-	if (!f)
-		return;
-	while (fscanf(f, "%255s %4095s %63s %*[^\n]", dev, dir, type) == 3) {
-		if (!strcmp(type, "cgroup2")) {
-			if (str_fmt(local_cgroup_root, sizeof(local_cgroup_root), "%s/sbxfs", dir) ||
-			    (mkdir(local_cgroup_root, 0755) && errno != EEXIST))
-				local_cgroup_root[0] = '\0';
-			break;
-		}
-	}
-	fclose(f);
 }
 
 static int local_find_helper(const char *dir, const char *name, char *out, size_t len)
@@ -128,9 +111,7 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 			self, self);
 		return SBX_ERR_INVAL;
 	}
-	local_find_cgroup2();
-	if (!local_cgroup_root[0])
-		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
+	cgroup_init(cfg->state_dir);
 	return SBX_OK;
 }
 
@@ -245,10 +226,22 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_add(a, dst);
 }
 
-static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
+/* sbxfs-exec --launch: bubblewrap starts inside the sandbox's cgroups, so
+ * its init, and the cgroup namespace bubblewrap makes, are inside them. */
+static void av_launcher(struct argv_builder *a, const struct cgroup_join *j)
+{
+	av_add(a, local_exec_helper);
+	av_add(a, "--launch");
+	for (int i = 0; i < j->n; i++)
+		av_add(a, av_fmt(a, "--join=%s", j->path[i]));
+	av_add(a, "--");
+}
+
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, const struct cgroup_join *j)
 {
 	const struct sbx_config *cfg = s->cfg;
 
+	av_launcher(a, j);
 	av_add(a, local_bwrap);
 	av_add(a, "--unshare-pid");
 	av_add(a, "--unshare-ipc");
@@ -265,6 +258,10 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s)
 	av_add(a, "/dev");
 	av_add(a, "--perms");
 	av_add(a, "1777");
+	if (cfg->res.tmp_size) {
+		av_add(a, "--size");
+		av_add(a, av_fmt(a, "%llu", (unsigned long long)cfg->res.tmp_size));
+	}
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
 	av_bind(a, "--bind", s->workspace, "/mnt/user-data/workspace");
@@ -459,13 +456,23 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *j = NULL;
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[160], ch;
+	struct cgroup_join join = { 0 };
+	bool made_cgroup = false;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	if (!a || !lb) {
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
-	local_build_argv(a, s);
+	{
+		const struct cgroup_limits lim = { s->cfg->res.memory, s->cfg->res.cpus, s->cfg->res.pids };
+		made_cgroup = true;
+		if (cgroup_sandbox_create(s->token, &lim, &join)) {
+			log_err(scope, "local: cannot make the sandbox's cgroups");
+			goto out;
+		}
+	}
+	local_build_argv(a, s, &join);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
 		result = SBX_ERR_INVAL;
@@ -519,6 +526,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	lb->bwrap_pid = bwrap;
 	lb->uid = s->uid;
 	lb->gid = s->gid;
+	lb->output_max = s->cfg->res.output;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	lb->thread_dir = strdup(s->thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
@@ -530,10 +538,13 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	lb = NULL;
 	bwrap = -1;
 	init = 0;
+	made_cgroup = false;
 	result = SBX_OK;
 out:
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
+	if (made_cgroup)
+		cgroup_sandbox_destroy(s->token);
 	for (int i = 0; i < 2; i++) {
 		if (info_p[i] >= 0)
 			close(info_p[i]);
@@ -584,13 +595,10 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+	/* what the init's death did not end (nothing, normally) and the cgroups */
+	cgroup_sandbox_destroy(lb->token);
 	if (!buf_addf(&path, "%s/local.json", lb->thread_dir))
 		unlink(path.ptr);
-	if (local_cgroup_root[0]) {
-		buf_reset(&path);
-		if (!buf_addf(&path, "%s/%s", local_cgroup_root, lb->token))
-			util_rm_rf(path.ptr); /* only empty job cgroups remain: rmdir them */
-	}
 	buf_free(&path);
 	local_box_free(lb);
 	return SBX_OK;
@@ -614,6 +622,7 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
 	lb->uid = s->uid;
 	lb->gid = s->gid;
+	lb->output_max = s->cfg->res.output;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (!local_alive(lb))
@@ -684,6 +693,8 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	enum sbx_err result = SBX_ERR_IO;
 	int ready[2] = { -1, -1 }, input = -1;
+	struct buf cgdir = BUF_INIT(BUF_CAP_PATH);
+	struct cgroup_join join;
 	pid_t pid = -1;
 	char ch;
 
@@ -693,6 +704,10 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		result = SBX_ERR_GONE;
 		goto out;
 	}
+	result = cgroup_job_create(lb->token, e->job_name, &cgdir, &join);
+	if (result)
+		goto out;
+	result = SBX_ERR_IO;
 	av_add(a, local_exec_helper);
 	av_add(a, av_fmt(a, "--pid=%d", (int)lb->init_pid));
 	av_add(a, av_fmt(a, "--start=%llu", lb->init_start));
@@ -700,8 +715,11 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	av_add(a, av_fmt(a, "--gid=%u", (unsigned)lb->gid));
 	av_add(a, av_fmt(a, "--timeout=%ld", e->timeout));
 	av_add(a, av_fmt(a, "--job-dir=%s", e->job_dir));
-	if (local_cgroup_root[0])
-		av_add(a, av_fmt(a, "--cgroup=%s/%s/%s", local_cgroup_root, lb->token, e->job_name));
+	av_add(a, av_fmt(a, "--output-max=%llu", (unsigned long long)lb->output_max));
+	if (cgdir.len)
+		av_add(a, av_fmt(a, "--cgroup=%s", buf_str(&cgdir)));
+	for (int i = 0; i < join.n; i++)
+		av_add(a, av_fmt(a, "--join=%s", join.path[i]));
 	if (a->overflow) {
 		result = SBX_ERR_INVAL;
 		goto out;
@@ -740,6 +758,7 @@ out:
 			close(ready[i]);
 	if (input >= 0)
 		close(input);
+	buf_free(&cgdir);
 	av_free(a);
 	free(a);
 	return result;
@@ -789,6 +808,77 @@ static enum sbx_err local_exec_signal(struct sbx_box *b, const char *job_dir, in
 	return result;
 }
 
+/* Running jobs (a pgid, no result yet) are marked, so their supervisors
+ * report "killed" rather than a plain exit by signal. */
+static void local_mark_running_killed(struct local_box *lb)
+{
+	struct buf dir = BUF_INIT(BUF_CAP_PATH), f = BUF_INIT(BUF_CAP_PATH);
+	struct dirent *e;
+	DIR *d;
+
+	if (buf_addf(&dir, "%s/jobs", lb->thread_dir) || !(d = opendir(dir.ptr))) {
+		buf_free(&dir);
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+			continue;
+		buf_reset(&f);
+		if (buf_addf(&f, "%s/%s/result", dir.ptr, e->d_name) || !access(f.ptr, F_OK))
+			continue;
+		buf_reset(&f);
+		if (!buf_addf(&f, "%s/%s/pgid", dir.ptr, e->d_name) && !access(f.ptr, F_OK)) {
+			buf_reset(&f);
+			if (!buf_addf(&f, "%s/%s/kill-requested", dir.ptr, e->d_name))
+				util_write_atomic(f.ptr, "KILL", 4, 0600);
+		}
+	}
+	closedir(d);
+	buf_free(&dir);
+	buf_free(&f);
+}
+
+static pid_t local_ppid(pid_t pid)
+{
+	char path[64], data[512], *p;
+	int ppid = 0;
+	FILE *f;
+
+	if (str_fmt(path, sizeof(path), "/proc/%d/stat", (int)pid) || !(f = fopen(path, "re")))
+		return 0;
+	data[fread(data, 1, sizeof(data) - 1, f)] = '\0';
+	fclose(f);
+	p = strrchr(data, ')');
+	if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+static enum sbx_err local_kill_all(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+	pid_t keep[2];
+
+	if (!local_alive(lb))
+		return SBX_ERR_GONE;
+	keep[0] = lb->init_pid;
+	keep[1] = local_ppid(lb->init_pid); /* bubblewrap's monitor */
+	local_mark_running_killed(lb);
+	return cgroup_kill_jobs(lb->token, keep, 2);
+}
+
+static enum sbx_err local_exec_cleanup(struct sbx_box *b, const char *job_dir)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), cg = BUF_INIT(BUF_CAP_PATH);
+
+	(void)b; /* the job directory says everything, as for exec_signal */
+	if (!buf_addf(&path, "%s/cgroup", job_dir) && !util_read_file(path.ptr, &cg) && cg.len)
+		cgroup_job_remove(buf_str(&cg));
+	buf_free(&path);
+	buf_free(&cg);
+	return SBX_OK;
+}
+
 static const struct sbx_provider_ops local_ops = {
 	.init = local_init,
 	.create = local_create,
@@ -798,6 +888,8 @@ static const struct sbx_provider_ops local_ops = {
 	.adopt = local_adopt,
 	.exec_start = local_exec_start,
 	.exec_signal = local_exec_signal,
+	.kill_all = local_kill_all,
+	.exec_cleanup = local_exec_cleanup,
 };
 
 const struct sbx_provider provider_local = {

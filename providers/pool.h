@@ -99,6 +99,11 @@ int pool_status_json(struct sbx *s, struct buf *out);
 /* Run a job in an active sandbox (serialised with acquire/release). */
 int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, pid_t *pid);
 int pool_exec_signal(struct sbx *s, const char *job_dir, int sig);
+/* The sandbox's ctl "kill": end every process of an active sandbox but its
+ * init (serialised with acquire/release).  0 or errno. */
+int pool_kill_all(struct sbx *s);
+/* A finished job's slot is removed: end what it left behind.  0 or errno. */
+int pool_exec_cleanup(struct sbx *s, const char *job_dir);
 void pool_stats(struct pool_stats *st);
 /* Record a failure for /sbx/.status and the error counter. */
 void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

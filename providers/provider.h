@@ -106,6 +106,14 @@ struct sbx_provider_ops {
 	/* Signal a running command (the whole job; SIGKILL ends every process
 	 * the job started, including ones that left its process group). */
 	enum sbx_err (*exec_signal)(struct sbx_box *box, const char *job_dir, int sig);
+	/* End every process of the sandbox but its init: running jobs and
+	 * whatever finished jobs left behind.  The sandbox and its files stay.
+	 * Running jobs report "killed". */
+	enum sbx_err (*kill_all)(struct sbx_box *box);
+	/* The slot of a finished job is being removed: end what the job left
+	 * behind and free what the provider kept for it (its cgroup).  Like
+	 * exec_signal, it needs only job_dir. */
+	enum sbx_err (*exec_cleanup)(struct sbx_box *box, const char *job_dir);
 	/* Room for later issues: remote file access, skills upload sync and
 	 * network-policy events plug in here. */
 	void *files;

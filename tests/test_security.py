@@ -5,6 +5,9 @@ a hostile job inside a sandbox, or a hostile local user of the mount.
 Every probe is bounded in count and time: fork loops and allocations stop by
 themselves, and every wait has a timeout."""
 
+import errno
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -224,7 +227,6 @@ def test_last_error_shown_only_to_root_and_its_owner(sbxfs, accounts, tmp_path):
                       "local": {"rootfs": str(rootfs)}})
     res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1")])
     assert "ok" in res[0] and res[1].get("errno") in ("EIO", "ETIMEDOUT"), res
-    import json
     as_root = json.loads((m.mnt / ".status").read_text())
     assert as_root["last_error"] and as_root["last_error"]["scope"] == f"{a}/t1", as_root
     res = as_user(ua, [("read", m.mnt / ".status")])
@@ -233,3 +235,210 @@ def test_last_error_shown_only_to_root_and_its_owner(sbxfs, accounts, tmp_path):
     other = json.loads(res[0]["ok"])
     assert other["last_error"] is None, f"another user sees {a}'s failure: {other}"
     assert other["provider"] == "local"  # the rest of .status stays readable
+
+
+# --------------------------------------------------------------------------
+# 4. resources: every sandbox in a cgroup of its own, with limits
+
+
+def sandbox_uid_procs(uid, needle):
+    """Host pids of uid whose command line contains needle."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit() and uid_of(d) == uid and needle in (sbxutil.proc_cmdline(d) or "") \
+                and sbxutil.pid_alive(int(d)):
+            out.append(int(d))
+    return out
+
+
+FORKS = r"""
+import os, sys, time
+ok = fail = 0
+kids = []
+for i in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        fail += 1
+        continue
+    if pid == 0:
+        time.sleep(20)
+        os._exit(0)
+    kids.append(pid)
+    ok += 1
+print(ok, fail)
+sys.stdout.flush()
+for k in kids:
+    os.kill(k, 9)
+    os.waitpid(k, 0)
+"""
+
+
+@pytest.mark.timeout_s(90)
+def test_pids_limit_stops_a_fork_loop(sbxfs):
+    m = sbxfs(config={"resources": {"pids": 64}})
+    t = acquire(m)
+    code, out, err = run_job(t, "forks", "python3 -", stdin=FORKS, timeout=60)
+    assert code == 0, err
+    ok, fail = map(int, out.split())
+    assert fail > 0 and ok < 64, f"{ok} forks succeeded, {fail} failed: pids is not limited"
+    # the sandbox recovers: its processes were ended, new ones start
+    code, out, _ = run_job(t, "after", "echo alive")
+    assert code == 0 and out == "alive\n"
+
+
+@pytest.mark.timeout_s(90)
+def test_memory_limit_kills_a_big_allocation(sbxfs):
+    m = sbxfs(config={"resources": {"memory": "64M"}})
+    t = acquire(m)
+    code, out, err = run_job(t, "alloc", "python3 -c \"x = b'a' * (256 << 20); print(len(x))\"", timeout=60)
+    assert code == 137, f"a 256 MiB allocation under a 64 MiB limit ended with {code}: {out!r} {err!r}"
+    assert out == ""
+    code, out, _ = run_job(t, "small", "python3 -c \"x = b'a' * (16 << 20); print(len(x))\"", timeout=60)
+    assert code == 0 and out == f"{16 << 20}\n"
+
+
+@pytest.mark.timeout_s(60)
+def test_tmp_size_limit(sbxfs):
+    m = sbxfs(config={"resources": {"tmp_size": "8M"}})
+    t = acquire(m)
+    code, out, err = run_job(t, "fill", "head -c 16777216 /dev/zero > /tmp/big; echo rc=$?; stat -c %s /tmp/big; "
+                                        "df -k /tmp | tail -1")
+    assert "rc=1" in out and "No space left on device" in err, (out, err)
+    size = int(out.splitlines()[1])
+    assert size <= 8 << 20, f"/tmp took {size} bytes past tmp_size 8M"
+
+
+@pytest.mark.timeout_s(60)
+def test_output_limit_kills_the_job_and_says_why(sbxfs):
+    m = sbxfs(config={"resources": {"output": "1M"}})
+    t = acquire(m)
+    j = mkjob(t, "loud")
+    start(j, "yes 'a line of output' | head -c 5000000; echo done; sleep 30")
+    code = wait_exit(j, 30)
+    st = jstatus(j)
+    assert st["state"] == "killed" and st["reason"] == "output limit", st
+    assert code == 137, st
+    assert st["stdout_bytes"] + st["stderr_bytes"] == 1 << 20, st
+    # under the limit: nothing happens
+    code, out, _ = run_job(t, "quiet", "yes | head -c 1000; echo")
+    assert code == 0 and len(out) == 1001
+    assert jstatus(t / "jobs" / "quiet").get("reason") is None
+
+
+@pytest.mark.timeout_s(90)
+def test_sandbox_ctl_kills_jobs_and_leftovers_keeps_the_sandbox(sandbox):
+    m, t = sandbox
+    init = sbxutil.init_pid(t)
+    uid = sbxutil.status(t)["uid"]
+    st = os.stat(t / "ctl")
+    assert "ctl" in os.listdir(t) and (st.st_mode & 0o777) == 0o200, oct(st.st_mode)
+    left, running = str(random.randint(100000, 499999)), str(random.randint(500000, 999999))
+    code, _, _ = run_job(t, "bg", f"sleep {left} & echo started")
+    assert code == 0
+    assert wait_until(lambda: sandbox_uid_procs(uid, f"sleep {left}"), 5), "no leftover to kill"
+    j = mkjob(t, "fg")
+    start(j, f"echo ready; sleep {running}")
+    assert wait_until(lambda: jstatus(j)["stdout_bytes"] >= 6, 10)
+    # the job's own ctl cannot reach what a finished job left behind
+    sbxutil.expect_errno(lambda: write_ctl(t / "jobs" / "bg" / "ctl", "kill"), errno.ESRCH)
+    for bad in ["kill9", "stop", "\n", "kill now", "kill\nkill"]:
+        sbxutil.expect_errno(lambda: write_ctl(t / "ctl", bad), errno.EINVAL)
+    sbxutil.expect_errno(lambda: open(t / "ctl").read(), errno.EACCES)
+    assert sandbox_uid_procs(uid, f"sleep {left}"), "a bad command changed something"
+    assert write_ctl(t / "ctl", "kill\n") == 5
+    assert wait_until(lambda: not sandbox_uid_procs(uid, f"sleep {left}"), 5), "the leftover survives ctl kill"
+    assert wait_exit(j, 10) in (137, 143)
+    assert jstatus(j)["state"] == "killed", jstatus(j)
+    # the sandbox, its init and its files stay
+    assert sbxutil.pid_alive(init) and sbxutil.init_pid(t) == init
+    code, out, _ = run_job(t, "after", "echo still here")
+    assert code == 0 and out == "still here\n"
+
+
+@pytest.mark.timeout_s(60)
+def test_leftovers_end_with_their_job_slot(sandbox):
+    m, t = sandbox
+    uid = sbxutil.status(t)["uid"]
+    tg = str(random.randint(100000, 999999))
+    code, _, _ = run_job(t, "bg", f"setsid sleep {tg} >/dev/null 2>&1 & echo started")
+    assert code == 0
+    assert wait_until(lambda: sandbox_uid_procs(uid, f"sleep {tg}"), 5)
+    os.rmdir(t / "jobs" / "bg")
+    assert wait_until(lambda: not sandbox_uid_procs(uid, f"sleep {tg}"), 5), \
+        "a process left behind by a job survives rmdir of its slot"
+
+
+# --------------------------------------------------------------------------
+# 5. cgroups are keyed by state_dir and removed with their job and sandbox
+
+
+def cgroup2_mount():
+    for mp, fst in sbxutil.mounts():
+        if fst == "cgroup2":
+            return mp
+    return None
+
+
+def proc_cgroup2(pid):
+    for line in proc_file(pid, "cgroup").decode().splitlines():
+        if line.startswith("0::"):
+            return line[3:]
+    return None
+
+
+@pytest.mark.skipif(cgroup2_mount() is None, reason="no cgroup v2 hierarchy")
+@pytest.mark.timeout_s(120)
+def test_two_daemons_same_names_separate_cgroups(sbxfs):
+    m1, m2 = sbxfs(), sbxfs()
+    t1, t2 = acquire(m1), acquire(m2)
+    u1, u2 = sbxutil.status(t1)["uid"], sbxutil.status(t2)["uid"]
+    s1, s2 = str(random.randint(100000, 499999)), str(random.randint(500000, 999999))
+    j1, j2 = mkjob(t1, "x"), mkjob(t2, "x")
+    start(j1, f"echo ready; sleep {s1}")
+    start(j2, f"echo ready; sleep {s2}")
+    assert wait_until(lambda: jstatus(j1)["stdout_bytes"] >= 6 and jstatus(j2)["stdout_bytes"] >= 6, 10)
+    key1 = hashlib.sha256(str(m1.state_dir).encode()).hexdigest()[:8]
+    key2 = hashlib.sha256(str(m2.state_dir).encode()).hexdigest()[:8]
+    token = (t1 / "id").read_text().strip()
+    p1, p2 = sandbox_uid_procs(u1, f"sleep {s1}"), sandbox_uid_procs(u2, f"sleep {s2}")
+    assert p1 and p2
+    assert proc_cgroup2(p1[0]).endswith(f"/sbxfs/{key1}-{token}/job-x"), proc_cgroup2(p1[0])
+    assert proc_cgroup2(p2[0]).endswith(f"/sbxfs/{key2}-{token}/job-x"), proc_cgroup2(p2[0])
+    # a kill in one daemon does not touch the other's job of the same names
+    write_ctl(j1 / "ctl", "kill KILL")
+    assert wait_exit(j1, 10) == 137
+    time.sleep(0.5)
+    assert jstatus(j2)["state"] == "running", jstatus(j2)
+    assert sandbox_uid_procs(u2, f"sleep {s2}")
+    # the job's cgroup goes with its slot; the sandbox's with the sandbox
+    root = cgroup2_mount()
+    sbx1 = os.path.join(root, "sbxfs", f"{key1}-{token}")
+    assert os.path.isdir(sbx1)
+    os.rmdir(j1)
+    assert not os.path.exists(os.path.join(sbx1, "job-x"))
+    write_ctl(j2 / "ctl", "kill KILL")
+    assert wait_exit(j2, 10) == 137
+    assert m1.stop() == 0
+    assert not os.path.exists(sbx1), "the sandbox's cgroup survives its destruction"
+    assert os.path.isdir(os.path.join(root, "sbxfs", f"{key2}-{token}"))
+
+
+# --------------------------------------------------------------------------
+# 4. per-user caps
+
+
+@pytest.mark.timeout_s(90)
+def test_max_sandboxes_per_user_edquot(sbxfs):
+    m = sbxfs(config={"users": {"alice": {"uid": 61234, "max_sandboxes": 2}, "bob": 61235}})
+    shown = json.loads((m.mnt / ".config").read_text())
+    assert shown["users"]["alice"] == {"uid": 61234, "max_sandboxes": 2}, shown["users"]
+    assert shown["users"]["bob"] == 61235
+    for th in ("t1", "t2"):
+        acquire(m, "alice", th)
+    sbxutil.expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t3"), errno.EDQUOT)
+    assert not (m.mnt / "alice" / "t3").exists()
+    assert "max_sandboxes" in m.log
+    acquire(m, "bob", "b1")  # others are not capped
+    os.rmdir(m.mnt / "alice" / "t1")  # released: no longer counts
+    acquire(m, "alice", "t3")

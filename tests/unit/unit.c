@@ -54,6 +54,17 @@ static void test_buf(void)
 	CHECK(str_fmt(small, sizeof(small), "%s", "abcd") == -1 && errno == ENAMETOOLONG);
 }
 
+static void test_sha256_hex(void)
+{
+	char out[65];
+
+	/* sha256("abc") = ba7816bf 8f01cfea ... */
+	CHECK(names_sha256_hex("abc", out, 8) == 0 && !strcmp(out, "ba7816bf"));
+	CHECK(names_sha256_hex("abc", out, 64) == 0 &&
+	      !strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+	CHECK(names_sha256_hex("abc", out, 7) == -1);
+}
+
 static void test_json_lossy(void)
 {
 	static const struct {
@@ -153,9 +164,40 @@ static void test_config(void)
 	CHECK(c && !strcmp(c->use, "local") && c->replicas == 2);
 	config_put(c);
 
+	/* resources: defaults, sizes with units, 0 = no limit */
+	c = load("", err, sizeof(err));
+	CHECK(c && c->res.memory == 2ULL << 30 && c->res.cpus == 2.0 && c->res.pids == 1024 &&
+	      c->res.tmp_size == 512ULL << 20 && c->res.output == 1ULL << 30);
+	config_put(c);
+	c = load("resources:\n  memory: 64M\n  cpus: 0.5\n  pids: 64\n  tmp_size: 1GiB\n  output: 0\n", err,
+		sizeof(err));
+	CHECK(c && c->res.memory == 64ULL << 20 && c->res.cpus == 0.5 && c->res.pids == 64 &&
+	      c->res.tmp_size == 1ULL << 30 && c->res.output == 0);
+	buf_reset(&shown);
+	CHECK(c && config_show(c, &shown) == 0 && strstr(buf_str(&shown), "\"memory\": 67108864"));
+	buf_free(&shown);
+	config_put(c);
+	/* users: the old name: uid form and the mapping with max_sandboxes */
+	c = load("users:\n  alice: 1001\n  bob: {uid: 1002, max_sandboxes: 4}\n", err, sizeof(err));
+	CHECK(c && c->n_users == 2 && c->users[0].uid == 1001 && c->users[0].max_sandboxes == 0 &&
+	      c->users[1].uid == 1002 && config_user_max_sandboxes(c, "bob") == 4);
+	config_put(c);
+
 	static const struct {
 		const char *yaml, *key;
 	} bad[] = {
+		{ "resources:\n  memory: 1M\n", "resources.memory:" },
+		{ "resources:\n  memory: lots\n", "resources.memory:" },
+		{ "resources:\n  memory: -5G\n", "resources.memory:" },
+		{ "resources:\n  memory: 99999999999T\n", "resources.memory:" },
+		{ "resources:\n  cpus: 0.001\n", "resources.cpus:" },
+		{ "resources:\n  cpus: two\n", "resources.cpus:" },
+		{ "resources:\n  pids: 3\n", "resources.pids:" },
+		{ "resources:\n  tmp_size: 12X\n", "resources.tmp_size:" },
+		{ "resources:\n  output: 10\n", "resources.output:" },
+		{ "resources: 5\n", "resources:" },
+		{ "users:\n  bob: {max_sandboxes: 2}\n", "users.bob:" },
+		{ "users:\n  bob: {uid: 1002, max_sandboxes: -1}\n", "users.bob.max_sandboxes:" },
 		{ "replicas: 0\n", "replicas:" },
 		{ "replicas: many\n", "replicas:" },
 		{ "idle_timeout: -1\n", "idle_timeout:" },
@@ -185,6 +227,7 @@ int main(void)
 	test_buf();
 	test_names();
 	test_json_lossy();
+	test_sha256_hex();
 	test_config();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
