@@ -13,7 +13,7 @@ MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := fuse3 libcurl jansson yaml-0.1 libcrypto
+PKGS := fuse3 libcurl jansson yaml-0.1 libcrypto libseccomp
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -22,13 +22,13 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
-PROVIDERS := providers/providers.o providers/pool.o providers/local.o providers/cgroup.o
+PROVIDERS := providers/providers.o providers/pool.o providers/local.o providers/cgroup.o providers/filter.o providers/local_etc.o
 FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o fs/sbxctl.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
-	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr
+	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr
 
 .PHONY: all run test unit asan bench deps clean install check-style
 
@@ -84,7 +84,7 @@ install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-init
-	install -D -m 0644 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
+	install -D -m 0600 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
 
 check-style:
 	@bash .ci/banned-functions

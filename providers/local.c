@@ -20,6 +20,11 @@
  *
  * Jobs run through the sbxfs-exec supervisor (local_exec.c), which joins
  * the init's namespaces.
+ *
+ * Walls around a sandbox, each in its own module: an unprivileged uid
+ * (sbxfs-init, sbxfs-exec), namespaces (bubblewrap), cgroups with the
+ * limits of resources: (cgroup.c), a seccomp filter (filter.c) and a
+ * curated read-only /etc (local_etc.c).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -43,10 +48,14 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "cgroup.h"
+#include "filter.h"
+#include "local_etc.h"
 #include "provider.h"
 #include "provider_int.h"
 
 #define LOCAL_MAX_ARGS 256
+#define LOCAL_SPAWN_FDS 6
+#define LOCAL_FILTER_FD 5 /* bwrap --seccomp; 4 for sbxfs-exec */
 #define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
 
 struct local_box {
@@ -66,6 +75,8 @@ static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
 static char local_exec_helper[PATH_MAX];
 static char local_init_helper[PATH_MAX];
 #define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
+
+static struct buf local_filter = BUF_INIT(1 << 20); /* the seccomp BPF program, built at init */
 
 static struct local_box *local_box(struct sbx_box *b)
 {
@@ -111,6 +122,11 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 			self, self);
 		return SBX_ERR_INVAL;
 	}
+	buf_reset(&local_filter);
+	if (filter_build(&local_filter, err, errlen))
+		return SBX_ERR_INVAL;
+	if (etc_build(cfg->state_dir, err, errlen))
+		return SBX_ERR_IO;
 	cgroup_init(cfg->state_dir);
 	return SBX_OK;
 }
@@ -181,8 +197,9 @@ static void av_dirs(struct argv_builder *a, const char *path)
 	}
 }
 
-static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
+static void av_rootfs(struct argv_builder *a, const struct sbx_spec *s)
 {
+	const struct sbx_config *cfg = s->cfg;
 	static const char *sysdirs[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", NULL };
 	char target[PATH_MAX];
 	struct stat st;
@@ -213,9 +230,22 @@ static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
 			av_add(a, sysdirs[i]);
 		}
 	}
+	/* not the host's /etc: the curated copy, and the sandbox's own
+	 * passwd and group (local_etc.c) */
 	av_add(a, "--ro-bind");
+	av_add(a, etc_dir());
 	av_add(a, "/etc");
-	av_add(a, "/etc");
+	for (const char *const *b = etc_bound(); *b; b++) {
+		av_add(a, "--ro-bind");
+		av_add(a, av_fmt(a, "/etc/%s", *b));
+		av_add(a, av_fmt(a, "/etc/%s", *b));
+	}
+	av_add(a, "--ro-bind");
+	av_add(a, av_fmt(a, "%s/etc/passwd", s->thread_dir));
+	av_add(a, "/etc/passwd");
+	av_add(a, "--ro-bind");
+	av_add(a, av_fmt(a, "%s/etc/group", s->thread_dir));
+	av_add(a, "/etc/group");
 }
 
 static void av_bind(struct argv_builder *a, const char *how, const char *src, const char *dst)
@@ -251,7 +281,7 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, c
 		av_add(a, "--unshare-net");
 	av_add(a, "--hostname");
 	av_add(a, av_fmt(a, "sbx-%s", s->token));
-	av_rootfs(a, cfg);
+	av_rootfs(a, s);
 	av_add(a, "--proc");
 	av_add(a, "/proc");
 	av_add(a, "--dev");
@@ -279,6 +309,8 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, c
 	av_add(a, "--ro-bind");
 	av_add(a, local_init_helper);
 	av_add(a, LOCAL_INIT_PATH);
+	av_add(a, "--seccomp");
+	av_add(a, av_fmt(a, "%d", LOCAL_FILTER_FD));
 	av_add(a, "--as-pid-1");
 	av_add(a, "--info-fd");
 	av_add(a, "3");
@@ -385,23 +417,58 @@ static void local_abort_spawn(pid_t bwrap, pid_t init)
 	}
 }
 
-/* Start argv[0] with the given fds as 0..4 (-1: /dev/null), in a new
+/* A sealed memfd holding len bytes, positioned at 0, or -1. */
+static int local_memfd(const char *name, const void *data, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	const char *p = data;
+
+	if (fd < 0)
+		return -1;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
+	    lseek(fd, 0, SEEK_SET)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The seccomp filter for one bubblewrap or sbxfs-exec (each reads it to
+ * its end, so each gets a file of its own). */
+static int local_filter_fd(void)
+{
+	return local_memfd("sbxfs-filter", local_filter.ptr, local_filter.len);
+}
+
+/* Start argv[0] with the given fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2, else closed), in a new
  * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
  * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
  * cloning: no copy of a daemon with many threads and mappings. */
-static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5])
+static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
-	int moved[5] = { -1, -1, -1, -1, -1 }, src[5];
+	int moved[LOCAL_SPAWN_FDS], src[LOCAL_SPAWN_FDS];
 	sigset_t none;
 	pid_t pid = -1;
 	int r;
 
-	/* a source fd among 0..4 could be overwritten by an earlier dup2 */
-	for (int i = 0; i < 5; i++) {
+	/* a source fd among 0..5 could be overwritten by an earlier dup2 */
+	for (int i = 0; i < LOCAL_SPAWN_FDS; i++) {
 		src[i] = fds[i];
-		if (fds[i] >= 0 && fds[i] < 5 && fds[i] != i) {
+		moved[i] = -1;
+		if (fds[i] >= 0 && fds[i] < LOCAL_SPAWN_FDS && fds[i] != i) {
 			moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
 			if (moved[i] < 0)
 				return -1;
@@ -427,19 +494,19 @@ static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5
 		sigaddset(&def, SIGINT);
 		r |= posix_spawnattr_setsigdefault(&attr, &def);
 	}
-	for (int i = 0; i < 5 && !r; i++) {
+	for (int i = 0; i < LOCAL_SPAWN_FDS && !r; i++) {
 		if (src[i] >= 0)
 			r |= posix_spawn_file_actions_adddup2(&fa, src[i], i);
 		else if (i <= 2)
 			r |= posix_spawn_file_actions_addopen(&fa, i, "/dev/null", O_RDWR, 0);
 	}
-	r |= posix_spawn_file_actions_addclosefrom_np(&fa, 5);
+	r |= posix_spawn_file_actions_addclosefrom_np(&fa, LOCAL_SPAWN_FDS);
 	if (!r && posix_spawn(&pid, argv[0], &fa, &attr, argv, envp))
 		pid = -1;
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
 out_moved:
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < LOCAL_SPAWN_FDS; i++)
 		if (moved[i] >= 0)
 			close(moved[i]);
 	return pid;
@@ -450,7 +517,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
 	struct buf info = BUF_INIT(64 * 1024), logpath = BUF_INIT(BUF_CAP_PATH);
-	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1;
+	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1, filter_fd = -1;
 	enum sbx_err result = SBX_ERR_IO;
 	pid_t bwrap = -1, init = 0;
 	json_t *j = NULL;
@@ -472,6 +539,10 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 			goto out;
 		}
 	}
+	if (!s->cfg->local_rootfs && etc_write_identity(s->thread_dir, s->user, s->uid, s->gid)) {
+		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
+		goto out;
+	}
 	local_build_argv(a, s, &join);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
@@ -481,13 +552,14 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	if (buf_addf(&logpath, "%s/sandbox.log", s->thread_dir))
 		goto out;
 	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
+	filter_fd = local_filter_fd();
+	if (log_fd < 0 || filter_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
 		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
 		goto out;
 	}
 	{
 		static char *const empty_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-		const int fds[5] = { -1, log_fd, log_fd, info_p[1], ready_p[1] };
+		const int fds[LOCAL_SPAWN_FDS] = { -1, log_fd, log_fd, info_p[1], ready_p[1], filter_fd };
 		bwrap = local_spawn((char *const *)a->v, empty_env, fds);
 	}
 	if (bwrap < 0) {
@@ -553,6 +625,8 @@ out:
 	}
 	if (log_fd >= 0)
 		close(log_fd);
+	if (filter_fd >= 0)
+		close(filter_fd);
 	if (a) {
 		av_free(a);
 		free(a);
@@ -637,33 +711,6 @@ out:
 	return result;
 }
 
-/* A sealed memfd holding len bytes, positioned at 0, or -1. */
-static int local_memfd(const char *name, const void *data, size_t len)
-{
-	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	const char *p = data;
-
-	if (fd < 0)
-		return -1;
-	while (len) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			close(fd);
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
-	    lseek(fd, 0, SEEK_SET)) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* The job for sbxfs-exec, in a memfd: the command, a NUL, then KEY=VALUE
  * entries each ended by a NUL.  Neither travels through the supervisor's
  * argv (world-readable in /proc) or environment (a root process that starts
@@ -692,7 +739,7 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	struct local_box *lb = local_box(b);
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	enum sbx_err result = SBX_ERR_IO;
-	int ready[2] = { -1, -1 }, input = -1;
+	int ready[2] = { -1, -1 }, input = -1, filter_fd = -1;
 	struct buf cgdir = BUF_INIT(BUF_CAP_PATH);
 	struct cgroup_join join;
 	pid_t pid = -1;
@@ -716,6 +763,7 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	av_add(a, av_fmt(a, "--timeout=%ld", e->timeout));
 	av_add(a, av_fmt(a, "--job-dir=%s", e->job_dir));
 	av_add(a, av_fmt(a, "--output-max=%llu", (unsigned long long)lb->output_max));
+	av_add(a, "--filter-fd=4");
 	if (cgdir.len)
 		av_add(a, av_fmt(a, "--cgroup=%s", buf_str(&cgdir)));
 	for (int i = 0; i < join.n; i++)
@@ -725,10 +773,11 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		goto out;
 	}
 	input = local_exec_input(e);
-	if (input < 0 || pipe2(ready, O_CLOEXEC))
+	filter_fd = local_filter_fd();
+	if (input < 0 || filter_fd < 0 || pipe2(ready, O_CLOEXEC))
 		goto out;
 	{
-		const int fds[5] = { input, -1, -1, ready[1], -1 };
+		const int fds[LOCAL_SPAWN_FDS] = { input, -1, -1, ready[1], filter_fd, -1 };
 		pid = local_spawn((char *const *)a->v, clean_env, fds);
 	}
 	if (pid < 0) {
@@ -758,6 +807,8 @@ out:
 			close(ready[i]);
 	if (input >= 0)
 		close(input);
+	if (filter_fd >= 0)
+		close(filter_fd);
 	buf_free(&cgdir);
 	av_free(a);
 	free(a);

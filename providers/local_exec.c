@@ -13,7 +13,7 @@
  *
  *   sbxfs-exec --pid=INIT --start=STARTTIME --uid=U --gid=G --timeout=SECS
  *              --job-dir=DIR [--cgroup=DIR] [--join=CGROUP_PROCS]...
- *              [--output-max=BYTES]  < INPUT
+ *              [--output-max=BYTES] [--filter-fd=N]  < INPUT
  *   sbxfs-exec --launch [--join=CGROUP_PROCS]... -- PROGRAM ARG...
  *
  * Nothing a user controls is in this process's argv or environment (both
@@ -33,6 +33,10 @@
  * (JSON, written atomically at the end), kill-requested (written by the
  * daemon before a kill, so the result says "killed").
  *
+ * --filter-fd: a seccomp BPF program (the daemon's filter.c) that the job
+ * loads after the privilege drop, right before exec: a process that enters
+ * the sandbox with setns() does not inherit its init's filter.
+ *
  * --launch joins the given cgroups and execs PROGRAM (bubblewrap), so the
  * sandbox's init and its cgroup namespace start inside its cgroups.
  */
@@ -41,6 +45,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +76,7 @@ struct exec_args {
 	const char *job_dir, *cgroup;
 	const char *join[MAX_JOIN];
 	int njoin;
+	int filter_fd; /* -1: none */
 	bool launch;
 	char **program; /* --launch: what follows -- */
 };
@@ -122,6 +129,8 @@ static void parse_args(int argc, char **argv, struct exec_args *a)
 			a->cgroup = s + 9;
 		else if (!strncmp(s, "--join=", 7) && a->njoin < MAX_JOIN)
 			a->join[a->njoin++] = s + 7;
+		else if (!strncmp(s, "--filter-fd=", 12))
+			a->filter_fd = (int)strtol(s + 12, NULL, 10);
 		else if (!strcmp(s, "--launch"))
 			a->launch = true;
 		else if (!strcmp(s, "--")) {
@@ -172,6 +181,27 @@ static char **input_env(char *data, size_t len)
 			env[n++] = p;
 	env[n] = NULL;
 	return env;
+}
+
+/* The job's seccomp filter (classic BPF), read before anything else can
+ * take its fd number. */
+static struct sock_fprog read_filter(int fd)
+{
+	struct sock_fprog prog = { 0 };
+	size_t len;
+	char *bpf;
+
+	if (fd < 0)
+		return prog;
+	bpf = read_all(fd, &len);
+	close(fd);
+	if (len == 0 || len % sizeof(struct sock_filter) || len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+		errno = EINVAL;
+		exec_die("the seccomp filter");
+	}
+	prog.len = (unsigned short)(len / sizeof(struct sock_filter));
+	prog.filter = (struct sock_filter *)bpf;
+	return prog;
 }
 
 /* fd 0 carried the input: from now on it is /dev/null. */
@@ -349,7 +379,7 @@ static void join_cgroups(const int *fds, int n)
 /* The child: into the cgroups, its own session, the streams, then the
  * privilege drop and nothing else but exec. */
 static void __attribute__((noreturn)) job_main(const struct exec_args *a, struct job_fds *f, const char *cmd,
-	char **env)
+	char **env, const struct sock_fprog *filter)
 {
 	join_cgroups(f->join, f->njoin);
 	if (f->cgns >= 0 && setns(f->cgns, CLONE_NEWCGROUP))
@@ -367,6 +397,9 @@ static void __attribute__((noreturn)) job_main(const struct exec_args *a, struct
 		exec_die("chdir");
 	signal(SIGPIPE, SIG_DFL);
 	signal(SIGHUP, SIG_DFL);
+	/* last: after this only what the sandbox may do works (no_new_privs is set) */
+	if (filter->len && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, filter))
+		exec_die("loading the seccomp filter");
 	execle("/bin/sh", "sh", "-c", ". /dev/fd/3", (char *)NULL, env);
 	dprintf(2, "sbxfs: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
 	_exit(127);
@@ -500,7 +533,8 @@ static pid_t start_pump(const struct exec_args *a, struct job_fds *f, int *ctl, 
 
 int main(int argc, char **argv)
 {
-	struct exec_args a = { .timeout = 600 };
+	struct exec_args a = { .timeout = 600, .filter_fd = -1 };
+	struct sock_fprog filter;
 	struct job_fds f;
 	char text[64], *input, *cmd, **env;
 	int status, sync[2], ctl, ack;
@@ -519,6 +553,7 @@ int main(int argc, char **argv)
 	cmd = input;
 	env = input_env(input, input_len);
 	input_done();
+	filter = read_filter(a.filter_fd);
 	open_streams(&a, &f);
 	if (starttime(a.init) != a.start) {
 		dprintf(exec_diag_fd, "sbxfs: the sandbox has ended\n");
@@ -536,7 +571,7 @@ int main(int argc, char **argv)
 	if (child < 0)
 		exec_die("fork");
 	if (child == 0)
-		job_main(&a, &f, cmd, env);
+		job_main(&a, &f, cmd, env, &filter);
 	close(sync[1]);
 	close(f.pipe_out[1]);
 	close(f.pipe_err[1]);

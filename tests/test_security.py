@@ -442,3 +442,104 @@ def test_max_sandboxes_per_user_edquot(sbxfs):
     acquire(m, "bob", "b1")  # others are not capped
     os.rmdir(m.mnt / "alice" / "t1")  # released: no longer counts
     acquire(m, "alice", "t3")
+
+
+# --------------------------------------------------------------------------
+# 7. the kernel surface: a seccomp filter on the model of Docker's
+
+
+@pytest.mark.timeout_s(60)
+def test_seccomp_filter_in_init_and_jobs(sandbox):
+    m, t = sandbox
+    init = sbxutil.init_pid(t)
+    status = proc_file(init, "status").decode()
+    assert "\nSeccomp:\t2\n" in status, f"the sandbox's init has no seccomp filter: {status}"
+    code, out, err = run_job(t, "sc", "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; "
+                                      "unshare -U true; echo unshare=$?; unshare -Ur id; echo unshare_r=$?; "
+                                      "python3 -c 'import os; os.unshare(os.CLONE_NEWUSER)'; echo py=$?")
+    assert "Seccomp:\t2" in out and "NoNewPrivs:\t1" in out, out
+    assert "unshare=1" in out and "unshare_r=1" in out and "py=1" in out, (out, err)
+    assert "uid=0" not in out, out
+    assert "Operation not permitted" in err, err
+
+
+@pytest.mark.timeout_s(60)
+def test_seccomp_denies_kernel_surface_allows_normal_work(sandbox):
+    """Each call below fails with EPERM (clone3: ENOSYS); ordinary programs,
+    threads and fork still work (clone3's ENOSYS makes libc fall back)."""
+    m, t = sandbox
+    probe = r"""
+import ctypes, errno, os, threading, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+NR = {"mount": 165, "umount2": 166, "pivot_root": 155, "keyctl": 250, "add_key": 248, "bpf": 321,
+      "perf_event_open": 298, "userfaultfd": 323, "ptrace": 101, "kexec_load": 246, "init_module": 175,
+      "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304, "setns": 308, "swapon": 167,
+      "swapoff": 168, "reboot": 169, "acct": 163, "quotactl": 179, "lookup_dcookie": 212,
+      "io_uring_setup": 425, "clone3": 435}
+for name, nr in NR.items():
+    r = libc.syscall(nr, 0, 0, 0, 0, 0)
+    print(name, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()) if r < 0 else "ALLOWED")
+r = libc.personality(0x0040000)  # ADDR_NO_RANDOMIZE
+print("personality", errno.errorcode.get(ctypes.get_errno()) if r < 0 else "ALLOWED")
+print("personality0", libc.personality(0))
+# the same call through the 32-bit ABIs must not slip past the filter
+import mmap
+code = bytes([0x53, 0xB8, 0x36, 0x01, 0, 0, 0xBB, 0, 0, 0, 0x10, 0xCD, 0x80, 0x5B, 0xC3])  # unshare(NEWUSER), int 0x80
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(code)
+fn = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+print("i386_unshare", fn())
+r = libc.syscall(0x40000000 | 272, 0x10000000)
+print("x32_unshare", r if r == 0 else errno.errorcode.get(ctypes.get_errno()))
+th = threading.Thread(target=lambda: None); th.start(); th.join()
+print("thread ok")
+print(subprocess.run(["echo", "fork ok"], capture_output=True, text=True).stdout.strip())
+"""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("syscall numbers of x86-64")
+    code, out, err = run_job(t, "probe", "python3 -", stdin=probe, timeout=30)
+    assert code == 0, err
+    res = dict(line.split(" ", 1) for line in out.splitlines())
+    for name, got in res.items():
+        if name == "clone3":
+            assert got == "ENOSYS", res
+        elif name == "personality0":
+            assert got == "0", res
+        elif name == "i386_unshare":
+            assert int(got) in (-1, -38), f"unshare through int 0x80 returned {got}"  # -EPERM, or no IA32
+        elif name == "x32_unshare":
+            assert got in ("EPERM", "ENOSYS", "EINVAL"), f"unshare through the x32 ABI: {got}"
+        elif name not in ("thread", "fork"):
+            assert got == "EPERM", (name, got)
+    assert res.get("thread") == "ok" and res.get("fork") == "ok", res
+
+
+@pytest.mark.timeout_s(60)
+def test_curated_etc_has_what_programs_need_and_no_secrets(sandbox):
+    m, t = sandbox
+    uid = sbxutil.status(t)["uid"]
+    tg = tag()
+    planted = f"/etc/sbxfs-test-secret-{tg}"  # world-readable, but not on the list
+    with open(planted, "w") as f:
+        f.write("PLANTED\n")
+    try:
+        script = ("for f in shadow gshadow sudoers sbxfs ssh/ssh_host_rsa_key ssh/ssh_host_ed25519_key "
+                  f"ssl/private sbxfs-test-secret-{tg}; do test -e /etc/$f && echo \"PRESENT $f\"; done; "
+                  "grep -c . /etc/passwd; grep \":$(id -u):\" /etc/passwd; id -un; "
+                  "getent hosts localhost >/dev/null && echo hosts-ok; "
+                  "test -s /etc/ld.so.cache && echo ldcache-ok; "
+                  "test -e /etc/nsswitch.conf && echo nss-ok; "
+                  "python3 -c 'import ssl; c = ssl.create_default_context(); "
+                  "print(\"certs\", c.cert_store_stats()[\"x509_ca\"] > 0)'; "
+                  "touch /etc/x 2>/dev/null || echo readonly")
+        code, out, err = run_job(t, "etc", script)
+    finally:
+        os.unlink(planted)
+    assert "PRESENT" not in out, out
+    lines = out.splitlines()
+    assert lines[0] == "3", f"passwd should hold root, nobody and the sandbox: {out}"
+    assert lines[1].startswith(f"alice:x:{uid}:") and lines[1].endswith(":/mnt/user-data/workspace:/bin/sh"), out
+    assert lines[2] == "alice", out
+    for want in ("hosts-ok", "ldcache-ok", "nss-ok", "certs True", "readonly"):
+        assert want in lines, (want, out, err)
