@@ -21,7 +21,7 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  -DSBXFS_VERSION=\"$(VERSION)\" $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
-COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o
+COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/idrange.o
 PROVIDERS := providers/providers.o providers/pool.o providers/local.o providers/cgroup.o providers/filter.o providers/local_etc.o
 FS := fs/main.o fs/loop.o fs/ns.o fs/node.o fs/data.o fs/ctl.o fs/jobs.o fs/sbxctl.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)

@@ -661,7 +661,10 @@ static void config_defaults(struct sbx_config *c)
 	c->res.pids = 1024;
 	c->res.tmp_size = 512ULL << 20;
 	c->res.output = 1ULL << 30;
-	c->local_uid_base = 200000;
+	/* 0x70000000: in no range that useradd (subordinate ids from 100000
+	 * up), systemd (dynamic users, containers up to 0x6fffffff) or NSS
+	 * accounts hand out; checked against the host at start anyway */
+	c->local_uid_base = 1879048192;
 	c->local_uid_count = 60000;
 	c->container_prefix = strdup("sbxfs");
 	c->protocol = strdup("http");

@@ -45,6 +45,7 @@
 #include "../common/json.h"
 
 #include "../common/buf.h"
+#include "../common/idrange.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "cgroup.h"
@@ -120,6 +121,13 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	    local_find_helper(self, "sbxfs-init", local_init_helper, sizeof(local_init_helper))) {
 		snprintf(err, errlen, "local provider: sbxfs-exec or sbxfs-init not found next to %s or in %s/../libexec/sbxfs",
 			self, self);
+		return SBX_ERR_INVAL;
+	}
+	/* the uids of sandboxes must be nobody else's (users: maps to
+	 * accounts on purpose, and then the range is not used) */
+	if (!cfg->n_users && !cfg->users_passwd &&
+	    idrange_conflict(cfg->local_uid_base, cfg->local_uid_count, "/etc/subuid", "/etc/subgid", self, sizeof(self))) {
+		snprintf(err, errlen, "config error: %s", self);
 		return SBX_ERR_INVAL;
 	}
 	buf_reset(&local_filter);

@@ -543,3 +543,50 @@ def test_curated_etc_has_what_programs_need_and_no_secrets(sandbox):
     assert lines[2] == "alice", out
     for want in ("hosts-ok", "ldcache-ok", "nss-ok", "certs True", "readonly"):
         assert want in lines, (want, out, err)
+
+
+# --------------------------------------------------------------------------
+# 8. the sandboxes' uid range is nobody else's
+
+
+def refused(inst):
+    rc, log = inst.run_expect_exit(timeout=10)
+    assert rc == 1, f"rc={rc}; log:\n{log}"
+    assert not sbxutil.is_mounted(inst.mnt)
+    return [ln for ln in log.splitlines() if ln.startswith("sbxfs: config error: ")]
+
+
+def test_uid_range_overlapping_an_account_is_refused(sbxfs):
+    # 65534 is nobody on every Debian system
+    inst = sbxfs(config={"local": {"uid_base": 65000, "uid_count": 1000}}, start=False)
+    lines = refused(inst)
+    assert lines and "local.uid_base" in lines[0] and "'nobody'" in lines[0], lines
+    # with users: the range is not used, so it is not checked
+    ok = sbxfs(config={"local": {"uid_base": 65000, "uid_count": 1000}, "users": {"alice": 61234}})
+    assert sbxutil.is_mounted(ok.mnt)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    ({"resources": {"memory": "1M"}}, "resources.memory"),
+    ({"resources": {"memory": "lots"}}, "resources.memory"),
+    ({"resources": {"cpus": "-1"}}, "resources.cpus"),
+    ({"resources": {"pids": 2}}, "resources.pids"),
+    ({"resources": {"tmp_size": "5Q"}}, "resources.tmp_size"),
+    ({"resources": {"output": 12}}, "resources.output"),
+    ({"users": {"alice": {"uid": 61234, "max_sandboxes": -2}}}, "users.alice.max_sandboxes"),
+    ({"users": {"alice": {"max_sandboxes": 2}}}, "users.alice"),
+], ids=["memory-small", "memory-word", "cpus-negative", "pids-small", "tmp_size-unit", "output-small",
+        "max_sandboxes-negative", "users-no-uid"])
+def test_bad_resources_refused_naming_the_key(sbxfs, overrides, key):
+    lines = refused(sbxfs(config=overrides, start=False))
+    assert len(lines) == 1 and key + ":" in lines[0], lines
+
+
+def test_resources_shown_in_config(sbxfs):
+    m = sbxfs(config={"resources": {"memory": "512M", "cpus": 1.5, "pids": 256, "tmp_size": "64M",
+                                    "output": "10M"}})
+    shown = json.loads((m.mnt / ".config").read_text())["resources"]
+    assert shown == {"memory": 512 << 20, "cpus": 1.5, "pids": 256, "tmp_size": 64 << 20, "output": 10 << 20}, shown
+    defaults = json.loads((sbxfs().mnt / ".config").read_text())["resources"]
+    assert defaults == {"memory": 2 << 30, "cpus": 2.0, "pids": 1024, "tmp_size": 512 << 20,
+                        "output": 1 << 30}, defaults

@@ -13,6 +13,7 @@
 
 #include "../../common/buf.h"
 #include "../../common/config.h"
+#include "../../common/idrange.h"
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
@@ -63,6 +64,25 @@ static void test_sha256_hex(void)
 	CHECK(names_sha256_hex("abc", out, 64) == 0 &&
 	      !strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
 	CHECK(names_sha256_hex("abc", out, 7) == -1);
+}
+
+static void test_idrange(void)
+{
+	char sub[] = "/tmp/sbxfs-unit-subuid-XXXXXX", err[512];
+	int fd = mkstemp(sub);
+	static const char text[] = "# comment\nalice:100000:65536\n1001:165536:65536\n";
+
+	CHECK(fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)sizeof(text) - 1);
+	close(fd);
+	/* nobody (65534) is an account on every Debian system */
+	CHECK(idrange_conflict(65000, 1000, "/nonexistent", "/nonexistent", err, sizeof(err)) == 1 &&
+	      strstr(err, "local.uid_base") && strstr(err, "nobody"));
+	CHECK(idrange_conflict(150000, 100, sub, "/nonexistent", err, sizeof(err)) == 1 && strstr(err, "'alice'") &&
+	      strstr(err, "100000..165535"));
+	CHECK(idrange_conflict(231071, 10, "/nonexistent", sub, err, sizeof(err)) == 1 && strstr(err, "'1001'"));
+	CHECK(idrange_conflict(231072, 1000, sub, sub, err, sizeof(err)) == 0);
+	CHECK(idrange_conflict(99000, 1000, sub, sub, err, sizeof(err)) == 0);
+	unlink(sub);
 }
 
 static void test_json_lossy(void)
@@ -228,6 +248,7 @@ int main(void)
 	test_names();
 	test_json_lossy();
 	test_sha256_hex();
+	test_idrange();
 	test_config();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
