@@ -246,7 +246,7 @@ static int job_watch_locked(struct job *j)
 	for (int i = 0; i < 2; i++) {
 		struct buf p = BUF_INIT(BUF_CAP_PATH);
 		if (!job_path(j, files[i], &p)) {
-			int fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+			int fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
 			if (fd >= 0)
 				close(fd);
 			j->wd[i] = inotify_add_watch(ev_inotify, p.ptr, IN_MODIFY | IN_CLOSE_WRITE);
@@ -453,7 +453,7 @@ static bool job_try_read(fuse_req_t req, struct job *j, int which, size_t size, 
 		int fd = -1;
 
 		if (!job_path(j, which == JF_STDOUT ? "stdout" : "stderr", &p))
-			fd = open(p.ptr, O_RDONLY | O_CLOEXEC);
+			fd = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		buf_free(&p);
 		if (fd < 0) {
 			if (errno != ENOENT)
@@ -935,7 +935,7 @@ static int job_append(struct job *j, const char *file, const char *data, size_t 
 
 	if (job_path(j, file, &p))
 		err = ENAMETOOLONG;
-	else if ((fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0)
+	else if ((fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600)) < 0)
 		err = errno;
 	else if (max && !fstat(fd, &st) && (size_t)st.st_size + len > max)
 		err = EFBIG;

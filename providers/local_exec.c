@@ -270,6 +270,17 @@ static unsigned long long starttime(pid_t pid)
 	return start;
 }
 
+/* The job cannot start: say why in its stderr and its result. */
+static void __attribute__((noreturn)) fail_job(int dirfd, const char *why)
+{
+	char text[256];
+
+	dprintf(exec_diag_fd, "sbxfs: %s\n", why);
+	snprintf(text, sizeof(text), "{\"state\": \"failed\", \"exit\": 125, \"signal\": 0, \"error\": \"%s\"}", why);
+	write_at(dirfd, "result", text);
+	_exit(1);
+}
+
 static void open_streams(const struct exec_args *a, struct job_fds *f)
 {
 	f->dir = open(a->job_dir, O_DIRECTORY | O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -286,7 +297,7 @@ static void open_streams(const struct exec_args *a, struct job_fds *f)
 	if (f->in < 0 && errno == ENOENT)
 		f->in = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (f->in < 0 || f->out < 0 || f->err < 0)
-		exec_die("opening the job's streams");
+		fail_job(f->dir, "the job's stdin, stdout or stderr is not a regular file");
 }
 
 static int open_ns(pid_t pid, const char *ns)
@@ -555,11 +566,8 @@ int main(int argc, char **argv)
 	input_done();
 	filter = read_filter(a.filter_fd);
 	open_streams(&a, &f);
-	if (starttime(a.init) != a.start) {
-		dprintf(exec_diag_fd, "sbxfs: the sandbox has ended\n");
-		write_at(f.dir, "result", "{\"state\": \"failed\", \"exit\": 125, \"signal\": 0, \"error\": \"sandbox gone\"}");
-		return 1;
-	}
+	if (starttime(a.init) != a.start)
+		fail_job(f.dir, "the sandbox has ended");
 	open_sandbox(&a, &f);
 	open_cgroups(&a, &f);
 	if (pipe2(f.pipe_out, O_CLOEXEC) || pipe2(f.pipe_err, O_CLOEXEC) || pipe2(sync, O_CLOEXEC))

@@ -590,3 +590,38 @@ def test_resources_shown_in_config(sbxfs):
     defaults = json.loads((sbxfs().mnt / ".config").read_text())["resources"]
     assert defaults == {"memory": 2 << 30, "cpus": 2.0, "pids": 1024, "tmp_size": 512 << 20,
                         "output": 1 << 30}, defaults
+
+
+# --------------------------------------------------------------------------
+# 3. (the supervisor's part) job files are never followed or blocked on
+
+
+@pytest.mark.timeout_s(60)
+def test_job_dir_is_out_of_reach_and_special_files_there_are_refused(sandbox):
+    """The job directory lives under state_dir, which no sandbox sees and the
+    mount does not let anyone write but through the job files; should a
+    symlink or FIFO be there anyway (planted by root on the host here), the
+    supervisor neither follows nor blocks on it: the job fails at once."""
+    m, t = sandbox
+    code, out, _ = run_job(t, "look", f"ls -d {m.state_dir} 2>/dev/null || echo unseen")
+    assert out == "unseen\n", out
+    j = mkjob(t, "x")
+    for bad in ("stdin2", "../y"):
+        sbxutil.expect_errno(lambda: os.symlink("/etc/passwd", j / bad), errno.EPERM, errno.EACCES, errno.ENOENT)
+    host = m.thread_data("alice", "t") / "jobs" / "x"
+    os.mkfifo(host / "stdin")
+    tg = tag()
+    target = f"/tmp/sbxfs-target-{tg}"
+    with open(target, "w") as f:
+        f.write("root's file\n")
+    os.chmod(target, 0o600)
+    os.symlink(target, host / "stdout")
+    try:
+        t0 = time.monotonic()
+        write_ctl(j / "cmd", "cat; echo written")
+        code = wait_exit(j, 20)
+        assert time.monotonic() - t0 < 10, "the supervisor blocked on a FIFO"
+        assert code == 125 and jstatus(j)["state"] == "failed", jstatus(j)
+        assert open(target).read() == "root's file\n", "the job wrote through a planted symlink"
+    finally:
+        os.unlink(target)
