@@ -10,8 +10,6 @@
 #define _GNU_SOURCE
 #include <string.h>
 
-#include "../common/names.h"
-
 #include "../common/json.h"
 
 #include "../common/util.h"

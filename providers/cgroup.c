@@ -351,6 +351,18 @@ enum sbx_err cgroup_sandbox_create(const char *token, const struct cgroup_limits
 	return SBX_OK;
 }
 
+bool cgroup_sandbox_exists(const char *token)
+{
+	char dir[PATH_MAX];
+
+	if (!cg_dir(cg.v2, token, NULL, dir, sizeof(dir)))
+		return access(dir, F_OK) == 0;
+	for (int c = 0; c < CG_NCTRL; c++)
+		if (!cg_dir(cg.v1[c], token, NULL, dir, sizeof(dir)))
+			return access(dir, F_OK) == 0;
+	return true;
+}
+
 /* ---- jobs ------------------------------------------------------------------------ */
 
 enum sbx_err cgroup_job_create(const char *token, const char *job, struct buf *dir, struct cgroup_join *j)

@@ -61,6 +61,9 @@ bool cgroup_has_v2(void);
  * process joins to be in it.  SBX_ERR_IO (logged) when a limit that this
  * host supports could not be set. */
 enum sbx_err cgroup_sandbox_create(const char *token, const struct cgroup_limits *lim, struct cgroup_join *j);
+/* Does the sandbox's cgroup exist (true on a host without cgroups)?  A
+ * sandbox adopted without one was made by an older sbxfs. */
+bool cgroup_sandbox_exists(const char *token);
 /* Create a job's cgroup: dir gets its v2 directory ("" without v2), j what
  * the job's process joins (its job cgroup and the sandbox's v1 cgroups). */
 enum sbx_err cgroup_job_create(const char *token, const char *job, struct buf *dir, struct cgroup_join *j);

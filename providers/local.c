@@ -707,6 +707,12 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->output_max = s->cfg->res.output;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
+	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
+		/* made by an sbxfs without sandbox cgroups: no limits, no kill of
+		 * leftovers; it is recreated on reclaim (its data stays) */
+		log_warn(s->user, "local: sandbox %s has no cgroup of its own: recreated on reclaim", lb->token);
+		kill(lb->init_pid, SIGKILL);
+	}
 	if (!local_alive(lb))
 		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */
 	*out = &lb->base;
