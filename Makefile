@@ -19,7 +19,7 @@ MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := libcurl jansson yaml-0.1 libcrypto
+PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -28,16 +28,17 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
-COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o
+COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
+	  common/idrange.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o
+	     providers/local.o providers/cgroup.o providers/filter.o providers/local_etc.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o
+      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
-	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
+	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
 	       dpkg-dev meson ninja-build debian-archive-keyring
 
 .PHONY: all run test unit asan bench deps clean distclean install check-style
@@ -53,10 +54,12 @@ sbxfs: $(OBJS)
 # The helpers run after setns()/chroot() into a sandbox, where sanitizer
 # runtimes cannot work: they are built without $(SAN).  sbxfs-init runs on the
 # sandbox's root filesystem, so it is static.
-HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64 $(shell pkg-config --cflags jansson 2>/dev/null)
+# sbxfs-exec runs as root: it links nothing but libc.
+HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64
+EXEC_SRCS := providers/local_exec.c providers/local_pump.c
 
-sbxfs-exec: providers/local_exec.c
-	$(CC) $(HELPER_CFLAGS) -o $@ $< $(shell pkg-config --libs jansson 2>/dev/null)
+sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
+	$(CC) $(HELPER_CFLAGS) -o $@ $(EXEC_SRCS)
 
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
@@ -77,20 +80,10 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o
+UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o \
+	providers/cgroup.o providers/filter.o providers/local_etc.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
-
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/park.o fs/work.o
-WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
-
-tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
-		$(LDFLAGS) $(LDLIBS)
-
-unit: tests/unit/unit tests/unit/pool_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
@@ -119,7 +112,7 @@ install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-init
-	install -D -m 0644 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
+	install -D -m 0600 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
 
 check-style:
 	@bash .ci/banned-functions

@@ -86,6 +86,57 @@ static int get_long(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min
 	return 0;
 }
 
+/* A size: bytes, or a number with K, M, G or T (powers of 1024; "Ki",
+ * "KiB" and "KB" spell the same).  0 is always allowed (no limit); anything
+ * else must be at least min. */
+static int get_size(struct cfg_ctx *x, const char *key, yaml_node_t *n, uint64_t min, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	const char *s = scalar(n), *u;
+	uint64_t v, mult = 1;
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		goto bad;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		goto bad;
+	if (*end && (u = strchr(units, end[0] & ~0x20))) {
+		for (const char *p = units; p <= u; p++)
+			mult *= 1024;
+		end++;
+		if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B"))
+			end += strlen(end);
+	}
+	if (*end || (v && v * mult / mult != v) || (v && v * mult < min))
+		goto bad;
+	*out = v * mult;
+	return 0;
+bad:
+	cfg_fail(x, key, "must be 0 (no limit) or a size of at least %llu bytes, like 512M or 2G (got '%s')",
+		(unsigned long long)min, s ? s : "a non-scalar");
+	return -1;
+}
+
+/* CPUs: 0 (no limit) or 0.01 .. 1024, decimals allowed. */
+static int get_cpus(struct cfg_ctx *x, const char *key, yaml_node_t *n, double *out)
+{
+	const char *s = scalar(n);
+	char *end;
+	double v;
+
+	errno = 0;
+	v = s && *s ? strtod(s, &end) : -1;
+	if (!s || !*s || errno || *end || v != v || (v != 0 && (v < 0.01 || v > 1024))) {
+		cfg_fail(x, key, "must be 0 (no limit) or a number of CPUs from 0.01 to 1024 (got '%s')",
+			s ? s : "a non-scalar");
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
 static int get_bool(struct cfg_ctx *x, const char *key, yaml_node_t *n, bool *out)
 {
 	const char *s = scalar(n);
@@ -348,6 +399,66 @@ static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n
 	}
 }
 
+/* One entry of users:, `name: UID` or `name: {uid: UID, max_sandboxes: N}`. */
+static int parse_user(struct cfg_ctx *x, const char *key, yaml_node_t *v, long *uid, long *max)
+{
+	char sub[160];
+	bool have_uid = false;
+
+	if (v->type != YAML_MAPPING_NODE)
+		return get_long(x, key, v, 1, 4294967294L, uid);
+	for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *val = yaml_document_get_node(x->doc, p->value);
+
+		snprintf(sub, sizeof(sub), "%s.%s", key, k ? k : "?");
+		if (k && !strcmp(k, "uid"))
+			have_uid = !get_long(x, sub, val, 1, 4294967294L, uid);
+		else if (k && !strcmp(k, "max_sandboxes"))
+			get_long(x, sub, val, 0, 100000, max);
+		else
+			log_warn("config", "%s: unknown key, ignored", sub);
+	}
+	if (!x->failed && !have_uid)
+		cfg_fail(x, key, "needs a uid (name: UID or name: {uid: UID, max_sandboxes: N})");
+	return x->failed ? -1 : 0;
+}
+
+static void parse_resources(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	struct config_resources *r = &c->res;
+
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "resources", "must be a mapping {memory, cpus, pids, tmp_size, output}");
+		return;
+	}
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		char key[128];
+		long l;
+
+		snprintf(key, sizeof(key), "resources.%s", k ? k : "?");
+		if (k && !strcmp(k, "memory"))
+			get_size(x, key, v, 16 << 20, &r->memory);
+		else if (k && !strcmp(k, "tmp_size"))
+			get_size(x, key, v, 1 << 20, &r->tmp_size);
+		else if (k && !strcmp(k, "output"))
+			get_size(x, key, v, 1024, &r->output);
+		else if (k && !strcmp(k, "pids")) {
+			if (!scalar_is_null(v) && scalar(v) && !strcmp(scalar(v), "0"))
+				r->pids = 0;
+			else if (!get_long(x, key, v, 16, 4194304, &l))
+				r->pids = (uint64_t)l;
+		} else if (k && !strcmp(k, "cpus"))
+			get_cpus(x, key, v, &r->cpus);
+		else
+			log_warn("config", "%s: unknown key, ignored", key);
+	}
+}
+
 static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
 	const char *s = scalar(n);
@@ -379,7 +490,8 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 			cfg_fail(x, key, "user names must match ^[A-Za-z0-9_-]{1,64}$");
 			return;
 		}
-		if (get_long(x, key, v, 1, 4294967294L, &uid))
+		long max = 0;
+		if (parse_user(x, key, v, &uid, &max))
 			return;
 		struct config_user *a = realloc(c->users, (c->n_users + 1) * sizeof(*a));
 		if (!a) {
@@ -391,6 +503,7 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 		c->users[c->n_users].name = strdup(k);
 		c->users[c->n_users].uid = (uid_t)uid;
 		c->users[c->n_users].gid = pw ? pw->pw_gid : (gid_t)uid;
+		c->users[c->n_users].max_sandboxes = (int)max;
 		if (!c->users[c->n_users].name) {
 			cfg_fail(x, key, "out of memory");
 			return;
@@ -600,6 +713,8 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_users(x, c, v);
 	else if (!strcmp(k, "network"))
 		parse_network(x, c, v);
+	else if (!strcmp(k, "resources"))
+		parse_resources(x, c, v);
 	else if (!strcmp(k, "skills"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
@@ -648,6 +763,12 @@ static void config_defaults(struct sbx_config *c)
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
+	/* resources: a sandbox may not take a shared host down (see README) */
+	c->res.memory = 2ULL << 30;
+	c->res.cpus = 2.0;
+	c->res.pids = 1024;
+	c->res.tmp_size = 512ULL << 20;
+	c->res.output = 1ULL << 30;
 	c->container_prefix = strdup("sbxfs");
 	c->protocol = strdup("http");
 }
@@ -850,7 +971,10 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	} else if (c->n_users) {
 		users = json_object();
 		for (size_t i = 0; i < c->n_users; i++)
-			json_object_set_new(users, c->users[i].name, json_integer(c->users[i].uid));
+			json_object_set_new(users, c->users[i].name,
+				c->users[i].max_sandboxes ? json_pack("{s:I,s:i}", "uid", (json_int_t)c->users[i].uid,
+								    "max_sandboxes", c->users[i].max_sandboxes)
+							  : json_integer(c->users[i].uid));
 	} else {
 		users = json_null();
 	}
@@ -876,6 +1000,9 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "mounts", mounts);
 	json_object_set_new(o, "users", users);
 	json_object_set_new(o, "network", net);
+	json_object_set_new(o, "resources", json_pack("{s:I,s:f,s:I,s:I,s:I}", "memory", (json_int_t)c->res.memory,
+						  "cpus", c->res.cpus, "pids", (json_int_t)c->res.pids, "tmp_size",
+						  (json_int_t)c->res.tmp_size, "output", (json_int_t)c->res.output));
 	json_object_set_new(o, "skills", skills);
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
@@ -889,6 +1016,14 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	if (hooks)
 		hooks->show(c, o);
 	return json_to_buf(o, out);
+}
+
+int config_user_max_sandboxes(const struct sbx_config *c, const char *name)
+{
+	for (size_t i = 0; i < c->n_users; i++)
+		if (!strcmp(c->users[i].name, name))
+			return c->users[i].max_sandboxes;
+	return 0;
 }
 
 int config_user_lookup(const struct sbx_config *c, const char *name, uid_t *uid, gid_t *gid)

@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "buf.h"
@@ -47,6 +48,17 @@ struct config_user {
 	char *name;
 	uid_t uid;
 	gid_t gid;
+	int max_sandboxes; /* active + creating sandboxes of this user; 0 = no cap */
+};
+
+/* resources: the limits of every sandbox (and of each job's output).
+ * 0 means "no limit" for each. */
+struct config_resources {
+	uint64_t memory;   /* bytes of RAM (swap off) for the whole sandbox */
+	double cpus;       /* CPU time, in CPUs (1.5 = one and a half) */
+	uint64_t pids;     /* processes and threads */
+	uint64_t tmp_size; /* bytes of the private /tmp (a tmpfs) */
+	uint64_t output;   /* bytes of stdout + stderr one job may keep */
 };
 
 struct sbx_config {
@@ -78,6 +90,7 @@ struct sbx_config {
 	bool approval_prompt;
 	long temporary_grant_ttl;
 	long approval_wait;
+	struct config_resources res;
 	/* remote-provider keys, accepted now for DeerFlow compatibility */
 	char *image;
 	char *container_prefix;
@@ -138,6 +151,8 @@ int config_show(const struct sbx_config *c, struct buf *out);
  * allowed (users: is set and the name is not in it). When users: is absent,
  * returns 1 (no mapping: the mounter owns everything). */
 int config_user_lookup(const struct sbx_config *c, const char *name, uid_t *uid, gid_t *gid);
+/* users: the most sandboxes name may hold at once (0: no cap). */
+int config_user_max_sandboxes(const struct sbx_config *c, const char *name);
 const char *config_net_mode_name(enum net_mode m);
 
 #endif

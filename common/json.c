@@ -7,6 +7,7 @@
 #include "json.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -23,6 +24,7 @@ int json_to_buf(json_t *o, struct buf *out)
 	free(text);
 	return r;
 }
+
 
 json_t *json_read_file(const char *path)
 {

@@ -15,8 +15,9 @@
 int json_to_buf(json_t *o, struct buf *out);
 /* Parse a JSON state file; NULL when missing or not JSON. New reference. */
 json_t *json_read_file(const char *path);
-/* A JSON string of bytes that may not be UTF-8 (a command): invalid
- * sequences become U+FFFD.  NULL on ENOMEM. */
+/* A JSON string of arbitrary bytes (a job's command): valid UTF-8 passes
+ * as it is, every byte that is not part of a valid sequence (and NUL)
+ * becomes U+FFFD.  New reference, or NULL when out of memory. */
 json_t *json_string_lossy(const char *s, size_t len);
 
 #endif

@@ -36,7 +36,7 @@ bool names_env_key_valid(const char *key)
 }
 
 /* The first ndigits hex digits of SHA-256(a [":" b]) into out. */
-static int names_sha256_hex(const char *a, const char *b, char *out, int ndigits)
+static int names_digest_hex(const char *a, const char *b, char *out, int ndigits)
 {
 	static const char hex[] = "0123456789abcdef";
 	unsigned char md[EVP_MAX_MD_SIZE];
@@ -60,14 +60,21 @@ static int names_sha256_hex(const char *a, const char *b, char *out, int ndigits
 	return 0;
 }
 
+int names_sha256_hex(const char *s, char *out, size_t hexlen)
+{
+	if (hexlen % 2 || hexlen > 64)
+		return -1;
+	return names_digest_hex(s, NULL, out, (int)hexlen);
+}
+
 int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1])
 {
-	return names_sha256_hex(user, thread, out, SCOPE_TOKEN_LEN);
+	return names_digest_hex(user, thread, out, SCOPE_TOKEN_LEN);
 }
 
 int names_state_id(const char *state_dir, char out[NAMES_STATE_ID_LEN + 1])
 {
-	return names_sha256_hex(state_dir, NULL, out, NAMES_STATE_ID_LEN);
+	return names_digest_hex(state_dir, NULL, out, NAMES_STATE_ID_LEN);
 }
 
 bool names_secret_like(const char *key)

@@ -13,6 +13,7 @@
 #define SBX_NAMES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define NAME_MAX_LEN 64
 #define SCOPE_TOKEN_LEN 16
@@ -29,6 +30,9 @@ bool names_env_key_valid(const char *key);
 int names_state_id(const char *state_dir, char out[NAMES_STATE_ID_LEN + 1]);
 /* Writes SCOPE_TOKEN_LEN hex digits and a NUL into out.  Returns 0 or -1. */
 int names_scope_token(const char *user, const char *thread, char out[SCOPE_TOKEN_LEN + 1]);
+/* The first hexlen (even, <= 64) lowercase hex digits of SHA-256(s), and a
+ * NUL, into out.  Returns 0 or -1. */
+int names_sha256_hex(const char *s, char *out, size_t hexlen);
 /* DeerFlow's is_blocked_env_name: names that look like secrets. */
 bool names_secret_like(const char *key);
 

@@ -3,7 +3,9 @@
  * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
  * .config and a sandbox's id and status.  Each open renders a snapshot, and
  * a stat renders one to tell its size (files are opened with direct I/O:
- * `cat` reads the whole snapshot taken at open).
+ * `cat` reads the whole snapshot taken at open).  What a snapshot shows may
+ * depend on who reads it: .status shows last_error only to root and to the
+ * owner of the scope it names.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -17,7 +19,29 @@
 #define SBXFS_VERSION "0.1.0"
 #endif
 
-static int ctl_status(struct buf *out)
+/* last_error names a scope (user/thread) and the cause: root sees it; any
+ * other reader only when the scope is its own (the user maps to its uid;
+ * without users: everything belongs to the mounter). */
+static bool ctl_may_see(json_t *err, uid_t reader)
+{
+	const char *scope = json_string_value(json_object_get(err, "scope"));
+	char user[NAME_MAX_LEN + 1];
+	struct sbx_config *cfg;
+	uid_t uid = (uid_t)-1;
+	gid_t gid;
+	int r;
+
+	if (reader == 0)
+		return true;
+	if (!scope || str_fmt(user, sizeof(user), "%.*s", (int)strcspn(scope, "/"), scope))
+		return false;
+	cfg = pool_config();
+	r = config_user_lookup(cfg, user, &uid, &gid);
+	config_put(cfg);
+	return r == 0 ? uid == reader : r == 1 && reader == fs.mount_uid;
+}
+
+static int ctl_status(struct buf *out, uid_t reader)
 {
 	struct pool_stats st;
 	json_t *o, *le = NULL;
@@ -25,6 +49,10 @@ static int ctl_status(struct buf *out)
 	pool_stats(&st);
 	if (st.last_error[0])
 		le = json_loads(st.last_error, 0, NULL);
+	if (le && !ctl_may_see(le, reader)) {
+		json_decref(le);
+		le = NULL;
+	}
 	o = json_pack("{s:s,s:s,s:f,s:i,s:i,s:i,s:i,s:i,s:i,s:I,s:I,s:I,s:o}", "provider", st.provider, "version",
 		SBXFS_VERSION, "uptime", util_wall_now() - fs.started_at, "active", st.active, "warm", st.warm,
 		"creating", st.creating, "replicas", st.replicas, "idle_timeout", (int)st.idle_timeout,
@@ -77,12 +105,12 @@ static int ctl_metrics(struct buf *out)
 	return r ? -1 : 0;
 }
 
-int ctl_render(struct node *n, struct buf *out)
+int ctl_render(struct node *n, struct buf *out, uid_t reader)
 {
 	if (n->kind == N_ROOTFILE) {
 		switch (n->which) {
 		case RF_STATUS:
-			return ctl_status(out);
+			return ctl_status(out, reader);
 		case RF_METRICS:
 			return ctl_metrics(out);
 		default: {

@@ -8,8 +8,8 @@
 
 #include "node.h"
 
-/* Append the content of control file n (N_ROOTFILE or N_CTL) to out.
- * 0, or -1 (out of memory, the sandbox is gone). */
-int ctl_render(struct node *n, struct buf *out);
+/* Append the content of control file n (N_ROOTFILE or N_CTL) as reader
+ * (a uid) sees it to out.  0, or -1 (out of memory, the sandbox is gone). */
+int ctl_render(struct node *n, struct buf *out, uid_t reader);
 
 #endif

@@ -697,9 +697,9 @@ int job_rmdir(struct job *j)
 	if (err)
 		return err;
 	park_drain(&j->q, ENOENT); /* nobody waits for a removed job */
+	pool_exec_cleanup(j->sbx, j->dir, j->name); /* reads the provider's files of the job first */
 	if (util_rm_rf(j->dir))
 		log_warn(j->scope, "removing the job directory: %s", strerror(errno));
-	pool_exec_cleanup(j->sbx, j->dir, j->name);
 	log_info(j->scope, "job slot removed");
 	job_put(j); /* the registry's */
 	return 0;

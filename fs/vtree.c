@@ -27,13 +27,14 @@
 #include "data.h"
 #include "handle.h"
 #include "node.h"
+#include "sbxctl.h"
 #include "vdir.h"
 #include "work.h"
 
 #define VDIR_TIMEOUT 1.0
 
 static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
-static const char *ctl_names[CTL_COUNT] = { "id", "status" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static struct node *rootfiles[RF_COUNT];
 
@@ -56,17 +57,18 @@ static mode_t vtree_mode(struct node *n)
 	case N_SANDBOX:
 		return S_IFDIR | 0700;
 	default:
-		return S_IFREG | 0444;
+		return S_IFREG | (sbxctl_is(n) ? 0200 : 0444);
 	}
 }
 
-/* The size of a readable control file: its content rendered now. */
-static off_t vtree_size(struct node *n)
+/* The size of a readable control file: its content rendered now, as
+ * reader sees it. */
+static off_t vtree_size(struct node *n, uid_t reader)
 {
 	struct buf b = BUF_INIT(BUF_CAP_JSON);
 	off_t size = 0;
 
-	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !ctl_render(n, &b))
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !ctl_render(n, &b, reader))
 		size = (off_t)b.len;
 	buf_free(&b);
 	return size;
@@ -89,7 +91,7 @@ static void vtree_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct stat st;
 
 	(void)fi;
-	vnode_attr(n, vtree_mode(n), vtree_size(n), &st);
+	vnode_attr(n, vtree_mode(n), vtree_size(n, fuse_req_ctx(req)->uid), &st);
 	fuse_reply_attr(req, &st, vtree_timeout(n));
 }
 
@@ -113,7 +115,7 @@ static void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int i = name_index(rootfile_names, RF_COUNT, name);
 	struct fuse_entry_param e;
 	struct user_ent *u;
-	off_t size = i >= 0 ? vtree_size(rootfiles[i]) : 0;
+	off_t size = i >= 0 ? vtree_size(rootfiles[i], fuse_req_ctx(req)->uid) : 0;
 	int err = 0;
 
 	(void)parent;
@@ -177,7 +179,7 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		n = v->dead ? NULL : v->ctl[i];
 		pthread_mutex_unlock(&fs_lock);
 	}
-	off_t size = n ? vtree_size(n) : 0; /* rendered outside fs_lock */
+	off_t size = n ? vtree_size(n, fuse_req_ctx(req)->uid) : 0; /* rendered outside fs_lock */
 	pthread_mutex_lock(&fs_lock);
 	if (v->dead)
 		err = ENOENT;
@@ -351,6 +353,8 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct node *n = node_of(ino);
 	struct buf *b;
 
+	if (sbxctl_is(n))
+		return sbxctl_open(req, n, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		log_warn("namespace", "write to a read-only control file refused");
 		return (void)fuse_reply_err(req, EPERM);
@@ -361,7 +365,7 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!b)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(b, BUF_CAP_JSON);
-	if (ctl_render(n, b)) {
+	if (ctl_render(n, b, fuse_req_ctx(req)->uid)) {
 		handle_discard(b);
 		return (void)fuse_reply_err(req, EIO);
 	}
@@ -379,6 +383,31 @@ static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if ((size_t)off >= b->len)
 		return (void)fuse_reply_buf(req, NULL, 0);
 	fuse_reply_buf(req, b->ptr + off, b->len - (size_t)off < size ? b->len - (size_t)off : size);
+}
+
+/* Only the sandbox's ctl is writable: a command per write(2). */
+static void ctlfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
+	struct fuse_file_info *fi)
+{
+	struct node *n = node_of(ino);
+	size_t size = fuse_buf_size(in);
+	struct fuse_bufvec dst = FUSE_BUFVEC_INIT(size);
+	char mem[256];
+	ssize_t got;
+
+	(void)off;
+	(void)fi;
+	if (!sbxctl_is(n))
+		return (void)fuse_reply_err(req, EPERM);
+	if (size >= sizeof(mem)) {
+		log_warn("namespace", "a %zu-byte write to a sandbox ctl refused", size);
+		return (void)fuse_reply_err(req, EINVAL);
+	}
+	dst.buf[0].mem = mem;
+	got = fuse_buf_copy(&dst, in, 0);
+	if (got < 0)
+		return (void)fuse_reply_err(req, (int)-got);
+	sbxctl_write(req, n, mem, (size_t)got);
 }
 
 static void ctlfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -463,6 +492,7 @@ static const struct fuse_lowlevel_ops ctlfile_ops = {
 	.setattr = vtree_setattr,
 	.open = ctlfile_open,
 	.read = ctlfile_read,
+	.write_buf = ctlfile_write_buf,
 	.release = ctlfile_release,
 };
 

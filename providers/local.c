@@ -19,9 +19,21 @@
  * process in the sandbox (a SIGTERM from outside would be ignored).
  *
  * Jobs run through the sbxfs-exec supervisor (local_exec.c), which joins
- * the init's namespaces.
+ * the init's namespaces; the daemon watches it through a pidfd (the exec
+ * handle of provider.h) and reattaches to it after a restart.
+ *
+ * Crash safety: the sandbox's cgroups exist before bubblewrap starts, and
+ * bubblewrap is started inside them; so a kill -9 of the daemon at any
+ * moment of a create leaves nothing the next start cannot end (the pool's
+ * "creating" record names the scope, the cgroup holds every process).
+ *
+ * Walls around a sandbox, each in its own module: an unprivileged uid
+ * (sbxfs-init, sbxfs-exec), namespaces (bubblewrap), cgroups with the
+ * limits of resources: (cgroup.c), a seccomp filter (filter.c) and a
+ * curated read-only /etc (local_etc.c).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -39,15 +52,22 @@
 #include "../common/json.h"
 
 #include "../common/buf.h"
-#include "../common/log.h"
-#include "../common/util.h"
+#include "../common/idrange.h"
 #include "../common/layout.h"
+#include "../common/log.h"
 #include "../common/names.h"
+#include "../common/util.h"
+#include "cgroup.h"
+#include "filter.h"
+#include "local_etc.h"
 #include "provider.h"
 #include "provider_int.h"
 #include "uidpool.h"
 
 #define LOCAL_MAX_ARGS 256
+#define LOCAL_SPAWN_FDS 6
+#define LOCAL_FILTER_FD 5 /* bwrap --seccomp; 4 for sbxfs-exec */
+#define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
 
 struct local_box {
 	struct sbx_box base; /* first: see local_box() */
@@ -59,23 +79,27 @@ struct local_box {
 	gid_t gid;
 	char token[24];
 	char *thread_dir;
+	uint64_t output_max; /* resources.output of the config it lives with */
 };
 
 /* The `local:` section of mount.conf (cfg->prov). */
 struct local_conf {
-	char *rootfs;     /* NULL: the host's /usr and /etc */
+	char *rootfs;     /* NULL: the host's /usr and the curated /etc */
 	uid_t uid_base;   /* sandbox uids when users: does not map the user */
 	unsigned uid_count;
 };
 
-static const struct local_conf local_defaults = { .uid_base = 200000, .uid_count = 60000 };
+/* 0x70000000: in no range that useradd (subordinate ids from 100000 up),
+ * systemd (dynamic users, containers up to 0x6fffffff) or NSS accounts hand
+ * out; checked against the host at start anyway (local_init). */
+static const struct local_conf local_defaults = { .uid_base = 1879048192, .uid_count = 60000 };
 
 static const struct local_conf *local_conf(const struct sbx_config *cfg)
 {
 	return cfg->prov ? cfg->prov : &local_defaults;
 }
 
-static struct uidpool *local_uids; /* created by local_init for the first configuration's range */
+static struct uidpool *local_uids; /* made by local_init for the first configuration's range */
 static uid_t local_uids_base;
 static unsigned local_uids_count;
 
@@ -83,32 +107,14 @@ static char local_bwrap[PATH_MAX] = "/usr/bin/bwrap";
 static char local_exec_helper[PATH_MAX];
 static char local_init_helper[PATH_MAX];
 #define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
-static char local_cgroup_root[PATH_MAX]; /* "" when no cgroup v2 is mounted */
+
+static struct buf local_filter = BUF_INIT(1 << 20); /* the seccomp BPF program, built at init */
 
 static struct local_box *local_box(struct sbx_box *b)
 {
 	if (!b || b->prov != &provider_local)
 		abort(); /* a box handed to the wrong provider is a programming error */
 	return (struct local_box *)b;
-}
-
-static void local_find_cgroup2(void)
-{
-	FILE *f = fopen("/proc/self/mounts", "re");
-	char dev[256], dir[PATH_MAX], type[64];
-
-	local_cgroup_root[0] = '\0';
-	if (!f)
-		return;
-	while (fscanf(f, "%255s %4095s %63s %*[^\n]", dev, dir, type) == 3) {
-		if (!strcmp(type, "cgroup2")) {
-			if (str_fmt(local_cgroup_root, sizeof(local_cgroup_root), "%s/sbxfs", dir) ||
-			    (mkdir(local_cgroup_root, 0755) && errno != EEXIST))
-				local_cgroup_root[0] = '\0';
-			break;
-		}
-	}
-	fclose(f);
 }
 
 static int local_find_helper(const char *dir, const char *name, char *out, size_t len)
@@ -167,8 +173,8 @@ static void local_config_show(const struct sbx_config *cfg, struct json_t *out)
 	const struct local_conf *lc = local_conf(cfg);
 
 	json_object_set_new((json_t *)out, "local",
-		json_pack("{s:o,s:i,s:i}", "rootfs", lc->rootfs ? json_string(lc->rootfs) : json_null(), "uid_base",
-			(int)lc->uid_base, "uid_count", (int)lc->uid_count));
+		json_pack("{s:o,s:I,s:i}", "rootfs", lc->rootfs ? json_string(lc->rootfs) : json_null(), "uid_base",
+			(json_int_t)lc->uid_base, "uid_count", (int)lc->uid_count));
 }
 
 static void local_config_free(void *prov)
@@ -183,10 +189,26 @@ static void local_config_free(void *prov)
 
 /* ---- start of day ----------------------------------------------------------------- */
 
+static int local_uids_init(const struct sbx_config *cfg, const struct local_conf *lc, char *err, size_t errlen)
+{
+	if (local_uids && (lc->uid_base != local_uids_base || lc->uid_count != local_uids_count))
+		log_warn("config", "local.uid_base/uid_count: a new range takes effect at the next start");
+	if (local_uids)
+		return 0;
+	local_uids = uidpool_new(lc->uid_base, lc->uid_count);
+	if (!local_uids) {
+		snprintf(err, errlen, "local provider: out of memory");
+		return -1;
+	}
+	local_uids_base = lc->uid_base;
+	local_uids_count = lc->uid_count;
+	uidpool_scan(local_uids, cfg->state_dir);
+	return 0;
+}
+
 static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct local_conf *lc = local_conf(cfg);
-
 	char self[PATH_MAX], *slash;
 	ssize_t n;
 
@@ -197,18 +219,6 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	if (lc->rootfs && access(lc->rootfs, X_OK)) {
 		snprintf(err, errlen, "local.rootfs: %s: %s", lc->rootfs, strerror(errno));
 		return SBX_ERR_INVAL;
-	}
-	if (local_uids && (lc->uid_base != local_uids_base || lc->uid_count != local_uids_count))
-		log_warn("config", "local.uid_base/uid_count: a new range takes effect at the next start");
-	if (!local_uids) {
-		local_uids = uidpool_new(lc->uid_base, lc->uid_count);
-		if (!local_uids) {
-			snprintf(err, errlen, "local provider: out of memory");
-			return SBX_ERR_NOMEM;
-		}
-		local_uids_base = lc->uid_base;
-		local_uids_count = lc->uid_count;
-		uidpool_scan(local_uids, cfg->state_dir);
 	}
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0) {
@@ -225,9 +235,21 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 			self, self);
 		return SBX_ERR_INVAL;
 	}
-	local_find_cgroup2();
-	if (!local_cgroup_root[0])
-		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
+	/* the uids of sandboxes must be nobody else's (users: maps to
+	 * accounts on purpose, and then the range is not used) */
+	if (!cfg->n_users && !cfg->users_passwd &&
+	    idrange_conflict(lc->uid_base, lc->uid_count, "/etc/subuid", "/etc/subgid", self, sizeof(self))) {
+		snprintf(err, errlen, "config error: %s", self);
+		return SBX_ERR_INVAL;
+	}
+	buf_reset(&local_filter);
+	if (filter_build(&local_filter, err, errlen))
+		return SBX_ERR_INVAL;
+	if (etc_build(cfg->state_dir, err, errlen))
+		return SBX_ERR_IO;
+	cgroup_init(cfg->state_dir);
+	if (local_uids_init(cfg, lc, err, errlen))
+		return SBX_ERR_NOMEM;
 	return SBX_OK;
 }
 
@@ -297,8 +319,9 @@ static void av_dirs(struct argv_builder *a, const char *path)
 	}
 }
 
-static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
+static void av_rootfs(struct argv_builder *a, const struct sbx_spec *s)
 {
+	const struct sbx_config *cfg = s->cfg;
 	static const char *sysdirs[] = { "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", NULL };
 	char target[PATH_MAX];
 	struct stat st;
@@ -329,9 +352,22 @@ static void av_rootfs(struct argv_builder *a, const struct sbx_config *cfg)
 			av_add(a, sysdirs[i]);
 		}
 	}
+	/* not the host's /etc: the curated copy, and the sandbox's own
+	 * passwd and group (local_etc.c) */
 	av_add(a, "--ro-bind");
+	av_add(a, etc_dir());
 	av_add(a, "/etc");
-	av_add(a, "/etc");
+	for (const char *const *b = etc_bound(); *b; b++) {
+		av_add(a, "--ro-bind");
+		av_add(a, av_fmt(a, "/etc/%s", *b));
+		av_add(a, av_fmt(a, "/etc/%s", *b));
+	}
+	av_add(a, "--ro-bind");
+	av_add(a, av_fmt(a, "%s/etc/passwd", s->dirs.thread_dir));
+	av_add(a, "/etc/passwd");
+	av_add(a, "--ro-bind");
+	av_add(a, av_fmt(a, "%s/etc/group", s->dirs.thread_dir));
+	av_add(a, "/etc/group");
 }
 
 static void av_bind(struct argv_builder *a, const char *how, const char *src, const char *dst)
@@ -342,10 +378,23 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_add(a, dst);
 }
 
-static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, uid_t uid, gid_t gid)
+/* sbxfs-exec --launch: bubblewrap starts inside the sandbox's cgroups, so
+ * its init, and the cgroup namespace bubblewrap makes, are inside them. */
+static void av_launcher(struct argv_builder *a, const struct cgroup_join *j)
+{
+	av_add(a, local_exec_helper);
+	av_add(a, "--launch");
+	for (int i = 0; i < j->n; i++)
+		av_add(a, av_fmt(a, "--join=%s", j->path[i]));
+	av_add(a, "--");
+}
+
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, const struct cgroup_join *j,
+	uid_t uid, gid_t gid)
 {
 	const struct sbx_config *cfg = s->cfg;
 
+	av_launcher(a, j);
 	av_add(a, local_bwrap);
 	av_add(a, "--unshare-pid");
 	av_add(a, "--unshare-ipc");
@@ -355,18 +404,22 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, u
 		av_add(a, "--unshare-net");
 	av_add(a, "--hostname");
 	av_add(a, av_fmt(a, "sbx-%s", s->token));
-	av_rootfs(a, cfg);
+	av_rootfs(a, s);
 	av_add(a, "--proc");
 	av_add(a, "/proc");
 	av_add(a, "--dev");
 	av_add(a, "/dev");
 	av_add(a, "--perms");
 	av_add(a, "1777");
+	if (cfg->res.tmp_size) {
+		av_add(a, "--size");
+		av_add(a, av_fmt(a, "%llu", (unsigned long long)cfg->res.tmp_size));
+	}
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
-	av_bind(a, "--bind", s->dirs.workspace, "/mnt/user-data/workspace");
-	av_bind(a, "--bind", s->dirs.uploads, "/mnt/user-data/uploads");
-	av_bind(a, "--bind", s->dirs.outputs, "/mnt/user-data/outputs");
+	av_bind(a, "--bind", s->dirs.workspace, layout_sandbox_path(LAYOUT_WORKSPACE));
+	av_bind(a, "--bind", s->dirs.uploads, layout_sandbox_path(LAYOUT_UPLOADS));
+	av_bind(a, "--bind", s->dirs.outputs, layout_sandbox_path(LAYOUT_OUTPUTS));
 	av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
@@ -379,6 +432,8 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, u
 	av_add(a, "--ro-bind");
 	av_add(a, local_init_helper);
 	av_add(a, LOCAL_INIT_PATH);
+	av_add(a, "--seccomp");
+	av_add(a, av_fmt(a, "%d", LOCAL_FILTER_FD));
 	av_add(a, "--as-pid-1");
 	av_add(a, "--info-fd");
 	av_add(a, "3");
@@ -485,23 +540,58 @@ static void local_abort_spawn(pid_t bwrap, pid_t init)
 	}
 }
 
-/* Start argv[0] with the given fds as 0..4 (-1: /dev/null), in a new
+/* A sealed memfd holding len bytes, positioned at 0, or -1. */
+static int local_memfd(const char *name, const void *data, size_t len)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	const char *p = data;
+
+	if (fd < 0)
+		return -1;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) ||
+	    lseek(fd, 0, SEEK_SET)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The seccomp filter for one bubblewrap or sbxfs-exec (each reads it to
+ * its end, so each gets a file of its own). */
+static int local_filter_fd(void)
+{
+	return local_memfd("sbxfs-filter", local_filter.ptr, local_filter.len);
+}
+
+/* Start argv[0] with the given fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2, else closed), in a new
  * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
  * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
  * cloning: no copy of a daemon with many threads and mappings. */
-static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5])
+static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
-	int moved[5] = { -1, -1, -1, -1, -1 }, src[5];
+	int moved[LOCAL_SPAWN_FDS], src[LOCAL_SPAWN_FDS];
 	sigset_t none;
 	pid_t pid = -1;
 	int r;
 
-	/* a source fd among 0..4 could be overwritten by an earlier dup2 */
-	for (int i = 0; i < 5; i++) {
+	/* a source fd among 0..5 could be overwritten by an earlier dup2 */
+	for (int i = 0; i < LOCAL_SPAWN_FDS; i++) {
 		src[i] = fds[i];
-		if (fds[i] >= 0 && fds[i] < 5 && fds[i] != i) {
+		moved[i] = -1;
+		if (fds[i] >= 0 && fds[i] < LOCAL_SPAWN_FDS && fds[i] != i) {
 			moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
 			if (moved[i] < 0)
 				return -1;
@@ -527,19 +617,19 @@ static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5
 		sigaddset(&def, SIGINT);
 		r |= posix_spawnattr_setsigdefault(&attr, &def);
 	}
-	for (int i = 0; i < 5 && !r; i++) {
+	for (int i = 0; i < LOCAL_SPAWN_FDS && !r; i++) {
 		if (src[i] >= 0)
 			r |= posix_spawn_file_actions_adddup2(&fa, src[i], i);
 		else if (i <= 2)
 			r |= posix_spawn_file_actions_addopen(&fa, i, "/dev/null", O_RDWR, 0);
 	}
-	r |= posix_spawn_file_actions_addclosefrom_np(&fa, 5);
+	r |= posix_spawn_file_actions_addclosefrom_np(&fa, LOCAL_SPAWN_FDS);
 	if (!r && posix_spawn(&pid, argv[0], &fa, &attr, argv, envp))
 		pid = -1;
 	posix_spawnattr_destroy(&attr);
 	posix_spawn_file_actions_destroy(&fa);
 out_moved:
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < LOCAL_SPAWN_FDS; i++)
 		if (moved[i] >= 0)
 			close(moved[i]);
 	return pid;
@@ -550,12 +640,14 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
 	struct buf info = BUF_INIT(64 * 1024), logpath = BUF_INIT(BUF_CAP_PATH);
-	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1;
+	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1, filter_fd = -1;
 	enum sbx_err result = SBX_ERR_IO;
 	pid_t bwrap = -1, init = 0;
 	json_t *j = NULL;
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX], ch;
+	struct cgroup_join join = { 0 };
+	bool made_cgroup = false;
 	uid_t uid;
 	gid_t gid;
 	int err;
@@ -573,22 +665,35 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		result = sbx_err_from_errno(err);
 		goto out;
 	}
-	local_build_argv(a, s, uid, gid);
+	{
+		const struct cgroup_limits lim = { s->cfg->res.memory, s->cfg->res.cpus, s->cfg->res.pids };
+		made_cgroup = true;
+		if (cgroup_sandbox_create(s->token, &lim, &join)) {
+			log_err(scope, "local: cannot make the sandbox's cgroups");
+			goto out;
+		}
+	}
+	if (!local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
+		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
+		goto out;
+	}
+	local_build_argv(a, s, &join, uid, gid);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
 		result = SBX_ERR_INVAL;
 		goto out;
 	}
-	if (buf_addf(&logpath, "%s/sandbox.log", s->dirs.thread_dir))
+	if (layout_file(&logpath, s->dirs.thread_dir, "sandbox.log"))
 		goto out;
 	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
+	filter_fd = local_filter_fd();
+	if (log_fd < 0 || filter_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
 		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
 		goto out;
 	}
 	{
 		static char *const empty_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-		const int fds[5] = { -1, log_fd, log_fd, info_p[1], ready_p[1] };
+		const int fds[LOCAL_SPAWN_FDS] = { -1, log_fd, log_fd, info_p[1], ready_p[1], filter_fd };
 		bwrap = local_spawn((char *const *)a->v, empty_env, fds);
 	}
 	if (bwrap < 0) {
@@ -629,6 +734,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	lb->bwrap_pid = bwrap;
 	lb->uid = uid;
 	lb->gid = gid;
+	lb->output_max = s->cfg->res.output;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	lb->thread_dir = strdup(s->dirs.thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
@@ -640,10 +746,13 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	lb = NULL;
 	bwrap = -1;
 	init = 0;
+	made_cgroup = false;
 	result = SBX_OK;
 out:
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
+	if (made_cgroup)
+		cgroup_sandbox_destroy(s->token);
 	for (int i = 0; i < 2; i++) {
 		if (info_p[i] >= 0)
 			close(info_p[i]);
@@ -652,6 +761,8 @@ out:
 	}
 	if (log_fd >= 0)
 		close(log_fd);
+	if (filter_fd >= 0)
+		close(filter_fd);
 	if (a) {
 		av_free(a);
 		free(a);
@@ -694,13 +805,10 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
-	if (!buf_addf(&path, "%s/local.json", lb->thread_dir))
+	/* what the init's death did not end (nothing, normally) and the cgroups */
+	cgroup_sandbox_destroy(lb->token);
+	if (!layout_file(&path, lb->thread_dir, "local.json"))
 		unlink(path.ptr);
-	if (local_cgroup_root[0]) {
-		buf_reset(&path);
-		if (!buf_addf(&path, "%s/%s", local_cgroup_root, lb->token))
-			util_rm_rf(path.ptr); /* only empty job cgroups remain: rmdir them */
-	}
 	buf_free(&path);
 	lb->init_pid = 0;
 	return SBX_OK;
@@ -713,21 +821,34 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *j = NULL;
 	enum sbx_err result = SBX_ERR_GONE;
 
-	if (buf_addf(&path, "%s/local.json", s->dirs.thread_dir) || !(j = json_read_file(path.ptr)))
+	if (!layout_file(&path, s->dirs.thread_dir, "local.json"))
+		j = json_read_file(path.ptr);
+	if (!j) {
+		/* no record of its init: a create cut short (or nothing at all).
+		 * Whatever it started is in the sandbox's cgroups: end it. */
+		cgroup_sandbox_destroy(s->token);
 		goto out;
+	}
 	lb = calloc(1, sizeof(*lb));
-	if (!j || !lb || !(lb->thread_dir = strdup(s->dirs.thread_dir)))
+	if (!lb || !(lb->thread_dir = strdup(s->dirs.thread_dir)))
 		goto out;
 	sbx_box_init(&lb->base, &provider_local);
+	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
+	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
+	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
 	lb->uid = (uid_t)json_integer_value(json_object_get(j, "uid"));
 	lb->gid = (gid_t)json_integer_value(json_object_get(j, "gid"));
 	lb->base.uid = lb->uid;
 	lb->base.gid = lb->gid;
-	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
-	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
-	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
+	lb->output_max = s->cfg->res.output;
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
+	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
+		/* made by an sbxfs without sandbox cgroups: no limits, no kill of
+		 * leftovers; it is recreated on reclaim (its data stays) */
+		log_warn(s->user, "local: sandbox %s has no cgroup of its own: recreated on reclaim", lb->token);
+		kill(lb->init_pid, SIGKILL);
+	}
 	if (!local_alive(lb))
 		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */
 	*out = &lb->base;
@@ -738,6 +859,31 @@ out:
 	buf_free(&path);
 	local_box_free(lb);
 	return result;
+}
+
+/* The job for sbxfs-exec, in a memfd: the command, a NUL, then KEY=VALUE
+ * entries each ended by a NUL (job_dir/cmd and job_dir/environ as the FUSE
+ * layer wrote them).  Neither travels through the supervisor's argv
+ * (world-readable in /proc) or environment (a root process that starts with
+ * LD_PRELOAD, LD_AUDIT, GCONV_PATH... of the user's choosing runs the
+ * user's code as root). */
+static int local_exec_input(const char *job_dir)
+{
+	struct buf in = BUF_INIT(LOCAL_EXEC_INPUT_MAX + 1), env = BUF_INIT(LOCAL_EXEC_INPUT_MAX),
+		   path = BUF_INIT(BUF_CAP_PATH);
+	int fd = -1;
+
+	if (!buf_addf(&path, "%s/cmd", job_dir) && !util_read_file(path.ptr, &in) && in.len &&
+	    !memchr(in.ptr, '\0', in.len) && !buf_add(&in, "", 1)) {
+		buf_reset(&path);
+		if (!buf_addf(&path, "%s/environ", job_dir) && !util_read_file(path.ptr, &env) &&
+		    !buf_add(&in, env.ptr ? env.ptr : "", env.len))
+			fd = local_memfd("sbxfs-job", in.ptr, in.len);
+	}
+	buf_free(&in);
+	buf_free(&env);
+	buf_free(&path);
+	return fd;
 }
 
 /* A job's supervisor (sbxfs-exec), watched through a pidfd. */
@@ -793,30 +939,17 @@ static void local_exec_record(const char *job_dir, pid_t pid)
 	buf_free(&path);
 }
 
-/* Read a job's command (bytes) and environment (NUL-separated) files. */
-static int local_job_inputs(const char *job_dir, struct buf *cmd, struct buf *env)
-{
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	int r = -1;
-
-	if (!buf_addf(&path, "%s/cmd", job_dir) && !util_read_file(path.ptr, cmd)) {
-		buf_reset(&path);
-		if (!buf_addf(&path, "%s/environ", job_dir) && !util_read_file(path.ptr, env))
-			r = 0;
-	}
-	buf_free(&path);
-	return r;
-}
-
 static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, struct sbx_exec **out)
 {
+	/* the supervisor's whole environment: fixed, nothing of the job's */
+	static char *const clean_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 	struct local_box *lb = local_box(b);
 	struct argv_builder *a = calloc(1, sizeof(*a));
-	struct buf cmd = BUF_INIT(8 * 1024 * 1024), envtext = BUF_INIT(1024 * 1024);
-	char **envv = NULL;
 	enum sbx_err result = SBX_ERR_IO;
+	int ready[2] = { -1, -1 }, input = -1, filter_fd = -1;
+	struct buf cgdir = BUF_INIT(BUF_CAP_PATH);
+	struct cgroup_join join;
 	struct local_exec *le;
-	int ready[2] = { -1, -1 };
 	pid_t pid = -1;
 	char ch;
 
@@ -826,24 +959,10 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		result = SBX_ERR_GONE;
 		goto out;
 	}
-	if (local_job_inputs(e->job_dir, &cmd, &envtext) || !cmd.len) {
-		log_err("local", "%s: cannot read the job's command: %s", e->job_dir, strerror(errno));
+	result = cgroup_job_create(lb->token, e->job_name, &cgdir, &join);
+	if (result)
 		goto out;
-	}
-	{
-		size_t n = 1;
-		for (size_t i = 0; i < envtext.len; i++)
-			n += envtext.ptr[i] == '\0';
-		envv = calloc(n + 1, sizeof(*envv));
-		if (!envv) {
-			result = SBX_ERR_NOMEM;
-			goto out;
-		}
-		n = 0;
-		for (size_t i = 0; i < envtext.len; i += strlen(envtext.ptr + i) + 1)
-			if (envtext.ptr[i])
-				envv[n++] = envtext.ptr + i;
-	}
+	result = SBX_ERR_IO;
 	av_add(a, local_exec_helper);
 	av_add(a, av_fmt(a, "--pid=%d", (int)lb->init_pid));
 	av_add(a, av_fmt(a, "--start=%llu", lb->init_start));
@@ -851,19 +970,25 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	av_add(a, av_fmt(a, "--gid=%u", (unsigned)lb->gid));
 	av_add(a, av_fmt(a, "--timeout=%ld", e->timeout));
 	av_add(a, av_fmt(a, "--job-dir=%s", e->job_dir));
-	if (local_cgroup_root[0])
-		av_add(a, av_fmt(a, "--cgroup=%s/%s/%s", local_cgroup_root, lb->token, e->job_name));
-	av_add(a, "--");
-	av_add(a, buf_str(&cmd));
+	av_add(a, av_fmt(a, "--output-max=%llu", (unsigned long long)lb->output_max));
+	av_add(a, "--filter-fd=4");
+	if (cgdir.len)
+		av_add(a, av_fmt(a, "--cgroup=%s", buf_str(&cgdir)));
+	for (int i = 0; i < join.n; i++)
+		av_add(a, av_fmt(a, "--join=%s", join.path[i]));
 	if (a->overflow) {
 		result = SBX_ERR_INVAL;
 		goto out;
 	}
-	if (pipe2(ready, O_CLOEXEC))
+	input = local_exec_input(e->job_dir);
+	filter_fd = local_filter_fd();
+	if (input < 0 || filter_fd < 0 || pipe2(ready, O_CLOEXEC)) {
+		log_err("local", "%s: cannot prepare the job: %s", e->job_dir, strerror(errno));
 		goto out;
+	}
 	{
-		const int fds[5] = { -1, -1, -1, ready[1], -1 };
-		pid = local_spawn((char *const *)a->v, envv, fds);
+		const int fds[LOCAL_SPAWN_FDS] = { input, -1, -1, ready[1], filter_fd, -1 };
+		pid = local_spawn((char *const *)a->v, clean_env, fds);
 	}
 	if (pid < 0) {
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
@@ -901,9 +1026,11 @@ out:
 	for (int i = 0; i < 2; i++)
 		if (ready[i] >= 0)
 			close(ready[i]);
-	free(envv);
-	buf_free(&cmd);
-	buf_free(&envtext);
+	if (input >= 0)
+		close(input);
+	if (filter_fd >= 0)
+		close(filter_fd);
+	buf_free(&cgdir);
 	av_free(a);
 	free(a);
 	return result;
@@ -934,7 +1061,8 @@ static enum sbx_err local_exec_reattach(struct sbx_box *b, const char *job_dir, 
 
 /* Signal every process of a job: all members of its cgroup (so processes that
  * left its process group are reached too), and its process group.  SIGKILL
- * uses cgroup.kill, which also catches processes forked meanwhile. */
+ * uses cgroup.kill, which also catches processes forked meanwhile.  The job
+ * directory says everything: works for adopted and released sandboxes. */
 static enum sbx_err local_signal_job(const char *job_dir, int sig)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(4096), cg = BUF_INIT(BUF_CAP_PATH);
@@ -982,24 +1110,15 @@ static enum sbx_err local_exec_signal(struct sbx_exec *x, int sig)
 
 /* The supervisor has exited: reap it; a supervisor that died without a
  * word (killed with the sandbox while the daemon was down, or by hand)
- * leaves no result, so record that it was lost. */
+ * leaves no result: the job state machine records it lost. */
 static void local_exec_finish(struct sbx_exec *x)
 {
 	struct local_exec *le = local_exec(x);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char text[256];
 
 	if (le->child)
 		while (waitpid(le->pid, NULL, 0) < 0 && errno == EINTR)
 			;
 	le->child = false;
-	if (!buf_addf(&path, "%s/result", le->job_dir) && access(path.ptr, F_OK) && errno == ENOENT &&
-	    !str_fmt(text, sizeof(text),
-		    "{\"state\": \"lost\", \"exit\": 255, \"signal\": 0, \"ended_at\": %.3f, \"error\": \"the job's supervisor ended without recording a result\"}",
-		    util_wall_now()) &&
-	    util_write_atomic(path.ptr, text, strlen(text), 0600))
-		log_warn("local", "%s: cannot record the lost result: %s", le->job_dir, strerror(errno));
-	buf_free(&path);
 }
 
 static void local_exec_free(struct sbx_exec *x)
@@ -1014,16 +1133,77 @@ static void local_exec_free(struct sbx_exec *x)
 	free(le);
 }
 
-static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
+/* Running jobs (a pgid, no result yet) are marked, so their supervisors
+ * report "killed" rather than a plain exit by signal. */
+static void local_mark_running_killed(struct local_box *lb)
+{
+	struct buf dir = BUF_INIT(BUF_CAP_PATH), f = BUF_INIT(BUF_CAP_PATH);
+	struct dirent *e;
+	DIR *d;
+
+	if (buf_addf(&dir, "%s/jobs", lb->thread_dir) || !(d = opendir(dir.ptr))) {
+		buf_free(&dir);
+		return;
+	}
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+			continue;
+		buf_reset(&f);
+		if (buf_addf(&f, "%s/%s/result", dir.ptr, e->d_name) || !access(f.ptr, F_OK))
+			continue;
+		buf_reset(&f);
+		if (!buf_addf(&f, "%s/%s/pgid", dir.ptr, e->d_name) && !access(f.ptr, F_OK)) {
+			buf_reset(&f);
+			if (!buf_addf(&f, "%s/%s/kill-requested", dir.ptr, e->d_name))
+				util_write_atomic(f.ptr, "KILL", 4, 0600);
+		}
+	}
+	closedir(d);
+	buf_free(&dir);
+	buf_free(&f);
+}
+
+static pid_t local_ppid(pid_t pid)
+{
+	char path[64], data[512], *p;
+	int ppid = 0;
+	FILE *f;
+
+	if (str_fmt(path, sizeof(path), "/proc/%d/stat", (int)pid) || !(f = fopen(path, "re")))
+		return 0;
+	data[fread(data, 1, sizeof(data) - 1, f)] = '\0';
+	fclose(f);
+	p = strrchr(data, ')');
+	if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+static enum sbx_err local_kill_all(struct sbx_box *b)
 {
 	struct local_box *lb = local_box(b);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	pid_t keep[2];
 
-	(void)job_dir;
-	if (local_cgroup_root[0] && !buf_addf(&path, "%s/%s/%s", local_cgroup_root, lb->token, job_name) &&
-	    rmdir(path.ptr) && errno != ENOENT)
-		log_warn("local", "cannot remove the cgroup %s: %s", path.ptr, strerror(errno));
+	if (!local_alive(lb))
+		return SBX_ERR_GONE;
+	keep[0] = lb->init_pid;
+	keep[1] = local_ppid(lb->init_pid); /* bubblewrap's monitor */
+	local_mark_running_killed(lb);
+	return cgroup_kill_jobs(lb->token, keep, 2);
+}
+
+/* A finished job's slot is removed: end what it left behind, drop its
+ * cgroup (the job directory says everything, as for signals). */
+static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH), cg = BUF_INIT(BUF_CAP_PATH);
+
+	(void)b;
+	(void)job_name;
+	if (!buf_addf(&path, "%s/cgroup", job_dir) && !util_read_file(path.ptr, &cg) && cg.len)
+		cgroup_job_remove(buf_str(&cg));
 	buf_free(&path);
+	buf_free(&cg);
 }
 
 static void local_box_status(struct sbx_box *b, struct json_t *out)
@@ -1035,7 +1215,6 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 }
 
 static const struct sbx_provider_ops local_ops = {
-	.box_status = local_box_status,
 	.config_key = local_config_key,
 	.config_show = local_config_show,
 	.config_free = local_config_free,
@@ -1045,6 +1224,8 @@ static const struct sbx_provider_ops local_ops = {
 	.destroy = local_destroy,
 	.box_free = local_box_release,
 	.adopt = local_adopt,
+	.kill_all = local_kill_all,
+	.box_status = local_box_status,
 	.exec_start = local_exec_start,
 	.exec_reattach = local_exec_reattach,
 	.exec_signal = local_exec_signal,

@@ -417,6 +417,23 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	return 0;
 }
 
+/* Caller holds pool.lock.  users.<user>.max_sandboxes: active and creating
+ * sandboxes of the user count (warm ones are released: they do not). */
+static int pool_user_cap_locked(const struct sbx_config *cfg, const char *user, const char *scope)
+{
+	int max = config_user_max_sandboxes(cfg, user), n = 0;
+
+	if (!max)
+		return 0;
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next)
+			n += (s->state == SBX_ACTIVE || s->state == SBX_CREATING) && !strcmp(s->user, user);
+	if (n < max)
+		return 0;
+	log_warn(scope, "mkdir refused: %s has %d sandboxes, users.%s.max_sandboxes is %d", user, n, user, max);
+	return EDQUOT;
+}
+
 int pool_acquire(const char *user, const char *thread, struct sbx **out)
 {
 	struct sbx_config *cfg;
@@ -444,6 +461,11 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	if (st == SBX_ACTIVE || st == SBX_CREATING) {
 		pthread_mutex_unlock(&pool.lock);
 		err = EEXIST;
+		goto out;
+	}
+	err = pool_user_cap_locked(cfg, user, scope);
+	if (err) {
+		pthread_mutex_unlock(&pool.lock);
 		goto out;
 	}
 	s->state = SBX_CREATING;
@@ -585,6 +607,17 @@ struct sbx_box *pool_box(struct sbx *s)
 	box = sbx_box_get(s->box);
 	pthread_mutex_unlock(&pool.lock);
 	return box;
+}
+
+int pool_kill_all(struct sbx *s)
+{
+	enum sbx_err e = SBX_ERR_GONE;
+
+	pthread_mutex_lock(&s->scope);
+	if (pool_state(s, NULL) == SBX_ACTIVE && s->box)
+		e = sbx_kill_all(s->box);
+	pthread_mutex_unlock(&s->scope);
+	return sbx_err_errno(e);
 }
 
 void pool_exec_cleanup(struct sbx *s, const char *job_dir, const char *job_name)

@@ -113,6 +113,9 @@ int pool_exec_reattach(struct sbx *s, const char *job_dir, struct sbx_exec **out
 void pool_exec_cleanup(struct sbx *s, const char *job_dir, const char *job_name);
 /* The sandbox's box, referenced (sbx_box_put it), while it has one. */
 struct sbx_box *pool_box(struct sbx *s);
+/* The sandbox's ctl "kill": end every process of an active sandbox but its
+ * init (serialised with acquire/release).  0 or errno. */
+int pool_kill_all(struct sbx *s);
 void pool_stats(struct pool_stats *st);
 /* Record a failure for /sbx/.status and the error counter. */
 void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

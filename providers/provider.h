@@ -214,8 +214,9 @@ struct sbx_provider_ops {
 	 * or SBX_ERR_GONE when nothing of it remains (then it has removed any
 	 * half-made remains, e.g. of a create cut short by a crash). */
 	enum sbx_err (*adopt)(const struct sbx_spec *spec, struct sbx_box **out);
-	/* MAY: end every process of the sandbox but its own init (jobs and
-	 * what they left behind), keeping the sandbox.  Default NOTSUP. */
+	/* MAY: end every process of the sandbox but its own init (running jobs,
+	 * which report "killed", and what finished jobs left behind), keeping
+	 * the sandbox and its files.  Default NOTSUP. */
 	enum sbx_err (*kill_all)(struct sbx_box *box);
 	/* MAY: add the provider's own keys to the sandbox's status JSON (e.g.
 	 * init_pid).  Any thread, pool.lock held: MUST NOT block. */
@@ -239,7 +240,8 @@ struct sbx_provider_ops {
 	/* MUST with SBX_CAP_EXEC: let go of x (after exec_finish, or at exit
 	 * with the command still running: it keeps running). */
 	void (*exec_free)(struct sbx_exec *x);
-	/* MAY: remove what the provider made for a job slot (cgroup...). */
+	/* MAY: the slot of a finished job is being removed: end what the job
+	 * left behind and free what the provider kept for it (its cgroup). */
 	void (*exec_cleanup)(struct sbx_box *box, const char *job_dir, const char *job_name);
 
 	/* -- capabilities: NULL = not offered -- */

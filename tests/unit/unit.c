@@ -13,6 +13,8 @@
 
 #include "../../common/buf.h"
 #include "../../common/config.h"
+#include "../../common/idrange.h"
+#include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
 #include "../../providers/provider.h"
@@ -41,6 +43,57 @@ static void test_buf(void)
 	CHECK(str_fmt(small, sizeof(small), "%s", "abc") == 0);
 	errno = 0;
 	CHECK(str_fmt(small, sizeof(small), "%s", "abcd") == -1 && errno == ENAMETOOLONG);
+}
+
+static void test_sha256_hex(void)
+{
+	char out[65];
+
+	/* sha256("abc") = ba7816bf 8f01cfea ... */
+	CHECK(names_sha256_hex("abc", out, 8) == 0 && !strcmp(out, "ba7816bf"));
+	CHECK(names_sha256_hex("abc", out, 64) == 0 &&
+	      !strcmp(out, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+	CHECK(names_sha256_hex("abc", out, 7) == -1);
+}
+
+static void test_idrange(void)
+{
+	char sub[] = "/tmp/sbxfs-unit-subuid-XXXXXX", err[512];
+	int fd = mkstemp(sub);
+	static const char text[] = "# comment\nalice:100000:65536\n1001:165536:65536\n";
+
+	CHECK(fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)sizeof(text) - 1);
+	close(fd);
+	/* nobody (65534) is an account on every Debian system */
+	CHECK(idrange_conflict(65000, 1000, "/nonexistent", "/nonexistent", err, sizeof(err)) == 1 &&
+	      strstr(err, "local.uid_base") && strstr(err, "nobody"));
+	CHECK(idrange_conflict(150000, 100, sub, "/nonexistent", err, sizeof(err)) == 1 && strstr(err, "'alice'") &&
+	      strstr(err, "100000..165535"));
+	CHECK(idrange_conflict(231071, 10, "/nonexistent", sub, err, sizeof(err)) == 1 && strstr(err, "'1001'"));
+	CHECK(idrange_conflict(231072, 1000, sub, sub, err, sizeof(err)) == 0);
+	CHECK(idrange_conflict(99000, 1000, sub, sub, err, sizeof(err)) == 0);
+	unlink(sub);
+}
+
+static void test_json_lossy(void)
+{
+	static const struct {
+		const char *in, *out;
+	} vec[] = {
+		{ "plain", "plain" },
+		{ "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80" },
+		{ "caf\xe9", "caf\xef\xbf\xbd" },                   /* latin-1 */
+		{ "\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd" },          /* overlong '/' */
+		{ "\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* a surrogate */
+		{ "\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd" },          /* truncated */
+		{ "\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" }, /* > U+10FFFF */
+	};
+
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		json_t *o = json_string_lossy(vec[i].in, strlen(vec[i].in));
+		CHECK(o && !strcmp(json_string_value(o), vec[i].out));
+		json_decref(o);
+	}
 }
 
 static void test_names(void)
@@ -128,9 +181,40 @@ static void test_config(void)
 	CHECK(c && !strcmp(c->use, "local") && c->replicas == 2);
 	config_put(c);
 
+	/* resources: defaults, sizes with units, 0 = no limit */
+	c = load("", err, sizeof(err));
+	CHECK(c && c->res.memory == 2ULL << 30 && c->res.cpus == 2.0 && c->res.pids == 1024 &&
+	      c->res.tmp_size == 512ULL << 20 && c->res.output == 1ULL << 30);
+	config_put(c);
+	c = load("resources:\n  memory: 64M\n  cpus: 0.5\n  pids: 64\n  tmp_size: 1GiB\n  output: 0\n", err,
+		sizeof(err));
+	CHECK(c && c->res.memory == 64ULL << 20 && c->res.cpus == 0.5 && c->res.pids == 64 &&
+	      c->res.tmp_size == 1ULL << 30 && c->res.output == 0);
+	buf_reset(&shown);
+	CHECK(c && config_show(c, &shown) == 0 && strstr(buf_str(&shown), "\"memory\": 67108864"));
+	buf_free(&shown);
+	config_put(c);
+	/* users: the old name: uid form and the mapping with max_sandboxes */
+	c = load("users:\n  alice: 1001\n  bob: {uid: 1002, max_sandboxes: 4}\n", err, sizeof(err));
+	CHECK(c && c->n_users == 2 && c->users[0].uid == 1001 && c->users[0].max_sandboxes == 0 &&
+	      c->users[1].uid == 1002 && config_user_max_sandboxes(c, "bob") == 4);
+	config_put(c);
+
 	static const struct {
 		const char *yaml, *key;
 	} bad[] = {
+		{ "resources:\n  memory: 1M\n", "resources.memory:" },
+		{ "resources:\n  memory: lots\n", "resources.memory:" },
+		{ "resources:\n  memory: -5G\n", "resources.memory:" },
+		{ "resources:\n  memory: 99999999999T\n", "resources.memory:" },
+		{ "resources:\n  cpus: 0.001\n", "resources.cpus:" },
+		{ "resources:\n  cpus: two\n", "resources.cpus:" },
+		{ "resources:\n  pids: 3\n", "resources.pids:" },
+		{ "resources:\n  tmp_size: 12X\n", "resources.tmp_size:" },
+		{ "resources:\n  output: 10\n", "resources.output:" },
+		{ "resources: 5\n", "resources:" },
+		{ "users:\n  bob: {max_sandboxes: 2}\n", "users.bob:" },
+		{ "users:\n  bob: {uid: 1002, max_sandboxes: -1}\n", "users.bob.max_sandboxes:" },
 		{ "replicas: 0\n", "replicas:" },
 		{ "replicas: many\n", "replicas:" },
 		{ "idle_timeout: -1\n", "idle_timeout:" },
@@ -167,6 +251,9 @@ int main(void)
 	config_set_hooks(&provider_config_hooks);
 	test_buf();
 	test_names();
+	test_json_lossy();
+	test_sha256_hex();
+	test_idrange();
 	test_config();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
