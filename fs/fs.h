@@ -70,6 +70,7 @@ struct node {
 	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
 	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
 	off_t stamp_size;
+	int nopen; /* N_DATA: files open on it (atomic); see data_getattr */
 };
 
 struct user_ent {
@@ -155,6 +156,7 @@ void jobs_write(fuse_req_t req, struct node *n, const char *buf, size_t size, st
 void jobs_release(fuse_req_t req, struct node *n, struct fuse_file_info *fi);
 void jobs_poll(fuse_req_t req, struct node *n, struct fuse_file_info *fi, struct fuse_pollhandle *ph);
 int jobs_file_mode(int which);
+off_t jobs_file_size(struct node *n); /* what a stat shows as st_size */
 
 /* node.c */
 int users_each(void (*fn)(struct user_ent *u, void *arg), void *arg);

@@ -744,6 +744,49 @@ static int job_status_json(struct job *j, struct buf *out)
 	return json_to_buf(o, out);
 }
 
+/* What a stat of a job file shows as st_size.  Reads use direct I/O, so
+ * the size never limits them; it is there for tools that trust it: stdout
+ * and stderr have the bytes so far (so `tail -f` never sees them shrink),
+ * status, cmd and exit the length a read would return now, env and stdin
+ * what was written; ctl 0.  The attribute timeout of job files is 0. */
+off_t jobs_file_size(struct node *n)
+{
+	static const char *host[JF_COUNT] = { [JF_ENV] = "env", [JF_STDIN] = "stdin", [JF_STDOUT] = "stdout",
+		[JF_STDERR] = "stderr" };
+	struct buf b = BUF_INIT(BUF_CAP_JSON);
+	struct job *j = n->job;
+	enum job_state st;
+	struct stat sb;
+	off_t size = 0;
+
+	if (!j || n->which < 0 || n->which >= JF_COUNT)
+		return 0;
+	if (host[n->which]) {
+		if (!job_path(j, host[n->which], &b) && !stat(b.ptr, &sb))
+			size = sb.st_size;
+	} else if (n->which == JF_STATUS) {
+		if (!job_status_json(j, &b))
+			size = (off_t)b.len;
+	} else if (n->which == JF_CMD) {
+		json_t *c = job_read_json(j, "cmd.json");
+		const char *s = c ? json_string_value(json_object_get(c, "cmd")) : NULL;
+		size = s ? (off_t)strlen(s) + 1 : 0;
+		json_decref(c);
+	} else if (n->which == JF_EXIT) {
+		pthread_mutex_lock(&j->lock);
+		st = j->state;
+		pthread_mutex_unlock(&j->lock);
+		if (job_ended(st)) {
+			json_t *r = job_read_json(j, "result");
+			int code = r ? (int)json_integer_value(json_object_get(r, "exit")) : 255;
+			size = snprintf(NULL, 0, "%d\n", code);
+			json_decref(r);
+		}
+	}
+	buf_free(&b);
+	return size;
+}
+
 static void jh_clean(void *p)
 {
 	struct jh *h = p;

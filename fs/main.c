@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -214,6 +215,23 @@ static void tune_readahead(const char *mountpoint)
 	free(real);
 }
 
+/* Symlinks in the data directories are the sandbox's: the host never
+ * follows them through the mount (DESIGN §3), so a job cannot point a host
+ * user or root at host files; lstat and readlink still show them.  libfuse
+ * 3.14 does not know the nosymfollow option, so the flag is set on the
+ * mount after mounting, before any request is served.  No fallback: a
+ * mount that would follow them is refused. */
+static int mount_nosymfollow(const char *mountpoint)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_NOSYMFOLLOW };
+
+	if (mount_setattr(AT_FDCWD, mountpoint, 0, &attr, sizeof(attr)) == 0)
+		return 0;
+	fprintf(stderr, "sbxfs: cannot make the mount nosymfollow (needs Linux >= 5.12 and root): %s\n",
+		strerror(errno));
+	return -1;
+}
+
 static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_args *args)
 {
 	struct buf mo = BUF_INIT(BUF_CAP_PATH);
@@ -245,6 +263,7 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o))
 		return 2;
+	umask(0); /* the kernel has applied the caller's umask to every create */
 	log_open(0, o.debug);
 	cfgpath = o.config ? o.config : access(DEFAULT_CONFIG, F_OK) == 0 ? DEFAULT_CONFIG : "/dev/null";
 	cfg = config_load(cfgpath, err, sizeof(err));
@@ -297,6 +316,8 @@ int main(int argc, char **argv)
 		goto out_signals;
 	}
 	mounted = 1;
+	if (mount_nosymfollow(o.mountpoint))
+		goto out_signals;
 	tune_readahead(o.mountpoint);
 	if (fuse_daemonize(o.foreground))
 		goto out_signals;

@@ -265,6 +265,24 @@ static void fs_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	fuse_reply_none(req);
 }
 
+/* The size a stat shows for a control or job file: its length right now
+ * (reads use direct I/O and never stop at it; the attribute timeout is 0).
+ * Not in fs_fill_vattr: that runs under fs_lock, rendering takes others. */
+static off_t virt_size(struct node *n)
+{
+	struct buf b = BUF_INIT(BUF_CAP_JSON);
+	off_t size = 0;
+
+	if (n->kind == N_JOBFILE)
+		return jobs_file_size(n);
+	if ((n->kind != N_ROOTFILE && n->kind != N_CTL) || (n->view && n->view->dead))
+		return 0;
+	if (!ctl_render(n, &b))
+		size = (off_t)b.len;
+	buf_free(&b);
+	return size;
+}
+
 static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
@@ -273,6 +291,7 @@ static void fs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (n->kind == N_DATA)
 		return data_ops.getattr(req, ino, fi);
 	fs_fill_vattr(n, &st);
+	st.st_size = virt_size(n);
 	fuse_reply_attr(req, &st, n->kind == N_ROOTFILE || n->kind == N_CTL || n->kind == N_JOBFILE ? 0 : VIRT_TIMEOUT);
 }
 

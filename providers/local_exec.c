@@ -223,6 +223,7 @@ int main(int argc, char **argv)
 		if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 			die("dup2");
 		drop_privileges(uid, gid);
+		umask(022); /* the daemon runs with umask 0 (its creates carry the caller's) */
 		if (chdir("/mnt/user-data/workspace"))
 			chdir("/");
 		signal(SIGPIPE, SIG_DFL);
