@@ -202,6 +202,7 @@ def test_directory_symlink_flip_race_lets_no_write_escape(sandbox):
     job_script(m, "flip.py", f"""
         import os, shutil, time
         end = time.time() + 20
+        open('flipping', 'w').close()
         while time.time() < end and not os.path.exists('stop'):
             try:
                 os.symlink({str(target)!r}, 'd')
@@ -218,6 +219,7 @@ def test_directory_symlink_flip_race_lets_no_write_escape(sandbox):
             shutil.rmtree('d', ignore_errors=True)
         """)
     j = start_job(t, "flip", "python3 flip.py")
+    assert wait_until(lambda: (m.workspace_data("alice", "t") / "flipping").exists(), 30)
     results = {}
     deadline = time.monotonic() + 10
     try:

@@ -293,25 +293,26 @@ def test_listing_while_a_job_deletes_is_complete(sandbox):
     m, t = sandbox
     ws = t / "workspace"
     os.mkdir(ws / "churn")
-    stable = {f"s{i:04d}" for i in range(800)}
+    stable = {f"s{i:04d}" for i in range(500)}
     for n in stable:
         (ws / "churn" / n).write_text("")
     script = (
         "import os, time\n"
         "os.chdir('churn')\n"
         "k = 0\n"
-        "for k in range(800): open('c%06d' % k, 'w').close()\n"
+        "for k in range(500): open('c%06d' % k, 'w').close()\n"
         "open('../ready', 'w').close()\n"
         "end = time.time() + 20\n"
         "while time.time() < end and not os.path.exists('../stop'):\n"
-        "    for n in sorted(x for x in os.listdir('.') if x[0] == 'c')[:200]: os.unlink(n)\n"
-        "    for i in range(200): open('c%06d' % (k + i), 'w').close()\n"  # never a name again
-        "    k += 200\n")
+        "    for n in sorted(x for x in os.listdir('.') if x[0] == 'c')[:50]: os.unlink(n)\n"
+        "    for i in range(50): open('c%06d' % (k + i), 'w').close()\n"  # never a name again
+        "    k += 50\n"
+        "    time.sleep(0.02)\n")
     (ws / "churn.py").write_text(script)
     j = start_job(t, "churn", "python3 churn.py")
     assert wait_until(lambda: (m.workspace_data("alice", "t") / "ready").exists(), 30)
     failures, short, listings = [], [], 0
-    end = time.monotonic() + 6
+    end = time.monotonic() + 4
     while time.monotonic() < end:
         seen = set()
         try:
@@ -329,7 +330,7 @@ def test_listing_while_a_job_deletes_is_complete(sandbox):
         if not stable <= seen:
             short.append(len(stable - seen))
         assert all(re.fullmatch(r"[sc]\d+", n) for n in seen)
-    (ws / "stop").write_text("")
+    (m.workspace_data("alice", "t") / "stop").write_text("")
     assert wait_job(j) == 0
     assert not failures, f"{len(failures)} listings failed: {failures[:3]}"
     assert not short, f"{len(short)} of {listings} listings missed files that were never removed: {short[:10]}"
@@ -394,8 +395,8 @@ def test_job_stdout_size_while_running_and_after(sandbox):
     m, t = sandbox
     j = start_job(t, "sz", "printf '%01000d' 0; printf 'e%.0s' 1 2 3 >&2; "
                            "while [ ! -e stop ]; do sleep 0.05; done; printf '%0500d' 0")
-    assert wait_until(lambda: os.stat(j / "stdout").st_size == 1000, 20), os.stat(j / "stdout").st_size
-    assert os.stat(j / "stderr").st_size == 3
+    assert wait_until(lambda: os.stat(j / "stderr").st_size == 3, 20), os.stat(j / "stderr").st_size
+    assert os.stat(j / "stdout").st_size == 1000
     assert os.stat(j / "exit").st_size == 0  # nothing to read yet
     (t / "workspace" / "stop").write_text("")
     assert wait_job(j) == 0
