@@ -2,8 +2,8 @@
 /*
  * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
  * .config and a sandbox's id and status.  Each open renders a snapshot (the
- * files are opened with direct I/O, so their size is meaningless and `cat`
- * reads the whole snapshot).
+ * files are opened with direct I/O, so `cat` reads the whole snapshot
+ * whatever the size a stat showed: ns.c renders one for st_size).
  */
 #define _GNU_SOURCE
 #include <string.h>
