@@ -184,16 +184,45 @@ static bool bad_name(const char *name)
 	return !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/');
 }
 
+/* The node of (st_dev, st_ino) if the view has one, counted as a lookup. */
+static struct node *data_table_ref(struct view *v, const struct stat *st)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&v->lock);
+	for (n = v->table[data_hash(st->st_dev, st->st_ino)]; n; n = n->hnext)
+		if (n->ino == st->st_ino && n->dev == st->st_dev)
+			break;
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&v->lock);
+	return n;
+}
+
 int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 {
+	struct stat st;
+	struct node *n;
 	int fd;
 
 	if (bad_name(name))
 		return EPERM;
+	/* Most lookups are of names the kernel knew (an entry that expired, a
+	 * READDIRPLUS of a listed directory) or of names that do not exist (the
+	 * lookup before a create): one fstatat answers both, without opening
+	 * and closing an O_PATH fd.  Its node's fd pins the inode, so the inode
+	 * number cannot have been reused. */
+	if (fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return errno;
+	n = data_table_ref(parent->view, &st);
+	if (n) {
+		data_entry(n, &st, e);
+		return 0;
+	}
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno;
-	return data_finish_lookup(parent->view, fd, e);
+	return data_finish_lookup(parent->view, fd, e); /* its own fstat decides */
 }
 
 /* ---- creating as the sandbox's uid --------------------------------------------
@@ -591,33 +620,31 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		data_handle_close(n, fd);
 }
 
-/* The node of the file open on fd (st: its stat), counted as a lookup. */
-static int data_node_of_fd(struct view *v, int fd, const struct stat *st, struct node **out)
+/* The node of the file open on fd as name in p (st: its stat), counted as
+ * a lookup. */
+static int data_node_of_fd(struct node *p, const char *name, int fd, const struct stat *st, struct node **out)
 {
-	unsigned h = data_hash(st->st_dev, st->st_ino);
+	struct stat o;
 	char proc[64];
-	struct node *n;
 	int opath;
 
-	pthread_mutex_lock(&v->lock);
-	for (n = v->table[h]; n; n = n->hnext)
-		if (n->ino == st->st_ino && n->dev == st->st_dev)
-			break;
-	if (n)
-		n->nlookup++;
-	pthread_mutex_unlock(&v->lock);
-	if (n) {
-		*out = n;
+	*out = data_table_ref(p->view, st);
+	if (*out)
 		return 0;
+	/* The O_PATH fd of a new node must be the very file open on fd: by
+	 * name (cheap) if the name still refers to it, else (a job swapped it)
+	 * through /proc/self/fd. */
+	opath = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (opath >= 0 && (fstat(opath, &o) || o.st_ino != st->st_ino || o.st_dev != st->st_dev)) {
+		close(opath);
+		opath = -1;
+		errno = ESTALE;
 	}
-	/* the O_PATH fd of a new node: the very file open on fd, not whatever
-	 * has its name by now */
-	if (str_fmt(proc, sizeof(proc), "/proc/self/fd/%d", fd))
-		return EIO;
-	opath = open(proc, O_PATH | O_CLOEXEC);
+	if (opath < 0 && errno != EMFILE && errno != ENFILE && !str_fmt(proc, sizeof(proc), "/proc/self/fd/%d", fd))
+		opath = open(proc, O_PATH | O_CLOEXEC);
 	if (opath < 0)
 		return errno;
-	*out = data_node_get(v, opath, st);
+	*out = data_node_get(p->view, opath, st);
 	return *out ? 0 : ENOMEM;
 }
 
@@ -650,7 +677,7 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	if (!err)
 		err = data_open_checked(fd, hflags, fi->flags, &st);
 	if (!err)
-		err = data_node_of_fd(p->view, fd, &st, &n);
+		err = data_node_of_fd(p, name, fd, &st, &n);
 	if (err) {
 		if (created)
 			data_undo(p, name, &st, S_IFREG);
