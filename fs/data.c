@@ -653,8 +653,8 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	struct node *p = dnode(parent), *n = NULL;
 	int hflags = data_host_flags(fi->flags) | O_NOFOLLOW;
 	struct fuse_entry_param e;
+	struct stat st = { .st_ino = 0 };
 	bool created = false;
-	struct stat st;
 	int fd, err;
 
 	if (bad_name(name))
@@ -680,7 +680,7 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		err = data_node_of_fd(p, name, fd, &st, &n);
 	if (err) {
 		if (created)
-			data_undo(p, name, &st, S_IFREG);
+			data_undo(p, name, st.st_ino ? &st : NULL, S_IFREG);
 		if (fd >= 0)
 			close(fd);
 		return (void)fuse_reply_err(req, err);
