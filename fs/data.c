@@ -45,6 +45,7 @@
 #include "fs.h"
 
 #define DATA_COPY_MAX (64 * 1024 * 1024) /* bytes one COPY_FILE_RANGE copies at most */
+#define DATA_CREATE_TRIES 8                /* create vs a job that makes and removes the name */
 
 static struct node *dnode(fuse_ino_t ino)
 {
@@ -327,10 +328,12 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	 * still there for whoever has it open.  Linux sends fstat(2) as a
 	 * GETATTR without a file handle, so what tells them apart is whether
 	 * any file is open on the node: open; unlink; fstat works (size,
-	 * nlink 0: mkstemp-then-unlink temporary files), and a name a job
-	 * removed while nobody had it open is ENOENT. */
+	 * nlink 0: mkstemp-then-unlink temporary files).  A name a job removed
+	 * while nobody had it open is ESTALE: the kernel then looks the path
+	 * up again (LOOKUP_REVAL) instead of trusting its cached entry, so a
+	 * stat gives ENOENT and an open(O_CREAT) creates the file anew. */
 	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode) && !__atomic_load_n(&n->nopen, __ATOMIC_RELAXED))
-		return (void)fuse_reply_err(req, ENOENT);
+		return (void)fuse_reply_err(req, ESTALE);
 	data_present(n->view, &st);
 	fuse_reply_attr(req, &st, data_timeout(n->view));
 }
@@ -663,14 +666,22 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	 * and this call must not make the daemon create a file elsewhere.  A
 	 * new file is never a FIFO nor leased: no O_NONBLOCK needed for it. */
 	data_creds_enter(p->view);
-	fd = openat(p->fd, name, (hflags & ~O_NONBLOCK) | O_CREAT | O_EXCL, mode);
-	if (fd >= 0) {
-		created = true;
-		hflags &= ~O_NONBLOCK;
-	} else if (errno == EEXIST && !(fi->flags & O_EXCL)) {
+	for (int tries = 0; tries < DATA_CREATE_TRIES; tries++) {
+		fd = openat(p->fd, name, (hflags & ~O_NONBLOCK) | O_CREAT | O_EXCL, mode);
+		if (fd >= 0) {
+			created = true;
+			hflags &= ~O_NONBLOCK;
+			break;
+		}
+		if (errno != EEXIST || (fi->flags & O_EXCL))
+			break;
 		/* made by a job since the kernel's lookup: open what is there,
-		 * without waiting on it (it may be a FIFO) */
+		 * without waiting on it (it may be a FIFO); if it is gone again,
+		 * create once more (a local filesystem holds the directory's
+		 * lock across both steps, we cannot) */
 		fd = openat(p->fd, name, hflags, mode);
+		if (fd >= 0 || errno != ENOENT)
+			break;
 	}
 	err = fd < 0 ? errno : 0;
 	data_creds_leave();
