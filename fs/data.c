@@ -17,9 +17,13 @@
  * is seen at the next open).
  *
  * Ownership: the host files belong to the sandbox's uid; attributes map it
- * to the user's uid and back, and files created through the mount are given
- * to the sandbox uid, so neither side ever lacks permission on the other's
- * files.
+ * to the user's uid and back, and files created through the mount are
+ * created by the sandbox's uid (see data_creds_enter), so neither side ever
+ * lacks permission on the other's files.
+ *
+ * Nothing the sandbox controls can make a request wait: files are opened
+ * with O_NONBLOCK (a FIFO or a lease held by a job would block an open) and
+ * their type is checked before use; see data_open_checked.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -30,14 +34,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include "../common/log.h"
 #include "data.h"
 #include "handle.h"
+
+#define DATA_COPY_MAX (64 * 1024 * 1024) /* bytes one COPY_FILE_RANGE copies at most */
+#define DATA_CREATE_TRIES 8                /* create vs a job that makes and removes the name */
 
 static struct node *dnode(fuse_ino_t ino)
 {
@@ -175,37 +184,136 @@ static bool bad_name(const char *name)
 	return !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/');
 }
 
+/* The node of (st_dev, st_ino) if the view has one, counted as a lookup. */
+static struct node *data_table_ref(struct view *v, const struct stat *st)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&v->lock);
+	for (n = v->table[data_hash(st->st_dev, st->st_ino)]; n; n = n->hnext)
+		if (n->ino == st->st_ino && n->dev == st->st_dev)
+			break;
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&v->lock);
+	return n;
+}
+
 static int data_do_lookup(struct node *parent, const char *name, struct fuse_entry_param *e)
 {
+	struct stat st;
+	struct node *n;
 	int fd;
 
 	if (bad_name(name))
 		return EPERM;
+	/* Most lookups are of names the kernel knew (an entry that expired, a
+	 * READDIRPLUS of a listed directory) or of names that do not exist (the
+	 * lookup before a create): one fstatat answers both, without opening
+	 * and closing an O_PATH fd.  Its node's fd pins the inode, so the inode
+	 * number cannot have been reused. */
+	if (fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return errno;
+	n = data_table_ref(parent->view, &st);
+	if (n) {
+		data_entry(n, &st, e);
+		return 0;
+	}
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno;
-	return data_finish_lookup(parent->view, fd, e);
+	return data_finish_lookup(parent->view, fd, e); /* its own fstat decides */
 }
 
-static void data_reply_entry(fuse_req_t req, struct node *parent, const char *name, int res)
+/* ---- creating as the sandbox's uid --------------------------------------------
+ *
+ * Objects created through the mount are created by the sandbox's uid, not by
+ * root and then chowned: for the one *at() call the worker thread takes the
+ * sandbox's uid and gid as its fsuid and fsgid, as NFS servers do.  So the
+ * kernel applies its own rules as it would to the sandbox: set-id bits stay,
+ * a setgid directory passes on its group (and its setgid bit to a new
+ * directory), and no root-owned object ever exists, even for a moment.  It
+ * also saves the chown.
+ *
+ * Permission: the kernel has already checked the caller against the
+ * presented attributes (default_permissions).  The host check is then the
+ * sandbox uid's own: a directory its owner cannot write (mode 0555) refuses a
+ * create with EACCES also for root through the mount, like an NFS export with
+ * root_squash.  The tops of the data directories belong to the sandbox uid.
+ *
+ * setfsuid/setfsgid act on the calling thread only (glibc does not broadcast
+ * them to every thread, as it does setuid).  The supplementary groups are
+ * dropped once per worker thread with the raw setgroups system call, which
+ * also acts on the calling thread only (glibc's setgroups() changes every
+ * thread): root's groups must not grant the sandbox's creations anything.
+ * A daemon that is not root cannot switch and creates as itself.
+ */
+static __thread bool data_thread_groupless;
+
+static bool data_is_root(void)
+{
+	static int root = -1; /* a racy first call computes the same value */
+
+	if (root < 0)
+		root = geteuid() == 0;
+	return root;
+}
+
+static void data_creds_enter(struct view *v)
+{
+	if (!data_is_root())
+		return;
+	if (!data_thread_groupless && syscall(SYS_setgroups, 0, NULL) == 0)
+		data_thread_groupless = true;
+	setfsgid(v->sbx_gid);
+	setfsuid(v->sbx_uid);
+}
+
+static void data_creds_leave(void)
+{
+	if (!data_is_root())
+		return;
+	setfsuid(0);
+	setfsgid(0);
+}
+
+/* A creation that cannot be answered is undone, so a failed call leaves
+ * nothing behind.  Only what this call made is removed, and only while the
+ * name still refers to it: `made` is the new file's stat, or NULL when only
+ * its type is known (then a directory must also still be empty). */
+static void data_undo(struct node *p, const char *name, const struct stat *made, mode_t type)
+{
+	struct stat now;
+
+	if (fstatat(p->fd, name, &now, AT_SYMLINK_NOFOLLOW))
+		return;
+	if (made ? now.st_dev != made->st_dev || now.st_ino != made->st_ino : (now.st_mode & S_IFMT) != type)
+		return;
+	if (unlinkat(p->fd, name, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0))
+		log_warn(p->view->sbx->token, "cannot undo a failed create: %s", strerror(errno));
+}
+
+/* Reply to mknod, mkdir or symlink: err is the creation's result, type what
+ * it made. */
+static void data_reply_made(fuse_req_t req, struct node *parent, const char *name, int err, mode_t type)
 {
 	struct fuse_entry_param e;
-	int err;
 
-	if (res)
-		return (void)fuse_reply_err(req, errno);
-	err = data_do_lookup(parent, name, &e);
 	if (err)
 		return (void)fuse_reply_err(req, err);
-	fuse_reply_entry(req, &e);
-}
-
-/* Give a file created through the mount to the sandbox's uid. */
-static int data_own(struct node *parent, const char *name)
-{
-	struct view *v = parent->view;
-
-	return fchownat(parent->fd, name, v->sbx_uid, v->sbx_gid, AT_SYMLINK_NOFOLLOW);
+	err = data_do_lookup(parent, name, &e);
+	if (!err && (e.attr.st_mode & S_IFMT) != type) {
+		/* replaced by a job since we made it: not ours to answer with */
+		data_forget(node_of(e.ino), 1);
+		return (void)fuse_reply_err(req, EEXIST);
+	}
+	if (err) {
+		if (err != ENOENT)
+			data_undo(parent, name, NULL, type);
+		return (void)fuse_reply_err(req, err);
+	}
+	if (fuse_reply_entry(req, &e) == -ENOENT) /* interrupted: the kernel never saw it */
+		data_forget(node_of(e.ino), 1);
 }
 
 static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -215,10 +323,16 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 
 	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
 		return (void)fuse_reply_err(req, errno);
-	/* Removed by a job inside the sandbox (our O_PATH fd keeps the inode):
-	 * gone for a path lookup, still there for an open file. */
-	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode))
-		return (void)fuse_reply_err(req, ENOENT);
+	/* Removed (our O_PATH fd keeps the inode): gone for a path lookup, but
+	 * still there for whoever has it open.  Linux sends fstat(2) as a
+	 * GETATTR without a file handle, so what tells them apart is whether
+	 * any file is open on the node: open; unlink; fstat works (size,
+	 * nlink 0: mkstemp-then-unlink temporary files).  A name a job removed
+	 * while nobody had it open is ESTALE: the kernel then looks the path
+	 * up again (LOOKUP_REVAL) instead of trusting its cached entry, so a
+	 * stat gives ENOENT and an open(O_CREAT) creates the file anew. */
+	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode) && !__atomic_load_n(&n->nopen, __ATOMIC_RELAXED))
+		return (void)fuse_reply_err(req, ESTALE);
 	data_present(n->view, &st);
 	fuse_reply_attr(req, &st, data_timeout(n->view));
 }
@@ -226,6 +340,63 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 static int data_proc_path(struct node *n, char *out, size_t len)
 {
 	return str_fmt(out, len, "/proc/self/fd/%d", n->fd);
+}
+
+/* The flags of the host open(2) for a FUSE open or create.
+ *   O_DIRECT is dropped: the request buffers libfuse hands us are not
+ *   aligned, so a host O_DIRECT write fails with EINVAL; the caller still
+ *   bypasses the mount's page cache (the kernel sends its O_DIRECT I/O
+ *   straight to us), and the host file is written through the host's page
+ *   cache, as an NFS server does.  fsync/O_SYNC/O_DSYNC still reach the disk.
+ *   O_NONBLOCK is added: no open may wait on what the sandbox controls (a
+ *   FIFO, or a lease a job holds: with O_NONBLOCK the lease break is
+ *   started and the open fails at once with EWOULDBLOCK instead of waiting
+ *   up to lease-break-time); data_open_checked restores the caller's mode. */
+static int data_host_flags(int flags)
+{
+	return (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_DIRECT | O_NOCTTY)) | O_NONBLOCK | O_CLOEXEC;
+}
+
+/* After a host open with O_NONBLOCK: only a regular file may be used (the
+ * kernel opens FIFOs, sockets and devices of the mount itself and never
+ * sends OPEN for them, but a name can change type between the kernel's
+ * LOOKUP and our CREATE: a job's mkfifo), and the caller's blocking mode is
+ * put back.  Fills st.  Returns 0 or an errno; the caller closes fd. */
+static int data_open_checked(int fd, int host_flags, int user_flags, struct stat *st)
+{
+	if (fstat(fd, st))
+		return errno;
+	if (!S_ISREG(st->st_mode))
+		return S_ISDIR(st->st_mode) ? EISDIR : ENXIO;
+	/* F_SETFL sets O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME and O_NONBLOCK */
+	if ((host_flags & O_NONBLOCK) && !(user_flags & O_NONBLOCK) &&
+	    fcntl(fd, F_SETFL, host_flags & (O_APPEND | O_NOATIME)))
+		return errno;
+	return 0;
+}
+
+/* truncate(2) without an open file: the path-based call would wait for a
+ * lease a job holds (lease-break-time, 45 s), so open the file O_NONBLOCK
+ * and ftruncate it. */
+static int data_truncate(struct node *n, off_t size)
+{
+	char proc[64];
+	struct stat st;
+	int fd, err;
+
+	if (data_proc_path(n, proc, sizeof(proc)))
+		return EIO;
+	fd = open(proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	if (fstat(fd, &st))
+		err = errno;
+	else if (!S_ISREG(st.st_mode))
+		err = EINVAL;
+	else
+		err = ftruncate(fd, size) ? errno : 0;
+	close(fd);
+	return err;
 }
 
 static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
@@ -254,7 +425,12 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			goto out;
 	}
 	if (valid & FUSE_SET_ATTR_SIZE) {
-		res = fi ? ftruncate((int)fi->fh, attr->st_size) : truncate(proc, attr->st_size);
+		if (fi) {
+			res = ftruncate((int)fi->fh, attr->st_size);
+		} else if ((res = data_truncate(n, attr->st_size))) {
+			errno = res;
+			res = -1;
+		}
 		if (res)
 			goto out;
 	}
@@ -300,10 +476,10 @@ static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		return (void)fuse_reply_err(req, EPERM);
 	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode))
 		return (void)fuse_reply_err(req, EPERM); /* no device nodes in a sandbox */
-	res = mknodat(p->fd, name, mode, rdev);
-	if (!res)
-		res = data_own(p, name);
-	data_reply_entry(req, p, name, res);
+	data_creds_enter(p->view);
+	res = mknodat(p->fd, name, mode, rdev) ? errno : 0;
+	data_creds_leave();
+	data_reply_made(req, p, name, res, mode & S_IFMT);
 }
 
 static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -313,10 +489,10 @@ static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	res = mkdirat(p->fd, name, mode);
-	if (!res)
-		res = data_own(p, name);
-	data_reply_entry(req, p, name, res);
+	data_creds_enter(p->view);
+	res = mkdirat(p->fd, name, mode) ? errno : 0;
+	data_creds_leave();
+	data_reply_made(req, p, name, res, S_IFDIR);
 }
 
 static void data_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -326,10 +502,10 @@ static void data_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, co
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	res = symlinkat(link, p->fd, name);
-	if (!res)
-		res = data_own(p, name);
-	data_reply_entry(req, p, name, res);
+	data_creds_enter(p->view);
+	res = symlinkat(link, p->fd, name) ? errno : 0;
+	data_creds_leave();
+	data_reply_made(req, p, name, res, S_IFLNK);
 }
 
 static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const char *name)
@@ -392,77 +568,141 @@ static void data_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	node_reply_entry(req, data_do_lookup(dnode(parent), name, &e), &e);
 }
 
-static int data_open_fd(struct node *n, int flags)
-{
-	char proc[64];
-
-	if (data_proc_path(n, proc, sizeof(proc))) {
-		errno = EIO;
-		return -1;
-	}
-	return open(proc, (flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL)) | O_CLOEXEC);
-}
-
 /* Keep the page cache across opens while the host file is unchanged:
  * a job may have changed it from inside the sandbox (close-to-open). */
-static void data_cache_policy(struct node *n, int fd, struct fuse_file_info *fi)
+static void data_cache_policy(struct node *n, const struct stat *st, struct fuse_file_info *fi)
 {
-	struct stat st;
 	bool same;
 
-	if (fstat(fd, &st))
-		return;
 	pthread_mutex_lock(&n->view->lock);
-	same = st.st_mtim.tv_sec == n->stamp_mtim.tv_sec && st.st_mtim.tv_nsec == n->stamp_mtim.tv_nsec &&
-	       st.st_ctim.tv_sec == n->stamp_ctim.tv_sec && st.st_ctim.tv_nsec == n->stamp_ctim.tv_nsec &&
-	       st.st_size == n->stamp_size;
-	data_stamp(n, &st);
+	same = st->st_mtim.tv_sec == n->stamp_mtim.tv_sec && st->st_mtim.tv_nsec == n->stamp_mtim.tv_nsec &&
+	       st->st_ctim.tv_sec == n->stamp_ctim.tv_sec && st->st_ctim.tv_nsec == n->stamp_ctim.tv_nsec &&
+	       st->st_size == n->stamp_size;
+	data_stamp(n, st);
 	pthread_mutex_unlock(&n->view->lock);
 	fi->keep_cache = same;
 	if (!same)
 		fuse_lowlevel_notify_inval_inode(fs.se, node_ino(n), -1, 0); /* attributes only */
 }
 
+/* An open file handle: counted on its node (see data_getattr). */
+static void data_handle_open(struct node *n, int fd, struct fuse_file_info *fi)
+{
+	fi->fh = (uint64_t)fd;
+	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
+	__atomic_add_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
+}
+
+static void data_handle_close(struct node *n, int fd)
+{
+	__atomic_sub_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
+	close(fd);
+}
+
 static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
-	int fd = data_open_fd(n, fi->flags);
+	int hflags = data_host_flags(fi->flags);
+	struct stat st;
+	char proc[64];
+	int fd, err;
 
+	if (data_proc_path(n, proc, sizeof(proc)))
+		return (void)fuse_reply_err(req, EIO);
+	fd = open(proc, hflags);
 	if (fd < 0)
 		return (void)fuse_reply_err(req, errno);
-	fi->fh = (uint64_t)fd;
-	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
+	err = data_open_checked(fd, hflags, fi->flags, &st);
+	if (err) {
+		close(fd);
+		return (void)fuse_reply_err(req, err);
+	}
 	if (!(fi->flags & O_TRUNC))
-		data_cache_policy(n, fd, fi);
-	fuse_reply_open(req, fi);
+		data_cache_policy(n, &st, fi);
+	data_handle_open(n, fd, fi);
+	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE will come */
+		data_handle_close(n, fd);
+}
+
+/* The node of the file open on fd as name in p (st: its stat), counted as
+ * a lookup. */
+static int data_node_of_fd(struct node *p, const char *name, int fd, const struct stat *st, struct node **out)
+{
+	struct stat o;
+	char proc[64];
+	int opath;
+
+	*out = data_table_ref(p->view, st);
+	if (*out)
+		return 0;
+	/* The O_PATH fd of a new node must be the very file open on fd: by
+	 * name (cheap) if the name still refers to it, else (a job swapped it)
+	 * through /proc/self/fd. */
+	opath = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (opath >= 0 && (fstat(opath, &o) || o.st_ino != st->st_ino || o.st_dev != st->st_dev)) {
+		close(opath);
+		opath = -1;
+		errno = ESTALE;
+	}
+	if (opath < 0 && errno != EMFILE && errno != ENFILE && !str_fmt(proc, sizeof(proc), "/proc/self/fd/%d", fd))
+		opath = open(proc, O_PATH | O_CLOEXEC);
+	if (opath < 0)
+		return errno;
+	*out = data_node_get(p->view, opath, st);
+	return *out ? 0 : ENOMEM;
 }
 
 static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
 {
-	struct node *p = dnode(parent);
+	struct node *p = dnode(parent), *n = NULL;
+	int hflags = data_host_flags(fi->flags) | O_NOFOLLOW;
 	struct fuse_entry_param e;
+	struct stat st = { .st_ino = 0 };
+	bool created = false;
 	int fd, err;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
 	/* O_NOFOLLOW: a symlink planted by a job between the kernel's lookup
-	 * and this call must not make the daemon create a file elsewhere. */
-	fd = openat(p->fd, name, (fi->flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC), mode);
-	if (fd < 0)
-		return (void)fuse_reply_err(req, errno);
-	if (fchown(fd, p->view->sbx_uid, p->view->sbx_gid)) {
-		err = errno;
-		close(fd);
-		return (void)fuse_reply_err(req, err);
+	 * and this call must not make the daemon create a file elsewhere.  A
+	 * new file is never a FIFO nor leased: no O_NONBLOCK needed for it. */
+	data_creds_enter(p->view);
+	for (int tries = 0; tries < DATA_CREATE_TRIES; tries++) {
+		fd = openat(p->fd, name, (hflags & ~O_NONBLOCK) | O_CREAT | O_EXCL, mode);
+		if (fd >= 0) {
+			created = true;
+			hflags &= ~O_NONBLOCK;
+			break;
+		}
+		if (errno != EEXIST || (fi->flags & O_EXCL))
+			break;
+		/* made by a job since the kernel's lookup: open what is there,
+		 * without waiting on it (it may be a FIFO); if it is gone again,
+		 * create once more (a local filesystem holds the directory's
+		 * lock across both steps, we cannot) */
+		fd = openat(p->fd, name, hflags, mode);
+		if (fd >= 0 || errno != ENOENT)
+			break;
 	}
-	err = data_do_lookup(p, name, &e);
+	err = fd < 0 ? errno : 0;
+	data_creds_leave();
+	if (!err)
+		err = data_open_checked(fd, hflags, fi->flags, &st);
+	if (!err)
+		err = data_node_of_fd(p, name, fd, &st, &n);
 	if (err) {
-		close(fd);
+		if (created)
+			data_undo(p, name, st.st_ino ? &st : NULL, S_IFREG);
+		if (fd >= 0)
+			close(fd);
 		return (void)fuse_reply_err(req, err);
 	}
-	fi->fh = (uint64_t)fd;
-	fi->noflush = 1;
-	fuse_reply_create(req, &e, fi);
+	data_entry(n, &st, &e);
+	data_handle_open(n, fd, fi);
+	if (fuse_reply_create(req, &e, fi) == -ENOENT) { /* interrupted: neither entry nor file reached the kernel */
+		data_handle_close(n, fd);
+		data_forget(n, 1);
+	}
 }
 
 static void data_read_buf(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -504,7 +744,7 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		data_stamp(n, &st);
 		pthread_mutex_unlock(&n->view->lock);
 	}
-	close((int)fi->fh);
+	data_handle_close(n, (int)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -586,9 +826,23 @@ static void data_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 				e.attr.st_mode = (mode_t)(d->entry->d_type << 12);
 			} else {
 				err = data_do_lookup(dir, name, &e);
-				if (err)
-					break;
-				added = node_of(e.ino);
+				if (err == ENOENT) {
+					/* removed since readdir saw it (a job, say): skip it */
+					d->offset = d->entry->d_off;
+					d->entry = NULL;
+					err = 0;
+					continue;
+				}
+				if (err) {
+					/* no attributes (EMFILE, ENOMEM...): the entry
+					 * without them, the kernel looks it up itself */
+					memset(&e, 0, sizeof(e));
+					e.attr.st_ino = d->entry->d_ino;
+					e.attr.st_mode = (mode_t)(d->entry->d_type << 12);
+					err = 0;
+				} else {
+					added = node_of(e.ino);
+				}
 			}
 			entsize = fuse_add_direntry_plus(req, p, rem, name, &e, d->entry->d_off);
 		} else {
@@ -654,10 +908,51 @@ static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, 
 	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) ? errno : 0);
 }
 
+/* flock(2) on a data file is the host's flock, shared with the sandbox.  A
+ * blocking flock must not hold a worker for as long as a job keeps the lock
+ * (32 callers waiting on a job's lock would wedge the mount), so the lock
+ * is tried without blocking and then polled every 10 ms by at most
+ * DATA_LOCK_WAITERS workers at once (more waiters: ENOLCK), each ending when
+ * the lock is taken, the caller is interrupted (EINTR) or the session ends.
+ * (POSIX fcntl locks are not implemented here: the kernel keeps them for the
+ * mount alone.) */
+#define DATA_LOCK_WAITERS 16
+#define DATA_LOCK_POLL_US 10000
+static int data_lock_waiters; /* atomic */
+
 static void data_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
+	int fd = (int)fi->fh, err;
+
 	(void)ino;
-	fuse_reply_err(req, flock((int)fi->fh, op) ? errno : 0);
+	if (!flock(fd, op | LOCK_NB))
+		return (void)fuse_reply_err(req, 0);
+	err = errno;
+	if (err != EWOULDBLOCK || (op & LOCK_NB))
+		return (void)fuse_reply_err(req, err);
+	if (__atomic_add_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED) > DATA_LOCK_WAITERS) {
+		__atomic_sub_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED);
+		log_warn(dnode(ino)->view->sbx->token, "flock: %d callers already wait for locks: ENOLCK",
+			DATA_LOCK_WAITERS);
+		return (void)fuse_reply_err(req, ENOLCK);
+	}
+	for (;;) {
+		usleep(DATA_LOCK_POLL_US);
+		if (fuse_req_interrupted(req) || fuse_session_exited(fs.se)) {
+			err = EINTR;
+			break;
+		}
+		if (!flock(fd, op | LOCK_NB)) {
+			err = 0;
+			break;
+		}
+		if (errno != EWOULDBLOCK) {
+			err = errno;
+			break;
+		}
+	}
+	__atomic_sub_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED);
+	fuse_reply_err(req, err);
 }
 
 /* xattrs go through /proc/self/fd/N; symlinks cannot carry user xattrs. */
@@ -730,6 +1025,12 @@ static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in
 
 	if (dnode(ino_in)->view != dnode(ino_out)->view)
 		return (void)fuse_reply_err(req, EXDEV);
+	/* Without reflinks the host copies the bytes (holes become written
+	 * zeros): one request copies at most DATA_COPY_MAX so no request of a
+	 * huge (sparse) file holds a worker for long; a short count makes the
+	 * caller continue, as copy_file_range(2) allows. */
+	if (len > DATA_COPY_MAX)
+		len = DATA_COPY_MAX;
 	n = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len, (unsigned)flags);
 	if (n < 0)
 		return (void)fuse_reply_err(req, errno);
@@ -780,7 +1081,6 @@ static const struct fuse_lowlevel_ops data_ops = {
 	.copy_file_range = data_copy_file_range,
 	.lseek = data_lseek,
 };
-
 static const struct node_kind_ops k_data = { .ops = &data_ops, .forget = data_forget };
 
 void data_init(void)

@@ -1045,16 +1045,26 @@ int job_open_stream(struct job *j, enum job_stream which)
 	return fd;
 }
 
-off_t job_stream_size(struct job *j, enum job_stream which)
+static off_t job_file_size(struct job *j, const char *file)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	struct stat st;
 	off_t size = 0;
 
-	if (!job_path(j, stream_files[which], &p) && !lstat(p.ptr, &st) && S_ISREG(st.st_mode))
+	if (!job_path(j, file, &p) && !lstat(p.ptr, &st) && S_ISREG(st.st_mode))
 		size = st.st_size;
 	buf_free(&p);
 	return size;
+}
+
+off_t job_stream_size(struct job *j, enum job_stream which)
+{
+	return job_file_size(j, stream_files[which]);
+}
+
+off_t job_input_size(struct job *j, bool stdin_file)
+{
+	return job_file_size(j, stdin_file ? "stdin" : "env");
 }
 
 int job_exit_text(struct job *j, char *out, size_t len)

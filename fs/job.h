@@ -98,6 +98,8 @@ int job_ctl(struct job *j, const char *text, size_t len);
 /* Output: an fd on the stream's host file (O_RDONLY), or -1 with errno. */
 int job_open_stream(struct job *j, enum job_stream which);
 off_t job_stream_size(struct job *j, enum job_stream which);
+/* Bytes written so far to the env (false) or stdin (true) file. */
+off_t job_input_size(struct job *j, bool stdin_file);
 /* After the end: "N\n" (128+N for signal N). */
 int job_exit_text(struct job *j, char *out, size_t len);
 int job_status_json(struct job *j, struct buf *out);

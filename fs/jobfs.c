@@ -117,6 +117,9 @@ static off_t jobfile_size(struct job *j, int which)
 	case JF_STDOUT:
 	case JF_STDERR:
 		return job_stream_size(j, which == JF_STDOUT ? JOB_STDOUT : JOB_STDERR);
+	case JF_ENV:
+	case JF_STDIN:
+		return job_input_size(j, which == JF_STDIN);
 	case JF_EXIT:
 		if (job_state_ended(job_state(j)) && !job_exit_text(j, text, sizeof(text)))
 			size = (off_t)strlen(text);

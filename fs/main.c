@@ -290,6 +290,23 @@ static void tune_readahead(const char *mountpoint)
 	free(real);
 }
 
+/* Symlinks in the data directories are the sandbox's: the host never
+ * follows them through the mount (DESIGN §3), so a job cannot point a host
+ * user or root at host files; lstat and readlink still show them.  libfuse
+ * 3.14 does not know the nosymfollow option, so the flag is set on the
+ * mount after mounting, before any request is served.  No fallback: a
+ * mount that would follow them is refused. */
+static int mount_nosymfollow(const char *mountpoint)
+{
+	struct mount_attr attr = { .attr_set = MOUNT_ATTR_NOSYMFOLLOW };
+
+	if (mount_setattr(AT_FDCWD, mountpoint, 0, &attr, sizeof(attr)) == 0)
+		return 0;
+	fprintf(stderr, "sbxfs: cannot make the mount nosymfollow (needs Linux >= 5.12 and root): %s\n",
+		strerror(errno));
+	return -1;
+}
+
 static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_args *args)
 {
 	struct buf mo = BUF_INIT(BUF_CAP_PATH);
@@ -489,6 +506,7 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &o))
 		return 2;
+	umask(0); /* the kernel has applied the caller's umask to every create */
 	log_open(0, o.debug);
 	umask(0); /* the kernel applied the caller's umask already */
 	config_set_hooks(&provider_config_hooks);
@@ -524,6 +542,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbxfs: cannot mount %s\n", o.mountpoint);
 		goto out_session;
 	}
+	if (mount_nosymfollow(o.mountpoint))
+		goto out_unmount;
 	remember_mountpoint(cfg->state_dir, o.mountpoint);
 	tune_readahead(o.mountpoint);
 	if (!o.foreground && (notify_fd = daemon_detach()) == -2) {

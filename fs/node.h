@@ -81,6 +81,7 @@ struct node {
 	struct node *hnext; /* view's inode table chain (data) or the view's vnode list (virtual) */
 	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
 	off_t stamp_size;
+	int nopen; /* N_DATA: files open on it (atomic); see data_getattr */
 	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
 };
 

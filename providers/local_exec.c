@@ -403,6 +403,7 @@ static void __attribute__((noreturn)) job_main(const struct exec_args *a, struct
 	 * the supervisor the job is in its cgroups and session */
 	close_range(3, ~0U, 0);
 	drop_privileges(a->uid, a->gid);
+	umask(022); /* the daemon runs with umask 0 (its creates carry the caller's) */
 	script_fd(cmd);
 	if (chdir("/mnt/user-data/workspace") && chdir("/"))
 		exec_die("chdir");
