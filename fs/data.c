@@ -48,6 +48,16 @@
 #define DATA_COPY_MAX (64 * 1024 * 1024) /* bytes one COPY_FILE_RANGE copies at most */
 #define DATA_CREATE_TRIES 8                /* create vs a job that makes and removes the name */
 
+/* fi->fh of an open data file: the host fd, and DATA_FH_BACKING when the
+ * open uses the node's passthrough backing file (libfuse does not hand
+ * fi->backing_id back at RELEASE, so the handle remembers it). */
+#define DATA_FH_BACKING (1ULL << 32)
+
+static int data_fd(const struct fuse_file_info *fi)
+{
+	return (int)(fi->fh & 0xffffffffULL);
+}
+
 static struct node *dnode(fuse_ino_t ino)
 {
 	return node_of(ino);
@@ -409,7 +419,7 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 	if (data_proc_path(n, proc, sizeof(proc)))
 		return (void)fuse_reply_err(req, EIO);
 	if (valid & FUSE_SET_ATTR_MODE) {
-		res = fi ? fchmod((int)fi->fh, attr->st_mode) : chmod(proc, attr->st_mode);
+		res = fi ? fchmod(data_fd(fi), attr->st_mode) : chmod(proc, attr->st_mode);
 		if (res)
 			goto out;
 	}
@@ -426,7 +436,7 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 	}
 	if (valid & FUSE_SET_ATTR_SIZE) {
 		if (fi) {
-			res = ftruncate((int)fi->fh, attr->st_size);
+			res = ftruncate(data_fd(fi), attr->st_size);
 		} else if ((res = data_truncate(n, attr->st_size))) {
 			errno = res;
 			res = -1;
@@ -444,7 +454,7 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		res = fi ? futimens((int)fi->fh, tv) : utimensat(AT_FDCWD, proc, tv, 0);
+		res = fi ? futimens(data_fd(fi), tv) : utimensat(AT_FDCWD, proc, tv, 0);
 		if (res)
 			goto out;
 	}
@@ -586,17 +596,85 @@ static void data_cache_policy(struct node *n, const struct stat *st, struct fuse
 }
 
 /* An open file handle: counted on its node (see data_getattr). */
-static void data_handle_open(struct node *n, int fd, struct fuse_file_info *fi)
+/* Kernel passthrough (libfuse >= 3.16, kernel >= 6.9): the host file is
+ * registered once per node as a backing file, shared by every open of it,
+ * and the kernel reads, writes and maps it without asking the daemon; so
+ * a job's changes are always what a reader sees (no FUSE page cache to go
+ * stale).  A file that cannot be registered (a backing file on a stacked
+ * file system, a kernel without it) takes the copy path.  Returns true
+ * when fi uses a backing file. */
+static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct fuse_file_info *fi)
+{
+#ifdef SBXFS_FUSE_PASSTHROUGH
+	static bool warned;
+	int id;
+
+	if (!fs.passthrough || (fi->flags & O_ACCMODE) == O_ACCMODE)
+		return false;
+	pthread_mutex_lock(&n->view->lock);
+	if (!n->backing_id)
+		n->backing_id = fuse_passthrough_open(req, fd);
+	id = n->backing_id;
+	if (id)
+		n->backing_users++;
+	pthread_mutex_unlock(&n->view->lock);
+	if (!id) {
+		if (!__atomic_exchange_n(&warned, true, __ATOMIC_RELAXED))
+			log_warn("data", "a file cannot be a passthrough backing file (%s): such files take the copy path",
+				strerror(errno));
+		return false;
+	}
+	fi->backing_id = id;
+	fi->fh |= DATA_FH_BACKING;
+	fi->keep_cache = 0;
+	fi->direct_io = 0;
+	return true;
+#else
+	(void)req;
+	(void)n;
+	(void)fd;
+	(void)fi;
+	return false;
+#endif
+}
+
+static void data_passthrough_close(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
+{
+#ifdef SBXFS_FUSE_PASSTHROUGH
+	int id = 0;
+
+	if (!(fi->fh & DATA_FH_BACKING))
+		return;
+	pthread_mutex_lock(&n->view->lock);
+	if (--n->backing_users == 0) {
+		id = n->backing_id;
+		n->backing_id = 0;
+	}
+	pthread_mutex_unlock(&n->view->lock);
+	if (id && fuse_passthrough_close(req, id) < 0)
+		log_warn("data", "closing a passthrough backing file: %s", strerror(errno));
+#else
+	(void)req;
+	(void)n;
+	(void)fi;
+#endif
+}
+
+/* An open file handle: counted on its node (see data_getattr). */
+static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struct stat *st, struct fuse_file_info *fi)
 {
 	fi->fh = (uint64_t)fd;
 	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
 	__atomic_add_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
+	if (!data_passthrough_open(req, n, fd, fi) && st && !(fi->flags & O_TRUNC))
+		data_cache_policy(n, st, fi);
 }
 
-static void data_handle_close(struct node *n, int fd)
+static void data_handle_close(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
+	data_passthrough_close(req, n, fi);
 	__atomic_sub_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
-	close(fd);
+	close(data_fd(fi));
 }
 
 static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -617,11 +695,9 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		close(fd);
 		return (void)fuse_reply_err(req, err);
 	}
-	if (!(fi->flags & O_TRUNC))
-		data_cache_policy(n, &st, fi);
-	data_handle_open(n, fd, fi);
+	data_handle_open(req, n, fd, &st, fi);
 	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE will come */
-		data_handle_close(n, fd);
+		data_handle_close(req, n, fi);
 }
 
 /* The node of the file open on fd as name in p (st: its stat), counted as
@@ -698,9 +774,9 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		return (void)fuse_reply_err(req, err);
 	}
 	data_entry(n, &st, &e);
-	data_handle_open(n, fd, fi);
+	data_handle_open(req, n, fd, NULL, fi);
 	if (fuse_reply_create(req, &e, fi) == -ENOENT) { /* interrupted: neither entry nor file reached the kernel */
-		data_handle_close(n, fd);
+		data_handle_close(req, n, fi);
 		data_forget(n, 1);
 	}
 }
@@ -711,7 +787,7 @@ static void data_read_buf(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off
 
 	(void)ino;
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = (int)fi->fh;
+	buf.buf[0].fd = data_fd(fi);
 	buf.buf[0].pos = off;
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
@@ -724,7 +800,7 @@ static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *i
 
 	(void)ino;
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	out.buf[0].fd = (int)fi->fh;
+	out.buf[0].fd = data_fd(fi);
 	out.buf[0].pos = off;
 	res = fuse_buf_copy(&out, in, 0);
 	if (res < 0)
@@ -739,19 +815,19 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 
 	/* Our own writes changed the host file; remember that state so the
 	 * next open keeps the (coherent) page cache. */
-	if ((fi->flags & O_ACCMODE) != O_RDONLY && !fstat((int)fi->fh, &st)) {
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && !fstat(data_fd(fi), &st)) {
 		pthread_mutex_lock(&n->view->lock);
 		data_stamp(n, &st);
 		pthread_mutex_unlock(&n->view->lock);
 	}
-	data_handle_close(n, (int)fi->fh);
+	data_handle_close(req, n, fi);
 	fuse_reply_err(req, 0);
 }
 
 static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	(void)ino;
-	fuse_reply_err(req, (datasync ? fdatasync((int)fi->fh) : fsync((int)fi->fh)) ? errno : 0);
+	fuse_reply_err(req, (datasync ? fdatasync(data_fd(fi)) : fsync(data_fd(fi))) ? errno : 0);
 }
 
 struct data_dir {
@@ -905,7 +981,7 @@ static void data_statfs(fuse_req_t req, fuse_ino_t ino)
 static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
 	(void)ino;
-	fuse_reply_err(req, fallocate((int)fi->fh, mode, off, len) ? errno : 0);
+	fuse_reply_err(req, fallocate(data_fd(fi), mode, off, len) ? errno : 0);
 }
 
 /* flock(2) on a data file is the host's flock, shared with the sandbox.  A
@@ -922,7 +998,7 @@ static int data_lock_waiters; /* atomic */
 
 static void data_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
-	int fd = (int)fi->fh, err;
+	int fd = data_fd(fi), err;
 
 	(void)ino;
 	if (!flock(fd, op | LOCK_NB))
@@ -1031,7 +1107,7 @@ static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in
 	 * caller continue, as copy_file_range(2) allows. */
 	if (len > DATA_COPY_MAX)
 		len = DATA_COPY_MAX;
-	n = copy_file_range((int)fi_in->fh, &off_in, (int)fi_out->fh, &off_out, len, (unsigned)flags);
+	n = copy_file_range(data_fd(fi_in), &off_in, data_fd(fi_out), &off_out, len, (unsigned)flags);
 	if (n < 0)
 		return (void)fuse_reply_err(req, errno);
 	fuse_reply_write(req, (size_t)n);
@@ -1042,7 +1118,7 @@ static void data_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, st
 	off_t r;
 
 	(void)ino;
-	r = lseek((int)fi->fh, off, whence);
+	r = lseek(data_fd(fi), off, whence);
 	if (r < 0)
 		return (void)fuse_reply_err(req, errno);
 	fuse_reply_lseek(req, r);

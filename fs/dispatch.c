@@ -372,6 +372,14 @@ static void d_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want |= FUSE_CAP_PARALLEL_DIROPS & conn->capable;
 	conn->want |= FUSE_CAP_FLOCK_LOCKS & conn->capable;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+#ifdef SBXFS_FUSE_PASSTHROUGH
+	/* reads, writes and mmap of data files go straight to the host file
+	 * (kernel >= 6.9, libfuse >= 3.16); data.c falls back per file */
+	if (conn->capable & FUSE_CAP_PASSTHROUGH) {
+		conn->want |= FUSE_CAP_PASSTHROUGH;
+		fs.passthrough = true;
+	}
+#endif
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

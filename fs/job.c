@@ -384,9 +384,10 @@ static void job_on_exit(struct job *j)
 	pthread_mutex_unlock(&jobs_lock);
 	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
 	sbx_exec_free(x);
-	park_wake(&j->q);
+	/* what the job changed must show before anyone learns it has ended */
 	if (job_on_end)
 		job_on_end(j->sbx);
+	park_wake(&j->q);
 	if (drop)
 		job_put(j);
 }

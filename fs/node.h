@@ -82,6 +82,8 @@ struct node {
 	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
 	off_t stamp_size;
 	int nopen; /* N_DATA: files open on it (atomic); see data_getattr */
+	int backing_id;   /* N_DATA: kernel passthrough backing file, 0 = none (view->lock) */
+	int backing_users; /* N_DATA: open files using backing_id (view->lock) */
 	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
 };
 
@@ -118,6 +120,7 @@ struct fs {
 	double started_at;
 	uid_t mount_uid;
 	gid_t mount_gid;
+	bool passthrough;         /* the kernel takes data file reads and writes (FUSE passthrough) */
 	double data_timeout;      /* entry/attr timeout for data nodes */
 	double data_timeout_busy; /* the same while a job runs in the sandbox */
 };
