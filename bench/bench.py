@@ -41,7 +41,6 @@ import gc
 import glob
 import importlib
 import json
-import math
 import os
 import platform
 import shlex
@@ -933,7 +932,8 @@ def main():
     ctx = Ctx(a)
     ctx.load0 = loadavg()
     ctx.foreign_mounts = count_fstype("fuse.sbxfs")
-    cmd = " ".join(shlex.quote(x) for x in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+    cmd = os.environ.get("SBXFS_BENCH_CMD") or " ".join(
+        shlex.quote(x) for x in [os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
     results = []
     used = ["sbxfs"]
     aborted = None

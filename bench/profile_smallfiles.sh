@@ -100,7 +100,7 @@ for _ in $(seq 150); do
 done
 grep -q " $work/mnt fuse.sbxfs " /proc/mounts || { echo "sbxfs did not mount" >&2; exit 1; }
 mkdir -p "$work/mnt/prof/t1"
-ws=$work/mnt/prof/t1/workspace
+ws=$work/mnt/prof/t1/workspace     # the sandbox's workspace through the mount
 # the FUSE connection id the tracepoints carry: the mount's kernel dev_t (major << 20 | minor)
 conn=$("$PY" -c 'import os,sys; d=os.stat(sys.argv[1]).st_dev; print(os.major(d) << 20 | os.minor(d))' "$work/mnt")
 
@@ -157,10 +157,10 @@ perf_start() { # NAME ARGS...
 	eval "tfds+=(\$${name}_c \$${name}_a)"
 }
 perf_cmd() { # NAME enable|disable
-	local c a ans
+	local c a
 	eval "c=\${${1}_c} a=\${${1}_a}"
 	echo "$2" >&"$c"
-	read -r -t 20 ans <&"$a" || { echo "perf $1: no ack for $2" >&2; exit 1; }
+	read -r -t 20 _ <&"$a" || { echo "perf $1: no ack for $2" >&2; exit 1; }
 }
 stop_tracers() {
 	local p
@@ -172,7 +172,7 @@ stop_tracers() {
 
 # ---- pass 1: perf ----------------------------------------------------------
 if [ "$have_perf" = 1 ]; then
-	d=$work/mnt/prof/t1/workspace/perf
+	d=$ws/perf
 	mkdir "$d"
 	for ph in $PHASES; do
 		[ "$ph" = create0 ] && { rm -rf "$d"; mkdir "$d"; }
@@ -210,7 +210,7 @@ done
 rm -rf "$d"
 
 # ---- pass 2: strace --------------------------------------------------------
-d=$work/mnt/prof/t1/workspace/strace
+d=$ws/strace
 mkdir "$d"
 for ph in $PHASES; do
 	[ "$ph" = create0 ] && { rm -rf "$d"; mkdir "$d"; }
@@ -228,7 +228,7 @@ rm -rf "$d"
 # ---- pass 4: decoded requests -------------------------------------------------
 NT=50
 fusefd=$(for f in /proc/"$dpid"/fd/*; do [ "$(readlink "$f")" = /dev/fuse ] && basename "$f"; done | head -1)
-d=$work/mnt/prof/t1/workspace/decode
+d=$ws/decode
 mkdir "$d"
 for ph in $PHASES; do
 	[ "$ph" = create0 ] && { rm -rf "$d"; mkdir "$d"; }

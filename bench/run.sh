@@ -77,7 +77,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 cd "$repo"
-"$PY" "$here/bench.py" --workdir "$work" "$@" &
+SBXFS_BENCH_CMD="bash bench/run.sh${*:+ $*}" "$PY" "$here/bench.py" --workdir "$work" "$@" &
 pypid=$!
 # hard stop after 15 minutes (the driver aims at < 10)
 (
