@@ -141,7 +141,8 @@ run_phase() {
 }
 # before a create phase: ext4 scans past free inodes deleted in the last 30 s whose
 # inode-table block is cached (recently_deleted()); after many unlinks on the filesystem
-# that scan dominated creates, native ones too. Dropping caches resets it (see rows_files.py).
+# that scan dominated creates, native ones too. Dropping caches removes what earlier phases
+# left cached (other processes' deletes still count: see rows_files.py).
 settle() {
 	case $1 in create|create0) sync; echo 3 >/proc/sys/vm/drop_caches; sleep 0.2 ;; esac
 }

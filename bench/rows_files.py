@@ -188,12 +188,14 @@ def create_stat_unlink(ctx, t):
     create is the metadata path alone: the 4 KiB writes also meet the host's dirty-page
     throttling, which other processes' writes set off.
 
-    Caches are dropped before each create loop (untimed): ext4 skips free inodes that were
-    deleted in the last 30 s while their inode-table block is cached (recently_deleted() in
-    find_inode_bit()), and after tens of thousands of unlinks on the filesystem (earlier
-    rounds, the other side, other processes) that scan took 60 % of a create's CPU time and
-    dragged native creates down to ~1000/s. Dropping the caches gives every create loop the
-    same starting state."""
+    Caches are dropped before each create loop (untimed). ext4's inode allocator skips free
+    inodes deleted in the last 30 s whose inode-table block is cached (recently_deleted() in
+    find_inode_bit()); after many unlinks on the filesystem (earlier rounds, the other side,
+    other processes on this host) that scan took 60-70 % of a create's CPU time, native and
+    sbxfs alike, and native creates fell from ~50 000/s to ~1 000/s. Dropping the caches
+    removes what our own earlier rounds left cached; what other processes keep deleting on
+    the same filesystem still costs 30-50 % (perf, 2026-12-01), so on a busy host the create
+    rows measure ext4 about as much as sbxfs."""
     d = t.fresh("c")
     names = [os.path.join(d, "f%05d" % k) for k in range(ctx.p.n)]
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
