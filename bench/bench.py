@@ -841,6 +841,34 @@ def header(ctx, cmd, rounds, warmup, used_fixtures):
     return "\n".join(lines) + "\n", meta
 
 
+def _sig(x):
+    """floats to 5 significant digits: more is noise here, and it keeps the file small"""
+    if isinstance(x, float):
+        return float("%.5g" % x)
+    if isinstance(x, dict):
+        return {k: _sig(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_sig(v) for v in x]
+    return x
+
+
+def write_json(doc, f):
+    """The results document, one row per line (small, and diffs read row by row)."""
+    doc = _sig(doc)
+    f.write("{\n")
+    keys = list(doc)
+    for i, k in enumerate(keys):
+        end = ",\n" if i < len(keys) - 1 else "\n"
+        if k == "rows":
+            f.write(' "rows": [\n')
+            for j, r in enumerate(doc[k]):
+                f.write("  " + json.dumps(r, ensure_ascii=False) + (",\n" if j < len(doc[k]) - 1 else "\n"))
+            f.write(" ]" + end)
+        else:
+            f.write(" %s: %s%s" % (json.dumps(k), json.dumps(doc[k], ensure_ascii=False), end))
+    f.write("}\n")
+
+
 # ==========================================================================
 # main
 # ==========================================================================
@@ -986,8 +1014,7 @@ def main():
            "planned_groups": {g: d for g, d in PLANNED_GROUPS.items() if g not in GROUPS}}
     jout = os.path.splitext(out)[0] + ".json"
     with open(jout, "w") as f:
-        json.dump(doc, f, indent=1, ensure_ascii=False)
-        f.write("\n")
+        write_json(doc, f)
     log("wrote %s and %s" % (out, jout))
     return 1 if aborted else 0
 
