@@ -72,6 +72,7 @@ DEFAULT_ROUNDS, DEFAULT_WARMUP = 8, 1
 QUICK_ROUNDS, QUICK_WARMUP = 4, 0
 
 T0 = time.monotonic()
+STARTED = datetime.now(timezone.utc)
 
 
 def log(msg):
@@ -805,6 +806,7 @@ def header(ctx, cmd, rounds, warmup, used_fixtures):
     except Exception:  # noqa: BLE001
         pass
     meta = {
+        "started": STARTED.strftime("%Y-%m-%d %H:%M:%S UTC"),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "kernel": platform.release(),
         "cpu": "%s × %d" % (cpu, os.cpu_count() or 0),
@@ -821,7 +823,8 @@ def header(ctx, cmd, rounds, warmup, used_fixtures):
     lines = [
         "# sbxfs benchmark",
         "",
-        "- date: %s; kernel %s; CPU %s" % (meta["date"], meta["kernel"], meta["cpu"]),
+        "- started %s, finished %s; kernel %s; CPU %s" % (meta["started"], meta["date"],
+                                                          meta["kernel"], meta["cpu"]),
         "- command: `%s`" % cmd,
         "- sbxfs: `%s`" % meta["sbxfs"],
         "- scratch: %s" % meta["scratch"],

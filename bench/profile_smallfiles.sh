@@ -430,7 +430,7 @@ for ph in phases:
         tc = v.get("task-clock")       # msec
         cs = v.get("context-switches")
         ns = secs(os.path.join(out, "native-%s.secs" % ph))
-        print("- without strace: %d ops in %.3f s = %.0f ops/s (a native dir right after: %.0f ops/s); "
+        print("- without strace: %d ops in %.3f s = %.0f ops/s (native dir: %.0f ops/s); "
               "daemon: %s syscalls/op, %s µs CPU/op (user + kernel), %s context switches/op"
               % (n, s or 0, n / s if s else 0, n / ns if ns else 0,
                  "%.1f" % (sc / n) if sc is not None else "?",
