@@ -1,11 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# bench/run.sh - `make bench`: sbxfs against native I/O, bindfs and bubblewrap, in one run.
+# bench/run.sh - `make bench`: sbxfs against native I/O, bindfs and bubblewrap, in one run,
+# every row a pair measured in interleaved rounds (bench/bench.py does the measuring).
 #
-#   bench/run.sh [--quick] [--only ROW[,ROW...]] [--runs N] [--skip-sbxfs]
+#   bench/run.sh [--quick] [--only GROUP[,GROUP.ROW...]] [--rounds N] [--warmup N]
+#   bench/run.sh --list
 #
 # Needs root, ./sbxfs built (or SBXFS_BIN=/path/to/sbxfs), bindfs, bwrap, fusermount3.
-# Prints a markdown table and writes it to bench/results/latest.md.
+# Prints a markdown table and writes bench/results/latest.md and latest.json.
 # Everything lives in a scratch dir under /var/tmp (not tmpfs); whatever happens,
 # the trap unmounts what is mounted there, kills the daemons it started (by pid)
 # and removes the scratch dir.
@@ -16,13 +18,14 @@ repo=$(dirname "$here")
 PY=/usr/bin/python3
 export SBXFS_BIN=${SBXFS_BIN:-$repo/sbxfs}
 
+for a in "$@"; do
+	case $a in --list|-h|--help) exec "$PY" "$here/bench.py" "$@" ;; esac
+done
 if [ "$(id -u)" != 0 ]; then
 	echo "bench/run.sh: must run as root" >&2
 	exit 1
 fi
-skip=0
-for a in "$@"; do [ "$a" = --skip-sbxfs ] && skip=1; done
-if [ "$skip" = 0 ] && [ ! -x "$SBXFS_BIN" ]; then
+if [ ! -x "$SBXFS_BIN" ]; then
 	echo "bench/run.sh: $SBXFS_BIN not built (run make, or set SBXFS_BIN)" >&2
 	exit 1
 fi
@@ -74,7 +77,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 cd "$repo"
-"$PY" "$here/bench.py" --workdir "$work" "$@" &
+SBXFS_BENCH_CMD="bash bench/run.sh${*:+ $*}" "$PY" "$here/bench.py" --workdir "$work" "$@" &
 pypid=$!
 # hard stop after 15 minutes (the driver aims at < 10)
 (

@@ -1,0 +1,307 @@
+# SPDX-License-Identifier: MIT
+"""
+rows_sandbox.py - sandbox lifecycle rows of the sbxfs benchmark, and their peer: the
+bubblewrap sandbox that the local provider starts, run directly ("bwrap" fixture).
+
+Groups: acquire (mkdir of a new sandbox vs bwrap to ready; warm reclaim and release,
+which have no peer), job (a `true` job through jobs/ vs a one-shot bwrap), many (1000
+sandboxes on a daemon of their own: acquire, memory, teardown at unmount).
+
+peer_bwrap_argv() mirrors local_build_argv() in providers/local.c: keep them in sync.
+"""
+
+import fcntl
+import json
+import os
+import select
+import signal
+import statistics
+import time
+
+from bench import (Metric, Target, call_with_timeout, count_procs_mentioning, describe_group,
+                   fixture, row, vmrss_kib)
+
+PEER_UID = 200999          # uid of the directly started bubblewrap peer
+
+describe_group("acquire", "mkdir of a sandbox directory (acquire) and rmdir (release)")
+describe_group("job", "a job's round trip through jobs/: mkdir, write cmd, read exit")
+describe_group("many", "1000 sandboxes on one daemon of their own")
+
+
+# --------------------------------------------------------------------------
+# The peer: the bubblewrap sandbox the local provider starts, run directly.
+# --------------------------------------------------------------------------
+
+def _av_dirs(argv, path):
+    """--perms 0755 --dir for every ancestor of a mount point (as providers/local.c does)."""
+    parts = path.strip("/").split("/")
+    for k in range(1, len(parts)):
+        argv += ["--perms", "0755", "--dir", "/" + "/".join(parts[:k])]
+
+
+def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="0123456789abcdef"):
+    """argv of the bubblewrap sandbox that sbxfs's local provider starts (local_build_argv()
+    in providers/local.c, network mode open, no extra mounts, skills at /mnt/skills).
+    The daemon's pid 1 is its own helper (/run/sbxfs-init: drops to the uid, no caps,
+    no_new_privs, "ready" on fd 4, reaps orphans); the peer does the same with
+    setpriv + sh, the standard tools, so the bwrap flags are identical and only pid 1 differs.
+
+    peer_dir:  host dir holding workspace/ uploads/ outputs/ skills/ (see make_peer_dir)
+    inner:     the shell command run inside (as the unprivileged uid)
+    info_fd:   pass --info-fd N (bwrap writes {"child-pid": ...} there)
+    """
+    argv = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", "sbx-" + token,
+            "--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    argv += ["--ro-bind", "/etc", "/etc",
+             "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    for how, sub, dst in (("--bind", "workspace", "/mnt/user-data/workspace"),
+                          ("--bind", "uploads", "/mnt/user-data/uploads"),
+                          ("--bind", "outputs", "/mnt/user-data/outputs"),
+                          ("--ro-bind", "skills", "/mnt/skills")):
+        _av_dirs(argv, dst)
+        argv += [how, os.path.join(peer_dir, sub), dst]
+    argv += ["--perms", "0755", "--tmpfs", "/run", "--as-pid-1"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
+    argv += ["--", "/usr/bin/setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
+             "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs",
+             "/bin/sh", "-c", inner]
+    return argv
+
+
+# what the persistent peer runs (the daemon's init command)
+PEER_INIT = "echo ready >&4; exec 4>&-; exec sleep 2147483647"
+
+
+def make_peer_dir(path, uid=PEER_UID):
+    for sub in ("workspace", "uploads", "outputs", "skills"):
+        os.makedirs(os.path.join(path, sub), exist_ok=True)
+        os.chown(os.path.join(path, sub), uid, uid)
+
+
+def _high_fd(fd):
+    """Move fd to >= 10 (close-on-exec) so dup2 onto 3/4 in the child is never a no-op."""
+    nfd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return nfd
+
+
+class PeerSandbox:
+    """A persistent bubblewrap sandbox started directly: ready when 'ready' arrives on fd 4."""
+
+    def __init__(self, peer_dir, uid=PEER_UID):
+        info_r, info_w = [_high_fd(f) for f in os.pipe()]
+        ready_r, ready_w = [_high_fd(f) for f in os.pipe()]
+        argv = peer_bwrap_argv(peer_dir, PEER_INIT, info_fd=3, uid=uid)
+        t = time.perf_counter()
+        self.pid = os.posix_spawnp(argv[0], argv, os.environ, file_actions=[
+            (os.POSIX_SPAWN_DUP2, info_w, 3), (os.POSIX_SPAWN_DUP2, ready_w, 4)])
+        os.close(info_w)
+        os.close(ready_w)
+        buf = b""
+        while b"ready" not in buf:
+            r, _, _ = select.select([ready_r], [], [], 30)
+            if not r:
+                break
+            chunk = os.read(ready_r, 64)
+            if not chunk:
+                break
+            buf += chunk
+        self.ready_s = time.perf_counter() - t
+        os.close(ready_r)
+        self.child_pid = None
+        info = b""
+        try:
+            while True:
+                r, _, _ = select.select([info_r], [], [], 5)
+                if not r:
+                    break
+                chunk = os.read(info_r, 4096)
+                if not chunk:
+                    break
+                info += chunk
+                try:
+                    self.child_pid = int(json.loads(info)["child-pid"])
+                    break
+                except ValueError:
+                    continue
+        finally:
+            os.close(info_r)
+        if b"ready" not in buf:
+            self.kill()
+            raise RuntimeError("peer bwrap sandbox did not become ready: %r" % buf)
+
+    def kill(self):
+        # the sandbox's init is pid 1 of its namespace: SIGKILL from outside ends it all
+        for p in (self.child_pid, self.pid):
+            if p:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def peer_oneshot(peer_dir, cmd="true"):
+    """Run cmd once in a fresh bubblewrap sandbox; returns seconds."""
+    argv = peer_bwrap_argv(peer_dir, cmd)
+    t = time.perf_counter()
+    pid = os.posix_spawnp(argv[0], argv, os.environ)
+    _, st = os.waitpid(pid, 0)
+    dt = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(st) != 0:
+        raise RuntimeError("peer bwrap %r exited %d" % (cmd, os.waitstatus_to_exitcode(st)))
+    return dt
+
+
+@fixture("bwrap", "bubblewrap started directly with the local provider's flags "
+                  "(peer_bwrap_argv() in bench/rows_sandbox.py; pid 1 is setpriv + sh "
+                  "instead of sbxfs-init), on a peer dir under the scratch dir")
+def fixture_bwrap(ctx):
+    d = ctx.scratch("peer")
+    make_peer_dir(d)
+    yield Target("bwrap", os.path.join(d, "workspace"), peer_dir=d)
+
+
+# --------------------------------------------------------------------------
+# rows
+# --------------------------------------------------------------------------
+
+def _ms_median(xs):
+    return statistics.median(xs) * 1e3
+
+
+@row("acquire", name="mkdir", peer="bwrap", params={"k": (5, 3), "warm_k": (20, 5)},
+     metrics=[Metric("cold", "ms", "mkdir (acquire) of a new sandbox, median of {k} — "
+                                   "peer: bwrap to ready"),
+              Metric("warm", "ms", "mkdir (acquire) warm reclaim, median of {warm_k}"),
+              Metric("release", "ms", "rmdir (release to the warm pool), median of {warm_k}")])
+def acquire(ctx, t):
+    """sbxfs: k mkdirs of new thread directories (each a cold start), then warm_k
+    rmdir+mkdir cycles of one thread; bwrap: k persistent peer sandboxes started to ready
+    and killed. Each value is the median of the round's samples."""
+    if t.kind == "bwrap":
+        xs = []
+        for _ in range(ctx.p.k):
+            p = PeerSandbox(t.info["peer_dir"])
+            xs.append(p.ready_s)
+            p.kill()
+        return {"cold": _ms_median(xs)}
+    udir = os.path.join(t.info["mnt"], t.info["user"])
+    tag = "%x" % (time.monotonic_ns() & 0xffffffff)
+    cold = []
+    for i in range(ctx.p.k):
+        d = os.path.join(udir, "c%s-%d" % (tag, i))
+        with ctx.timer() as tm:
+            os.mkdir(d)
+        cold.append(tm.s)
+        os.rmdir(d)
+    d = os.path.join(udir, "w%s" % tag)
+    os.mkdir(d)
+    warm, rel = [], []
+    for _ in range(ctx.p.warm_k):
+        with ctx.timer() as tr:
+            os.rmdir(d)
+        with ctx.timer() as tm:
+            os.mkdir(d)
+        rel.append(tr.s)
+        warm.append(tm.s)
+    os.rmdir(d)
+    return {"cold": _ms_median(cold), "warm": _ms_median(warm), "release": _ms_median(rel)}
+
+
+def _job_roundtrip(jobs, name):
+    jd = os.path.join(jobs, name)
+    t = time.perf_counter()
+    os.mkdir(jd)
+    fd = os.open(os.path.join(jd, "cmd"), os.O_WRONLY)
+    try:
+        os.write(fd, b"true")
+    finally:
+        os.close(fd)
+    fd = os.open(os.path.join(jd, "exit"), os.O_RDONLY)
+    out = b""
+    try:
+        while True:
+            c = os.read(fd, 64)
+            if not c:
+                break
+            out += c
+    finally:
+        os.close(fd)
+    dt = time.perf_counter() - t
+    if out.strip() != b"0":
+        raise RuntimeError("job %s: exit file said %r" % (name, out))
+    os.rmdir(jd)
+    return dt
+
+
+@row("job", name="true", peer="bwrap", unit="ms", params={"k": (10, 3)},
+     title="job round trip `true` (mkdir, write cmd, read exit), median of {k} — "
+           "peer: one-shot bwrap `true`")
+def job_true(ctx, t):
+    """sbxfs: k jobs `true` in the fixture's sandbox; bwrap: k one-shot sandboxes running
+    `true`. The value is the median of the round's samples."""
+    if t.kind == "bwrap":
+        return _ms_median([peer_oneshot(t.info["peer_dir"], "true") for _ in range(ctx.p.k)])
+    jobs = os.path.join(t.info["sandbox"], "jobs")
+    if not os.path.isdir(jobs):
+        raise RuntimeError("n/a: this sbxfs has no jobs/")
+    tag = "%x" % (time.monotonic_ns() & 0xffffffff)
+    return _ms_median([_job_roundtrip(jobs, "j%s-%d" % (tag, i)) for i in range(ctx.p.k)])
+
+
+@row("many", name="sandboxes", peer="bwrap", params={"n": (1000, 20)}, rounds=4, warmup=0, timeout=900,
+     metrics=[Metric("acquire", "s", "acquire {n} sandboxes, sequential mkdir, total — "
+                                     "peer: {n} persistent bwrap to ready"),
+              Metric("teardown", "s", "unmount with {n} active, until daemon exit — "
+                                      "peer: SIGKILL {n} bwrap + reap"),
+              Metric("rss", "MiB", "daemon VmRSS with {n} active"),
+              Metric("rss_per_sandbox", "KiB", "daemon VmRSS growth per active sandbox")])
+def many(ctx, t):
+    """sbxfs: a daemon of its own (replicas 2n); mkdir n sandboxes, read its VmRSS, unmount and
+    wait for it to exit; no process naming its state_dir may be left. bwrap: start n
+    persistent peer sandboxes, then SIGKILL and reap them all."""
+    n = ctx.p.n
+    if t.kind == "bwrap":
+        peers = []
+        try:
+            with ctx.timer() as ta:
+                for _ in range(n):
+                    peers.append(PeerSandbox(t.info["peer_dir"]))
+        finally:
+            with ctx.timer() as tk:
+                for p in peers:
+                    p.kill()
+        return {"acquire": ta.s, "teardown": tk.s}
+    name = "many-%x" % (time.monotonic_ns() & 0xffffffff)
+    with ctx.daemon(name, replicas=max(2000, 2 * n)) as d:
+        rss0 = vmrss_kib(d.pid)
+        os.mkdir(os.path.join(d.mnt, "bench"))
+        with ctx.timer() as ta:
+            for i in range(n):
+                p = os.path.join(d.mnt, "bench", "m%04d" % i)
+                call_with_timeout(lambda: os.mkdir(p), 60, "mkdir " + p)
+        rss1 = vmrss_kib(d.pid)
+        with open(os.path.join(d.mnt, ".status"), "rb") as f:
+            st = json.loads(f.read())
+        if st.get("active") != n:
+            raise RuntimeError(".status says active=%s after %d mkdirs" % (st.get("active"), n))
+        td = d.stop(timeout=300)
+        if td is None:
+            raise RuntimeError("daemon did not exit after unmount")
+        left = count_procs_mentioning(d.state + "/")
+        if left:
+            raise RuntimeError("%d processes naming the state_dir left after unmount" % left)
+    ctx.note("many: daemon VmRSS %.1f MiB at mount" % ((rss0 or 0) / 1024))
+    return {"acquire": ta.s, "teardown": td, "rss": rss1 / 1024,
+            "rss_per_sandbox": (rss1 - (rss0 or 0)) / n}
