@@ -105,7 +105,24 @@ asan:
 	$(MAKE) clean
 	$(MAKE) all tests/unit/unit tests/unit/pool_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
-bench: deps all
+# The bench's slow provider (bench/slow_provider.c): the daemon's objects
+# with a provider table of its own, never installed.
+BENCH_OBJS := $(filter-out providers/builtin.o,$(OBJS))
+sbxfs-slow: bench/slow_provider.c $(BENCH_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ bench/slow_provider.c $(BENCH_OBJS) $(LDFLAGS) $(LDLIBS)
+
+# The same daemon on the system's libfuse (3.14 on Debian 12: the copy data
+# path), for the bench to show both data paths side by side.  One compiler
+# run over every source, objects of its own, never installed.
+DAEMON_SRCS := $(OBJS:.o=.c)
+build/copy/sbxfs: $(DAEMON_SRCS) $(HDRS) sbxfs-exec sbxfs-init
+	@mkdir -p build/copy
+	$(CC) -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -DSBXFS_VERSION=\"$(VERSION)\" \
+		$$(pkg-config --cflags fuse3 $(PKGS)) $(CFLAGS) -o $@ $(DAEMON_SRCS) $$(pkg-config --libs fuse3 $(PKGS)) -pthread
+	ln -sf ../../sbxfs-exec build/copy/sbxfs-exec
+	ln -sf ../../sbxfs-init build/copy/sbxfs-init
+
+bench: deps all sbxfs-slow build/copy/sbxfs
 	bash bench/run.sh
 
 install: all
@@ -119,7 +136,7 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o
 
 distclean: clean
 	rm -rf build

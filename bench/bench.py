@@ -553,6 +553,7 @@ def fixture_sbxfs(ctx):
         sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
         call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
         ws = os.path.join(sandbox, "workspace")
+        ctx.note("data path of sbxfs: %s" % data_path_of(d.mnt))
         yield Target("sbxfs", ws, FIXTURES["sbxfs"].describe, mnt=d.mnt, daemon=d,
                      sandbox=sandbox, user=SBX_USER, thread=SBX_THREAD)
     finally:
@@ -566,6 +567,37 @@ def fixture_sbxfs(ctx):
             ctx.note("sbxfs fixture: unmount to daemon exit %s; processes naming its state_dir "
                      "left afterwards: %d" % ("%.2f s" % td if td is not None else
                                               "FAILED (had to be killed)", left))
+
+
+COPY_BIN = os.path.join(REPO, "build", "copy", "sbxfs")
+
+
+@fixture("sbxfs-copy", "the same sbxfs built on the system's libfuse (build/copy/sbxfs, `make "
+                       "build/copy/sbxfs`; 3.14 on Debian 12): the copy data path, every byte through "
+                       "the daemon")
+def fixture_sbxfs_copy(ctx):
+    if not os.access(COPY_BIN, os.X_OK):
+        raise RuntimeError("%s is missing: `make build/copy/sbxfs` (make bench does)" % COPY_BIN)
+    d = Daemon(COPY_BIN, ctx.workdir, "sbxfs-copy", 16)
+    try:
+        d.start()
+        sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
+        call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
+        ctx.note("data path of sbxfs-copy: %s" % data_path_of(d.mnt))
+        yield Target("sbxfs-copy", os.path.join(sandbox, "workspace"), FIXTURES["sbxfs-copy"].describe,
+                     mnt=d.mnt, daemon=d, sandbox=sandbox)
+    finally:
+        if d.proc is not None:
+            d.stop()
+
+
+def data_path_of(mnt):
+    """What the daemon's .status says its data path is (passthrough or copy)."""
+    try:
+        with open(os.path.join(mnt, ".status")) as f:
+            return json.load(f).get("data_path", "unknown")
+    except (OSError, ValueError):
+        return "unknown"
 
 
 @fixture("native", "a plain directory on the same filesystem as sbxfs's state_dir "

@@ -22,6 +22,9 @@ import tarfile
 from bench import MiB, Metric, describe_group, log, rmtree, row
 
 FILE_PEERS = ("native", "bindfs")
+# the data rows also compare the two data paths: the same daemon built on the
+# system's libfuse (3.14 on Debian 12: every byte copied through the daemon)
+DATA_PEERS = FILE_PEERS + ("sbxfs-copy",)
 
 describe_group("seqwrite", "one big file written in 1 MiB writes, then fsync")
 describe_group("seqread", "one big file read sequentially: after drop_caches, from the page "
@@ -77,7 +80,7 @@ def _mmap_read(path, size):
 
 # ---- seqwrite ---------------------------------------------------------------
 
-@row("seqwrite", name="write", peers=FILE_PEERS, unit="MB/s",
+@row("seqwrite", name="write", peers=DATA_PEERS, unit="MB/s",
      title="seq write {mib} MiB, 1 MiB writes + fsync", params={"mib": (256, 32)})
 def seq_write(ctx, t):
     """Create a file, write it in 1 MiB writes, fsync, close (caches dropped before)."""
@@ -100,7 +103,7 @@ def _prepare_seq(ctx, t):
     return path
 
 
-@row("seqread", name="read", peers=FILE_PEERS, params={"mib": (256, 32)}, prepare=_prepare_seq,
+@row("seqread", name="read", peers=DATA_PEERS, params={"mib": (256, 32)}, prepare=_prepare_seq,
      metrics=[Metric("cold", "MB/s", "seq read {mib} MiB after drop_caches"),
               Metric("cached", "MB/s", "seq read {mib} MiB cached"),
               Metric("mmap_cold", "MB/s", "mmap read {mib} MiB after drop_caches"),
@@ -150,7 +153,7 @@ def _rand_run(path, offs):
         os.close(fd)
 
 
-@row("randread", name="pread", peers=FILE_PEERS, params={"mib": (256, 32), "ops": (10000, 2000)},
+@row("randread", name="pread", peers=DATA_PEERS, params={"mib": (256, 32), "ops": (10000, 2000)},
      prepare=_prepare_rand,
      metrics=[Metric("cached", "ops/s", "4 KiB random pread, {mib} MiB file, cached, {ops} reads"),
               Metric("cold", "ops/s", "4 KiB random pread, {mib} MiB file, after drop_caches, "
