@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/layout.h"
 #include "data.h"
 #include "handle.h"
 
@@ -175,13 +176,16 @@ static int data_finish_lookup(struct view *v, int fd, struct fuse_entry_param *e
 	return 0;
 }
 
+_Static_assert((int)DD_WORKSPACE == (int)LAYOUT_WORKSPACE && (int)DD_UPLOADS == (int)LAYOUT_UPLOADS &&
+		       (int)DD_OUTPUTS == (int)LAYOUT_OUTPUTS && (int)DD_SKILLS == (int)LAYOUT_SKILLS,
+	"a sandbox's data directories are the layout's");
+
 int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
 {
-	static const char *sub[] = { "user-data/workspace", "user-data/uploads", "user-data/outputs", "skills" };
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	int fd = -1;
 
-	if (!buf_addf(&path, "%s/%s", v->sbx->thread_dir, sub[which]))
+	if (!layout_dir(&path, v->sbx->thread_dir, (enum layout_dir)which))
 		fd = open(path.ptr, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 	buf_free(&path);
 	if (fd < 0)

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
 
@@ -235,7 +236,7 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 	struct user_ent *u = user_find_locked(s->user);
 	struct view *v = calloc(1, sizeof(*v));
 
-	if (!v || buf_addf(&jd, "%s/jobs", s->thread_dir)) {
+	if (!v || layout_dir(&jd, s->thread_dir, LAYOUT_JOBS)) {
 		free(v);
 		return NULL;
 	}

@@ -1141,7 +1141,7 @@ static void local_mark_running_killed(struct local_box *lb)
 	struct dirent *e;
 	DIR *d;
 
-	if (buf_addf(&dir, "%s/jobs", lb->thread_dir) || !(d = opendir(dir.ptr))) {
+	if (layout_dir(&dir, lb->thread_dir, LAYOUT_JOBS) || !(d = opendir(dir.ptr))) {
 		buf_free(&dir);
 		return;
 	}

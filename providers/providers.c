@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +141,9 @@ enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct 
 
 enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig)
 {
+	/* a backend without SBX_CAP_SIGNALS can only interrupt or end a command */
+	if (!(x->prov->caps & SBX_CAP_SIGNALS) && sig != SIGTERM && sig != SIGKILL && sig != SIGINT)
+		return SBX_ERR_NOTSUP;
 	return x->prov->ops->exec_signal ? x->prov->ops->exec_signal(x, sig) : SBX_ERR_NOTSUP;
 }
 
