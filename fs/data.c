@@ -599,7 +599,20 @@ static void data_cache_policy(struct node *n, const struct stat *st, struct fuse
 		fuse_lowlevel_notify_inval_inode(fs.se, node_ino(n), -1, 0); /* attributes only */
 }
 
-/* An open file handle: counted on its node (see data_getattr). */
+#ifdef SBXFS_FUSE_PASSTHROUGH
+/* A new open file of fd's host file, read-only and never blocking; -1 with
+ * errno.  The kernel opens each passthrough file anew from the backing
+ * file's path with the FUSE file's own flags, so read-only is enough. */
+static int data_reopen(int fd)
+{
+	char proc[64];
+
+	if (str_fmt(proc, sizeof(proc), "/proc/self/fd/%d", fd))
+		return -1;
+	return open(proc, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+}
+#endif
+
 /* Kernel passthrough (libfuse >= 3.16, kernel >= 6.9): the host file is
  * registered once per node as a backing file, shared by every open of it,
  * and the kernel reads, writes and maps it without asking the daemon; so
@@ -616,8 +629,17 @@ static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct
 	if (!fs.passthrough || (fi->flags & O_ACCMODE) == O_ACCMODE)
 		return false;
 	pthread_mutex_lock(&n->view->lock);
-	if (!n->backing_id)
-		n->backing_id = fuse_passthrough_open(req, fd);
+	if (!n->backing_id) {
+		/* registered from an open of its own: the kernel keeps that open
+		 * file while any open of the node uses it, and flock(2) locks
+		 * belong to an open file, so a caller's lock must not live on in
+		 * it after the caller closed its file */
+		int bfd = data_reopen(fd);
+		if (bfd >= 0) {
+			n->backing_id = fuse_passthrough_open(req, bfd);
+			close(bfd);
+		}
+	}
 	id = n->backing_id;
 	if (id)
 		n->backing_users++;

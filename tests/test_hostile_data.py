@@ -253,9 +253,10 @@ def test_fifo_create_race_never_wedges_the_daemon(sandbox):
     """A job loops mkfifo r; unlink r while the host loops
     open(r, O_WRONLY|O_CREAT) for 4 s.  A host open that finds the FIFO in
     the kernel's own lookup waits for a reader in the host's kernel, as a
-    FIFO open does, and is interrupted by a 0.2 s timer; one that reaches
-    the daemon must be answered at once.  A syscall longer than 5 s fails
-    the test."""
+    FIFO open does, and is interrupted by a 0.05 s timer (so the loop
+    makes at least 80 attempts even when every one finds a cached FIFO);
+    one that reaches the daemon must be answered at once.  A syscall longer
+    than 5 s fails the test."""
     m, t = sandbox
     ws = t / "workspace"
     job_script(m, "fifo.py", """
@@ -285,7 +286,7 @@ def test_fifo_create_race_never_wedges_the_daemon(sandbox):
             st = {"results": {}, "max": 0.0, "n": 0}
             while time.monotonic() < end:
                 t0 = time.monotonic()
-                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                signal.setitimer(signal.ITIMER_REAL, 0.05)
                 try:
                     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
                     r = "ok"
@@ -303,10 +304,10 @@ def test_fifo_create_race_never_wedges_the_daemon(sandbox):
     finally:
         stop_file(m).write_text("")
     assert stats["max"] < STUCK, stats
-    assert stats["n"] > 20, stats
+    assert stats["n"] >= 60, stats
     # what reached the daemon was answered: created, or the FIFO refused
     assert set(stats["results"]) <= {"ok", "ENXIO", "fifo-waited", "ENOENT"}, stats
-    assert stats["results"].get("ENOENT", 0) < stats["n"] // 100, stats
+    assert stats["results"].get("ENOENT", 0) <= stats["n"] // 100, stats
     res = responsive(ws)
     assert all(x[1] in ("ok",) or isinstance(x[1], int) for x in res), res
     assert wait_job(j) == 0
