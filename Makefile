@@ -19,7 +19,7 @@ MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := libcurl jansson yaml-0.1 libcrypto
+PKGS := libcurl jansson yaml-0.1 libcrypto libnftables
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -30,17 +30,21 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o
+	     providers/local.o providers/local_net.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o
-OBJS := $(COMMON) $(PROVIDERS) $(FS)
-HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
+      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/netfs.o
+# net/: the network policy (policy, events and grants, the proxy, egress rules)
+NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
+NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
+OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET)
+HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
-	       dpkg-dev meson ninja-build debian-archive-keyring
+	       dpkg-dev meson ninja-build debian-archive-keyring \
+	       passt nftables libnftables-dev iproute2 curl openssl
 
-.PHONY: all run test unit asan bench deps clean distclean install check-style
+.PHONY: all run test unit asan bench bench-network deps clean distclean install check-style
 
 all: sbxfs sbxfs-exec sbxfs-init
 
@@ -77,7 +81,8 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o
+UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
+	providers/local.o providers/local_net.o net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -90,30 +95,31 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
 		$(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
+# the network policy's pure parts: names and addresses, events and grants,
+# the HTTP and TLS readers, the nftables ruleset text
+NET_TEST_OBJS := $(COMMON) $(NET_POLICY) net/egress.o net/resolve.o
 
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/park.o fs/work.o
-WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
+tests/unit/net_test: tests/unit/net_test.c $(NET_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
-tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
-		$(LDFLAGS) $(LDLIBS)
-
-unit: tests/unit/unit tests/unit/pool_test
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test
 	./tests/unit/unit
 	./tests/unit/pool_test
+	./tests/unit/net_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
+
+# the network policy: events wake-up latency, proxy and open-mode throughput
+bench-network: deps all
+	/usr/bin/python3 bench/network_bench.py
 
 install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
@@ -126,7 +132,8 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/net_test $(OBJS) fs/*.o \
+		providers/*.o common/*.o net/*.o
 
 distclean: clean
 	rm -rf build

@@ -43,6 +43,13 @@ struct config_mount {
 	bool read_only;
 };
 
+/* network.hosts: a name the proxy resolves to these addresses, without DNS. */
+struct config_host {
+	char *name;   /* lower case, no trailing dot */
+	char **addrs; /* numeric IPv4 or IPv6 addresses */
+	size_t n_addrs;
+};
+
 struct config_user {
 	char *name;
 	uid_t uid;
@@ -78,6 +85,9 @@ struct sbx_config {
 	bool approval_prompt;
 	long temporary_grant_ttl;
 	long approval_wait;
+	bool allow_private; /* network.allow_private_destinations */
+	struct config_host *net_hosts;
+	size_t n_net_hosts;
 	/* remote-provider keys, accepted now for DeerFlow compatibility */
 	char *image;
 	char *container_prefix;

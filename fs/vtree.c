@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "ctl.h"
 #include "data.h"
 #include "handle.h"
+#include "netfs.h"
 #include "node.h"
 #include "vdir.h"
 #include "work.h"
@@ -33,7 +35,7 @@
 #define VDIR_TIMEOUT 1.0
 
 static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
-static const char *ctl_names[CTL_COUNT] = { "id", "status" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status", "events", "network" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static struct node *rootfiles[RF_COUNT];
 
@@ -55,6 +57,10 @@ static mode_t vtree_mode(struct node *n)
 	case N_USER:
 	case N_SANDBOX:
 		return S_IFDIR | 0700;
+	case N_CTL:
+		if (netfs_owns(n))
+			return netfs_mode(n);
+		return S_IFREG | 0444;
 	default:
 		return S_IFREG | 0444;
 	}
@@ -66,7 +72,7 @@ static off_t vtree_size(struct node *n)
 	struct buf b = BUF_INIT(BUF_CAP_JSON);
 	off_t size = 0;
 
-	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !ctl_render(n, &b))
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !netfs_owns(n) && !ctl_render(n, &b))
 		size = (off_t)b.len;
 	buf_free(&b);
 	return size;
@@ -102,6 +108,9 @@ static void vtree_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int
 
 	(void)attr;
 	if ((valid & ~times) == 0 && S_ISDIR(vtree_mode(n)))
+		return vtree_getattr(req, ino, fi);
+	/* `echo cmd > network` truncates first: a command file has nothing to cut */
+	if (valid == FUSE_SET_ATTR_SIZE && netfs_owns(n) && (vtree_mode(n) & 0200))
 		return vtree_getattr(req, ino, fi);
 	fuse_reply_err(req, EPERM);
 }
@@ -280,8 +289,10 @@ static void release_work(void *arg)
 
 	if (s) {
 		err = pool_release(s);
-		if (!err)
+		if (!err) {
 			view_kill(s);
+			netfs_released(s); /* readers waiting on its events */
+		}
 		pool_put(s);
 	}
 	fuse_reply_err(op->req, err);
@@ -351,6 +362,8 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	struct node *n = node_of(ino);
 	struct buf *b;
 
+	if (netfs_owns(n))
+		return netfs_open(req, n, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		log_warn("namespace", "write to a read-only control file refused");
 		return (void)fuse_reply_err(req, EPERM);
@@ -375,7 +388,8 @@ static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct buf *b = (struct buf *)(uintptr_t)fi->fh;
 
-	(void)ino;
+	if (netfs_owns(node_of(ino)))
+		return netfs_read(req, node_of(ino), size, off, fi);
 	if ((size_t)off >= b->len)
 		return (void)fuse_reply_buf(req, NULL, 0);
 	fuse_reply_buf(req, b->ptr + off, b->len - (size_t)off < size ? b->len - (size_t)off : size);
@@ -383,9 +397,28 @@ static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 static void ctlfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
+	if (netfs_owns(node_of(ino)))
+		return netfs_release(req, node_of(ino), fi);
 	handle_retire((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
+}
+
+static void ctlfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
+	struct fuse_file_info *fi)
+{
+	(void)off;
+	if (netfs_owns(node_of(ino)))
+		return netfs_write(req, node_of(ino), in, fi);
+	fuse_reply_err(req, EBADF); /* opened read-only */
+}
+
+static void ctlfile_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fuse_pollhandle *ph)
+{
+	if (netfs_owns(node_of(ino)))
+		return netfs_poll(req, node_of(ino), fi, ph);
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, POLLIN | POLLRDNORM);
 }
 
 /* ---- directories ----------------------------------------------------------------------- */
@@ -463,6 +496,8 @@ static const struct fuse_lowlevel_ops ctlfile_ops = {
 	.setattr = vtree_setattr,
 	.open = ctlfile_open,
 	.read = ctlfile_read,
+	.write_buf = ctlfile_write_buf,
+	.poll = ctlfile_poll,
 	.release = ctlfile_release,
 };
 

@@ -6,7 +6,7 @@
  * Shape of a sandbox (host view):
  *   bwrap (our child, in its own session, outside the sandbox)
  *     └─ sbxfs-init: pid 1 of a new pid namespace, with new mount, ipc, uts
- *        (and net unless network.mode is open) namespaces
+ *        and net namespaces (the network of each mode: local_net.c)
  * bwrap is started by root without a user namespace (a user namespace made by
  * root would map the sandbox uid to host root), so the namespaces belong to
  * the host.  sbxfs-init (local_init.c, static, bind-mounted read-only at
@@ -45,6 +45,7 @@
 #include "../common/names.h"
 #include "provider.h"
 #include "provider_int.h"
+#include "local.h"
 #include "uidpool.h"
 
 #define LOCAL_MAX_ARGS 256
@@ -59,6 +60,7 @@ struct local_box {
 	gid_t gid;
 	char token[24];
 	char *thread_dir;
+	struct local_net net; /* pasta of an open-mode sandbox */
 };
 
 /* The `local:` section of mount.conf (cfg->prov). */
@@ -226,6 +228,7 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 		return SBX_ERR_INVAL;
 	}
 	local_find_cgroup2();
+	local_net_init();
 	if (!local_cgroup_root[0])
 		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
 	return SBX_OK;
@@ -351,8 +354,7 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, u
 	av_add(a, "--unshare-ipc");
 	av_add(a, "--unshare-uts");
 	av_add(a, "--unshare-cgroup-try");
-	if (cfg->net_mode != NET_OPEN)
-		av_add(a, "--unshare-net");
+	av_add(a, "--unshare-net"); /* every mode: local_net.c gives it its network */
 	av_add(a, "--hostname");
 	av_add(a, av_fmt(a, "sbx-%s", s->token));
 	av_rootfs(a, cfg);
@@ -441,8 +443,9 @@ static void local_log_tail(const char *scope, const char *logpath)
 
 static int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i}", "init_pid", (int)lb->init_pid, "init_start",
-		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid);
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I}", "init_pid", (int)lb->init_pid, "init_start",
+		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
+		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -489,7 +492,7 @@ static void local_abort_spawn(pid_t bwrap, pid_t init)
  * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
  * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
  * cloning: no copy of a daemon with many threads and mappings. */
-static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5])
+pid_t local_spawn(char *const argv[], char *const envp[], const int fds[5])
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -620,6 +623,10 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
+	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net);
+	if (result)
+		goto out;
+	result = SBX_ERR_IO;
 	sbx_box_init(&lb->base, &provider_local);
 	lb->base.uid = uid;
 	lb->base.gid = gid;
@@ -642,6 +649,8 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	init = 0;
 	result = SBX_OK;
 out:
+	if (lb)
+		local_net_down(&lb->net);
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
 	for (int i = 0; i < 2; i++) {
@@ -663,6 +672,7 @@ out:
 	return result;
 }
 
+/* The sandbox's init (and so its namespaces) is still there. */
 static bool local_alive(struct local_box *lb)
 {
 	if (lb->bwrap_pid > 0 && waitpid(lb->bwrap_pid, NULL, WNOHANG) == lb->bwrap_pid)
@@ -671,9 +681,13 @@ static bool local_alive(struct local_box *lb)
 	       local_ns_ino(lb->init_pid, "mnt") == lb->mntns;
 }
 
+/* Healthy: alive, and an open sandbox still has its pasta (no network
+ * otherwise: recreated on reclaim). */
 static enum sbx_err local_health(struct sbx_box *b)
 {
-	return local_alive(local_box(b)) ? SBX_OK : SBX_ERR_GONE;
+	struct local_box *lb = local_box(b);
+
+	return local_alive(lb) && local_net_alive(&lb->net) ? SBX_OK : SBX_ERR_GONE;
 }
 
 static void local_box_release(struct sbx_box *b)
@@ -694,6 +708,7 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+	local_net_down(&lb->net);
 	if (!buf_addf(&path, "%s/local.json", lb->thread_dir))
 		unlink(path.ptr);
 	if (local_cgroup_root[0]) {
@@ -726,6 +741,8 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->init_pid = (pid_t)json_integer_value(json_object_get(j, "init_pid"));
 	lb->init_start = (unsigned long long)json_integer_value(json_object_get(j, "init_start"));
 	lb->mntns = (unsigned long long)json_integer_value(json_object_get(j, "mntns"));
+	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
+	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (!local_alive(lb))
@@ -1032,7 +1049,25 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 
 	if (lb->init_pid > 0)
 		json_object_set_new((json_t *)out, "init_pid", json_integer(lb->init_pid));
+	if (lb->net.pid > 0)
+		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pid));
 }
+
+/* The network capability: the daemon serves the approval proxy inside the
+ * sandbox's own network namespace. */
+static int local_netns_fd(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (!local_alive(lb))
+		return -1;
+	return local_net_nsfd(lb->init_pid);
+}
+
+static const struct sbx_net_ops local_net_ops = {
+	.netns_fd = local_netns_fd,
+	.enforced_by = NULL,
+};
 
 static const struct sbx_provider_ops local_ops = {
 	.box_status = local_box_status,
@@ -1051,6 +1086,7 @@ static const struct sbx_provider_ops local_ops = {
 	.exec_finish = local_exec_finish,
 	.exec_free = local_exec_free,
 	.exec_cleanup = local_exec_cleanup,
+	.net = &local_net_ops,
 };
 
 static const char *const local_aliases[] = { "deerflow.sandbox.local:LocalSandboxProvider", NULL };
