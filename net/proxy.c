@@ -397,7 +397,11 @@ static void on_resolved(struct resolve_req *r)
 	if (util_now_ms() >= c->connect_by) {
 		conn_reply(c, 504, "cannot resolve %s within %d seconds", c->host, PROXY_READ_TIMEOUT_S);
 	} else if (r->err == RESOLVE_PRIVATE) {
-		deny(c, "it resolves to a private or local address, which can never be approved");
+		char why[256];
+
+		snprintf(why, sizeof(why), "it resolves to %s, a private or local address that can never be approved",
+			r->why);
+		deny(c, why);
 	} else if (r->err) {
 		conn_reply(c, 502, "cannot resolve %s: %s", c->host, r->why);
 	} else {

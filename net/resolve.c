@@ -104,7 +104,7 @@ void resolve_now(struct resolve_req *r)
 		else
 			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)a)->sin6_addr, text, sizeof(text));
 		r->err = RESOLVE_PRIVATE;
-		snprintf(r->why, sizeof(r->why), "%s is a private or local address", text);
+		snprintf(r->why, sizeof(r->why), "%s", text); /* the address refused */
 		r->n = 0;
 		return;
 	}

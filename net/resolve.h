@@ -38,7 +38,7 @@ struct resolve_req {
 	void *arg;
 	/* out */
 	enum resolve_err err;
-	char why[96]; /* e.g. the private address */
+	char why[96]; /* RESOLVE_PRIVATE: the address refused; else the resolver's error */
 	struct sockaddr_storage addrs[RESOLVE_MAX_ADDRS];
 	socklen_t lens[RESOLVE_MAX_ADDRS];
 	int n;
