@@ -458,6 +458,13 @@ static int local_save(struct local_box *lb)
 	return r;
 }
 
+/* local_net_up's started(): pasta runs, record it. */
+static void local_record(void *arg)
+{
+	if (local_save(arg))
+		log_warn("local", "cannot record pasta: %s", strerror(errno));
+}
+
 static unsigned long long local_ns_ino(pid_t pid, const char *ns)
 {
 	char path[64];
@@ -559,6 +566,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *j = NULL;
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX], ch;
+	bool recorded = false;
 	uid_t uid;
 	gid_t gid;
 	int err;
@@ -623,10 +631,6 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
-	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net);
-	if (result)
-		goto out;
-	result = SBX_ERR_IO;
 	sbx_box_init(&lb->base, &provider_local);
 	lb->base.uid = uid;
 	lb->base.gid = gid;
@@ -639,7 +643,19 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	lb->thread_dir = strdup(s->dirs.thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+	/* record the init before its network is set up (and pasta as soon as it
+	 * runs): a daemon killed meanwhile leaves a record to clean up */
 	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	recorded = true;
+	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net, local_record,
+		lb);
+	if (result)
+		goto out;
+	result = SBX_ERR_IO;
+	if (local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
 		goto out;
 	}
@@ -653,6 +669,11 @@ out:
 		local_net_down(&lb->net);
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
+	if (lb && recorded) { /* nothing of it runs any more */
+		buf_reset(&logpath);
+		if (!buf_addf(&logpath, "%s/local.json", lb->thread_dir))
+			unlink(logpath.ptr);
+	}
 	for (int i = 0; i < 2; i++) {
 		if (info_p[i] >= 0)
 			close(info_p[i]);

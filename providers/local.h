@@ -25,13 +25,16 @@ struct local_net {
 
 /* Give the sandbox whose init is init its network (DESIGN §7): the
  * nftables ruleset of its mode, and in open mode pasta, waited for until
- * the namespace has its link.  log_fd takes pasta's early errors.  0, or an
- * error after logging it (nothing is left running). */
+ * the namespace has its link.  started(arg) runs as soon as pasta is
+ * running (out filled), so the caller records it before waiting: a daemon
+ * killed during the wait leaves a record the next start cleans up.  log_fd
+ * takes pasta's early errors.  SBX_OK, or an error after logging it
+ * (nothing is left running). */
 enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *rootfs, int log_fd,
-	uint64_t deadline_ms, struct local_net *out);
+	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg);
 /* Is the helper (if any) still running? */
 int local_net_alive(struct local_net *n);
-/* End the helper (if any). */
+/* End the helper (if any) and wait until it is gone. */
 void local_net_down(struct local_net *n);
 /* A new fd on init's network namespace, or -1. */
 int local_net_nsfd(pid_t init);

@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,7 +72,7 @@ int local_net_nsfd(pid_t init)
 }
 
 static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_spec *spec, int log_fd,
-	uint64_t deadline_ms, struct local_net *out)
+	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
 {
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
 	int pidfd = -1, left;
@@ -101,6 +102,8 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	out->pid = pid;
 	out->child = 1;
 	out->start = util_proc_starttime(pid);
+	if (started)
+		started(arg);
 	pidfd = pidfd_open(pid, 0);
 	left = (int)(deadline_ms > util_now_ms() ? deadline_ms - util_now_ms() : 0);
 	if (egress_wait_link(nsfd, left, pidfd)) {
@@ -119,7 +122,7 @@ out:
 }
 
 enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *rootfs, int log_fd,
-	uint64_t deadline_ms, struct local_net *out)
+	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
 {
 	const struct sbx_config *cfg = spec->cfg;
 	struct buf resolv = BUF_INIT(BUF_CAP_PATH);
@@ -143,7 +146,8 @@ enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *
 		log_err(scope, "local: cannot install the sandbox's egress rules: %s", err);
 		goto out;
 	}
-	result = cfg->net_mode == NET_OPEN ? pasta_start(scope, nsfd, spec, log_fd, deadline_ms, out) : SBX_OK;
+	result = cfg->net_mode == NET_OPEN ? pasta_start(scope, nsfd, spec, log_fd, deadline_ms, out, started, arg)
+					   : SBX_OK;
 out:
 	close(nsfd);
 	buf_free(&resolv);
@@ -163,10 +167,21 @@ int local_net_alive(struct local_net *n)
 
 void local_net_down(struct local_net *n)
 {
+	int pidfd;
+
 	if (!n->pid)
 		return;
-	if (n->start && util_proc_starttime(n->pid) == n->start)
-		kill(n->pid, SIGKILL);
+	/* through a pidfd taken while the start time matches: never a
+	 * recycled pid; and wait for the end, also of a process that is not
+	 * our child (adopted), so "destroyed" means gone */
+	pidfd = n->start && util_proc_starttime(n->pid) == n->start ? pidfd_open(n->pid, 0) : -1;
+	if (pidfd >= 0 && util_proc_starttime(n->pid) == n->start && !pidfd_send_signal(pidfd, SIGKILL, NULL, 0)) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+			;
+	}
+	if (pidfd >= 0)
+		close(pidfd);
 	if (n->child)
 		while (waitpid(n->pid, NULL, 0) < 0 && errno == EINTR)
 			;
