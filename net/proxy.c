@@ -57,7 +57,7 @@
 #define PROXY_SCAN_MS 200
 #define PROXY_LINGER_MS 2000
 #define PROXY_REPLY_MS 5000
-#define PROXY_PIPE_SIZE (256 * 1024)
+#define PROXY_PIPE_SIZE (1024 * 1024) /* fs.pipe-max-size's default; smaller if refused */
 #define PROXY_IN_MAX (HTTP_HEAD_MAX + TLS_HELLO_MAX + 4096)
 
 enum tag_kind { TAG_WAKE, TAG_LISTENER, TAG_CLIENT, TAG_UPSTREAM };
@@ -83,6 +83,7 @@ enum cstate { CS_HEAD, CS_HOLD, CS_RESOLVE, CS_CONNECT, CS_HELLO, CS_RELAY, CS_R
 struct dir {
 	int from, to;
 	int pipe[2];
+	size_t cap; /* the pipe's size */
 	size_t in_pipe;
 	bool eof;  /* from has ended */
 	bool done; /* everything was delivered and to was shut down (or need not be) */
@@ -492,11 +493,17 @@ static void on_connected(struct conn *c)
 	start_relay(c);
 }
 
-static int pipe_new(int p[2])
+static int pipe_new(struct dir *d)
 {
-	if (pipe2(p, O_NONBLOCK | O_CLOEXEC))
+	int size;
+
+	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC))
 		return -1;
-	fcntl(p[1], F_SETPIPE_SZ, PROXY_PIPE_SIZE);
+	/* a bigger pipe moves more per splice; a refused size keeps the default */
+	if (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_PIPE_SIZE) < 0)
+		fcntl(d->pipe[1], F_SETPIPE_SZ, 256 * 1024);
+	size = fcntl(d->pipe[1], F_GETPIPE_SZ);
+	d->cap = size > 0 ? (size_t)size : 65536;
 	return 0;
 }
 
@@ -506,7 +513,7 @@ static void start_relay(struct conn *c)
 	c->deadline = util_now_ms() + PROXY_IDLE_S * 1000ULL;
 	c->d[0] = (struct dir){ .from = c->cfd, .to = c->ufd, .pipe = { -1, -1 } };
 	c->d[1] = (struct dir){ .from = c->ufd, .to = c->cfd, .pipe = { -1, -1 } };
-	if (pipe_new(c->d[1].pipe) || (c->req.connect && pipe_new(c->d[0].pipe)))
+	if (pipe_new(&c->d[1]) || (c->req.connect && pipe_new(&c->d[0])))
 		return conn_close(c);
 }
 
@@ -666,46 +673,54 @@ static int pump_body(struct conn *c)
 	return 0;
 }
 
-/* Move bytes from d->from to d->to through d's pipe.  0, or -1 on error. */
+/* Move bytes from d->from to d->to through d's pipe, reading and writing
+ * in the same round whenever each side can (the pipe is both sides' buffer,
+ * so a slow reader of one never stalls the other).  0, or -1 on error. */
 static int pump(struct conn *c, struct dir *d)
 {
 	while (!d->done) {
+		bool progress = false;
 		ssize_t n;
 
+		if (!d->eof && d->in_pipe < d->cap) {
+			n = splice(d->from, NULL, d->pipe[1], NULL, d->cap - d->in_pipe,
+				SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
+			if (n > 0) {
+				d->in_pipe += (size_t)n;
+				progress = true;
+			} else if (n == 0) {
+				d->eof = true;
+				progress = true;
+			} else if (errno == EAGAIN || errno == EINTR) {
+				d->want_in = true;
+			} else {
+				return -1;
+			}
+		}
 		if (d->in_pipe) {
 			n = splice(d->pipe[0], NULL, d->to, NULL, d->in_pipe, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
 			if (n > 0) {
 				d->in_pipe -= (size_t)n;
+				progress = true;
 				c->deadline = util_now_ms() + PROXY_IDLE_S * 1000ULL;
-				continue;
-			}
-			if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			} else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 				d->want_out = true;
-				return 0;
+			} else {
+				return -1;
 			}
-			return -1;
 		}
-		if (d->eof) {
+		if (d->eof && !d->in_pipe) {
 			/* everything delivered: pass the end on */
 			shutdown(d->to, SHUT_WR);
 			d->done = true;
 			break;
 		}
-		n = splice(d->from, NULL, d->pipe[1], NULL, PROXY_PIPE_SIZE, SPLICE_F_NONBLOCK | SPLICE_F_MOVE);
-		if (n > 0) {
-			d->in_pipe += (size_t)n;
-			continue;
-		}
-		if (n == 0) {
-			d->eof = true;
-			continue;
-		}
-		if (errno == EAGAIN || errno == EINTR) {
-			d->want_in = true;
-			return 0;
-		}
-		return -1;
+		if (!progress)
+			break;
+		d->want_in = d->want_out = false; /* looking again */
 	}
+	if (d->in_pipe >= d->cap)
+		d->want_in = false; /* full: wait for the writer side */
 	return 0;
 }
 
