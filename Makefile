@@ -102,17 +102,24 @@ NET_TEST_OBJS := $(COMMON) $(NET_POLICY) net/egress.o net/resolve.o
 tests/unit/net_test: tests/unit/net_test.c $(NET_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test
+# net/net.c with providers made up by the test (enforced_by, none, a netns)
+NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
+
+tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
+	./tests/unit/net_glue_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
@@ -132,7 +139,8 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/net_test $(OBJS) fs/*.o \
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/net_test \
+		tests/unit/net_glue_test $(OBJS) fs/*.o \
 		providers/*.o common/*.o net/*.o
 
 distclean: clean

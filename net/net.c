@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "../common/json.h"
+#include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../fs/job.h"
@@ -108,7 +109,7 @@ int net_sandbox_up(struct sbx *s, bool adopted)
 	struct net_sbx *n = calloc(1, sizeof(*n)), *old;
 	int r = -1;
 
-	if (!n || !s->cfg || buf_addf(&path, "%s/network.json", s->thread_dir) || netpol_conf_from_config(&conf, s->cfg))
+	if (!n || !s->cfg || layout_file(&path, s->thread_dir, "network.json") || netpol_conf_from_config(&conf, s->cfg))
 		goto out;
 	n->refs = 1; /* the registry's */
 	n->s = s;

@@ -1149,6 +1149,7 @@ static void *proxy_main(void *arg)
 	struct epoll_event evs[256];
 
 	(void)arg;
+	pthread_setname_np(pthread_self(), "sbxfs-proxy");
 	for (;;) {
 		int n = epoll_wait(px.ep, evs, 256, px.nconns ? PROXY_SCAN_MS : -1);
 		uint64_t now;

@@ -229,6 +229,10 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	}
 	local_find_cgroup2();
 	local_net_init();
+	if (cfg->net_mode == NET_OPEN && !local_net_have_pasta()) {
+		snprintf(err, errlen, "network.mode open: pasta not found (install Debian's passt package)");
+		return SBX_ERR_INVAL;
+	}
 	if (!local_cgroup_root[0])
 		log_warn("local", "no cgroup v2 hierarchy: kill falls back to process groups");
 	return SBX_OK;

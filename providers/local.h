@@ -38,7 +38,8 @@ int local_net_alive(struct local_net *n);
 void local_net_down(struct local_net *n);
 /* A new fd on init's network namespace, or -1. */
 int local_net_nsfd(pid_t init);
-/* pasta's path ("" when it is not installed), found by local_net_init. */
+/* Find pasta (at start); is it installed? */
 void local_net_init(void);
+int local_net_have_pasta(void);
 
 #endif

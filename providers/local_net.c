@@ -49,6 +49,11 @@
 
 static char local_pasta[PATH_MAX];
 
+int local_net_have_pasta(void)
+{
+	return local_pasta[0] != '\0';
+}
+
 void local_net_init(void)
 {
 	static const char *const where[] = { "/usr/bin/pasta", "/usr/local/bin/pasta", NULL };
