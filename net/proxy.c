@@ -1017,10 +1017,11 @@ uint64_t proxy_listen(int nsfd, struct netpol *pol, const char *scope)
 
 void proxy_unlisten(uint64_t id)
 {
-	struct cmd *c = calloc(1, sizeof(*c));
+	struct cmd *c;
 
 	if (!id)
 		return;
+	c = calloc(1, sizeof(*c));
 	if (!c) {
 		log_err("proxy", "out of memory: listener %llu stays open", (unsigned long long)id);
 		return;

@@ -622,6 +622,26 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
+	sbx_box_init(&lb->base, &provider_local);
+	lb->base.uid = uid;
+	lb->base.gid = gid;
+	lb->init_pid = init;
+	lb->init_start = util_proc_starttime(init);
+	lb->mntns = local_ns_ino(init, "mnt");
+	lb->bwrap_pid = bwrap;
+	lb->uid = uid;
+	lb->gid = gid;
+	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	lb->thread_dir = strdup(s->dirs.thread_dir);
+	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+	/* record the init as soon as it is known, before it is ready and before
+	 * its network is set up (and pasta as soon as it runs): a daemon killed
+	 * meanwhile leaves a record the next start cleans up */
+	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	recorded = true;
 	for (;;) {
 		struct pollfd p = { .fd = ready_p[0], .events = POLLIN };
 		uint64_t now = util_now_ms();
@@ -635,25 +655,6 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
-	sbx_box_init(&lb->base, &provider_local);
-	lb->base.uid = uid;
-	lb->base.gid = gid;
-	lb->init_pid = init;
-	lb->init_start = util_proc_starttime(init);
-	lb->mntns = local_ns_ino(init, "mnt");
-	lb->bwrap_pid = bwrap;
-	lb->uid = uid;
-	lb->gid = gid;
-	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
-	lb->thread_dir = strdup(s->dirs.thread_dir);
-	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
-	/* record the init before its network is set up (and pasta as soon as it
-	 * runs): a daemon killed meanwhile leaves a record to clean up */
-	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
-		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
-		goto out;
-	}
-	recorded = true;
 	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net, local_record,
 		lb);
 	if (result)
