@@ -22,6 +22,7 @@
  * the init's namespaces.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -597,7 +599,11 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	if (buf_addf(&logpath, "%s/sandbox.log", s->dirs.thread_dir))
 		goto out;
 	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
+	/* ready_p is a socket pair: the init says "ready" on it, then waits
+	 * for the daemon's "go", sent once the sandbox is recorded; an init
+	 * whose daemon died before that sees end of file and exits, so no
+	 * sandbox ever runs unrecorded */
+	if (log_fd < 0 || pipe2(info_p, O_CLOEXEC) || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ready_p)) {
 		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
 		goto out;
 	}
@@ -648,7 +654,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r == 1 && read(ready_p[0], &ch, 1) == 1)
+		if (r == 1 && read(ready_p[0], &ch, 1) == 1 && write(ready_p[0], "g", 1) == 1)
 			break;
 		result = r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
 		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
@@ -1079,6 +1085,69 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pid));
 }
 
+#define LOCAL_WS_SUFFIX "/user-data/workspace" /* how a thread's workspace ends (common/layout) */
+
+/* Discovery at start: a bubblewrap of this state_dir that no local.json
+ * names is a create a kill -9 cut short before it was recorded (bubblewrap's
+ * sandbox child then waits forever for its dead parent's signal).  Nothing
+ * of it can be adopted: end it.  Recorded sandboxes are the pool's scan's. */
+static enum sbx_err local_discover(const struct sbx_config *cfg, const char *state_id,
+	void (*found)(const char *user, const char *thread, void *arg), void *arg)
+{
+	struct buf needle = BUF_INIT(BUF_CAP_PATH), cmd = BUF_INIT(256 * 1024), path = BUF_INIT(BUF_CAP_PATH);
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+
+	(void)state_id;
+	(void)found;
+	(void)arg;
+	if (!proc || buf_addf(&needle, "%s/users/", cfg->state_dir)) {
+		if (proc)
+			closedir(proc);
+		buf_free(&needle);
+		return SBX_ERR_IO;
+	}
+	while ((d = readdir(proc))) {
+		pid_t pid = (pid_t)strtol(d->d_name, NULL, 10);
+		const char *ws = NULL;
+		uint64_t start;
+
+		if (pid <= 1 || getpid() == pid)
+			continue;
+		buf_reset(&path);
+		buf_reset(&cmd);
+		if (buf_addf(&path, "/proc/%d/cmdline", (int)pid) || util_read_file(path.ptr, &cmd) || !cmd.len ||
+		    strcmp(cmd.ptr, local_bwrap))
+			continue;
+		/* the argument after "--bind" that ends in /user-data/workspace */
+		for (size_t i = 0; i < cmd.len; i += strlen(cmd.ptr + i) + 1) {
+			const char *a = cmd.ptr + i;
+			size_t n = strlen(a);
+			if (!strncmp(a, needle.ptr, needle.len) && n > sizeof(LOCAL_WS_SUFFIX) &&
+			    !strcmp(a + n - (sizeof(LOCAL_WS_SUFFIX) - 1), LOCAL_WS_SUFFIX)) {
+				ws = a;
+				break;
+			}
+		}
+		if (!ws)
+			continue;
+		start = util_proc_starttime(pid);
+		buf_reset(&path);
+		if (buf_add(&path, ws, strlen(ws) - (sizeof(LOCAL_WS_SUFFIX) - 1)) || buf_adds(&path, "/local.json") ||
+		    !access(path.ptr, F_OK))
+			continue; /* recorded: the scan adopts or destroys it */
+		if (start && util_proc_starttime(pid) == start) {
+			log_warn("local", "ending a sandbox a killed daemon left unrecorded (pid %d, %s)", (int)pid, ws);
+			kill(pid, SIGKILL);
+		}
+	}
+	closedir(proc);
+	buf_free(&needle);
+	buf_free(&cmd);
+	buf_free(&path);
+	return SBX_OK;
+}
+
 /* The network capability: the daemon serves the approval proxy inside the
  * sandbox's own network namespace. */
 static int local_netns_fd(struct sbx_box *b)
@@ -1101,6 +1170,7 @@ static const struct sbx_provider_ops local_ops = {
 	.config_show = local_config_show,
 	.config_free = local_config_free,
 	.init = local_init,
+	.discover = local_discover,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,

@@ -19,9 +19,11 @@
  *     the daemon's, net/proxy.h).
  *
  * pasta is one process per open sandbox, started by the daemon in its own
- * session, recorded in local.json with its start time like the init, so a
- * restarted daemon adopts it and destroy ends it; a sandbox whose pasta has
- * died fails its health check (and is recreated on reclaim).
+ * session behind a start gate, recorded in local.json with its start time
+ * like the init before the gate opens, so a restarted daemon adopts it and
+ * destroy ends it (a daemon killed before the gate opens leaves nothing
+ * running); a sandbox whose pasta has died fails its health check (and is
+ * recreated on reclaim).
  *
  * Why pasta runs as root (--runas 0:0): the namespace belongs to the host's
  * user namespace, and joining it takes CAP_SYS_ADMIN there; pasta keeps
@@ -80,7 +82,7 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
 {
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
-	int pidfd = -1, left;
+	int pidfd = -1, left, gate[2] = { -1, -1 };
 	enum sbx_err result = SBX_ERR_IO;
 	pid_t pid;
 
@@ -90,14 +92,23 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	}
 	if (buf_addf(&logpath, "%s/pasta.log", spec->dirs.thread_dir))
 		return SBX_ERR_NOMEM;
+	/* A start gate: the process waits on a pipe before it becomes pasta
+	 * (exec keeps its pid and start time), so it is recorded before it
+	 * runs; a daemon killed before opening the gate leaves nothing (the
+	 * read sees end of file and the shell exits). */
+	if (pipe2(gate, O_CLOEXEC)) {
+		log_err(scope, "local: cannot start pasta: %s", strerror(errno));
+		goto out;
+	}
 	{
-		char *const argv[] = { local_pasta, "--foreground", "--quiet", "--runas", "0:0", "--config-net",
-			"--no-map-gw", "--tcp-ports", "none", "--udp-ports", "none", "--tcp-ns", "none", "--udp-ns",
-			"none", "--netns", "/proc/self/fd/3", "--log-file", logpath.ptr, NULL };
+		char *const argv[] = { "/bin/sh", "-c", "read -r go && exec \"$0\" \"$@\"", local_pasta, "--foreground",
+			"--quiet", "--runas", "0:0", "--config-net", "--no-map-gw", "--tcp-ports", "none", "--udp-ports",
+			"none", "--tcp-ns", "none", "--udp-ns", "none", "--netns", "/proc/self/fd/3", "--log-file",
+			logpath.ptr, NULL };
 		static char *const env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
-		const int fds[5] = { -1, log_fd, log_fd, nsfd, -1 };
+		const int fds[5] = { gate[0], log_fd, log_fd, nsfd, -1 };
 
-		unlink(logpath.ptr); /* pasta refuses to append to an old log */
+		unlink(logpath.ptr); /* a fresh log for this pasta */
 		pid = local_spawn(argv, env, fds);
 	}
 	if (pid < 0) {
@@ -109,6 +120,13 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	out->start = util_proc_starttime(pid);
 	if (started)
 		started(arg);
+	if (write(gate[1], "go\n", 3) != 3) {
+		log_err(scope, "local: pasta did not start: %s", strerror(errno));
+		local_net_down(out);
+		goto out;
+	}
+	close(gate[1]);
+	gate[1] = -1;
 	pidfd = pidfd_open(pid, 0);
 	left = (int)(deadline_ms > util_now_ms() ? deadline_ms - util_now_ms() : 0);
 	if (egress_wait_link(nsfd, left, pidfd)) {
@@ -120,6 +138,9 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	}
 	result = SBX_OK;
 out:
+	for (int i = 0; i < 2; i++)
+		if (gate[i] >= 0)
+			close(gate[i]);
 	if (pidfd >= 0)
 		close(pidfd);
 	buf_free(&logpath);
