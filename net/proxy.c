@@ -114,7 +114,7 @@ struct conn {
 	bool body_chunked, body_done;
 	struct http_chunked ch;
 	struct dir d[2]; /* [0] client -> upstream, [1] upstream -> client */
-	unsigned cmask, umask; /* epoll interest now registered */
+	unsigned cmask, umask; /* epoll interest now registered (0: not in the set) */
 	bool zombie;           /* closed while its resolve was in flight */
 	struct conn *prev, *next;
 	struct conn *dead_next; /* on px.dead: freed at the end of the loop's round */
@@ -177,16 +177,21 @@ static void push_cmd(struct cmd *c)
 
 /* ---- epoll interest ------------------------------------------------------------------ */
 
+/* Register interest want (0: none) for fd; *cur is what is registered now
+ * (0: not in the set).  An fd nobody waits on is taken out of the set, not
+ * left with an empty mask: epoll reports EPOLLHUP and EPOLLERR whatever the
+ * mask, and a peer's reset while the connection waits for the other side
+ * would wake the loop again and again. */
 static void set_mask(int fd, struct tag *t, unsigned *cur, unsigned want)
 {
 	struct epoll_event ev = { .events = want, .data.ptr = t };
 
 	if (fd < 0 || *cur == want)
 		return;
-	if (*cur == 0xffffffffu) /* not registered yet */
-		epoll_ctl(px.ep, EPOLL_CTL_ADD, fd, &ev);
+	if (!want)
+		epoll_ctl(px.ep, EPOLL_CTL_DEL, fd, NULL);
 	else
-		epoll_ctl(px.ep, EPOLL_CTL_MOD, fd, &ev);
+		epoll_ctl(px.ep, *cur ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
 	*cur = want;
 }
 
@@ -282,7 +287,7 @@ static void conn_reply(struct conn *c, int status, const char *fmt, ...)
 	if (c->ufd >= 0) {
 		close(c->ufd);
 		c->ufd = -1;
-		c->umask = 0xffffffffu;
+		c->umask = 0;
 	}
 	buf_reset(&c->out);
 	c->out_off = 0;
@@ -436,7 +441,7 @@ static void try_connect(struct conn *c)
 			break;
 		if (connect(fd, a, r->lens[c->ai]) == 0 || errno == EINPROGRESS) {
 			c->ufd = fd;
-			c->umask = 0xffffffffu;
+			c->umask = 0;
 			tcp_nodelay(fd);
 			return;
 		}
@@ -753,7 +758,7 @@ static void on_relay(struct conn *c)
 		c->deadline = util_now_ms() + PROXY_LINGER_MS;
 		close(c->ufd);
 		c->ufd = -1;
-		c->umask = 0xffffffffu;
+		c->umask = 0;
 		return;
 	}
 masks:
@@ -854,7 +859,7 @@ static void conn_step(struct conn *c, bool upstream_event, unsigned events)
 				} else if (err) {
 					close(c->ufd);
 					c->ufd = -1;
-					c->umask = 0xffffffffu;
+					c->umask = 0;
 					c->ai++;
 					try_connect(c);
 				} else {
@@ -919,7 +924,7 @@ static void on_accept(struct listener *l)
 		c->pol = netpol_get(l->pol);
 		c->cfd = fd;
 		c->ufd = -1;
-		c->cmask = c->umask = 0xffffffffu;
+		c->cmask = c->umask = 0;
 		c->d[0].pipe[0] = c->d[0].pipe[1] = c->d[1].pipe[0] = c->d[1].pipe[1] = -1;
 		buf_init(&c->in, PROXY_IN_MAX);
 		buf_init(&c->up, HTTP_HEAD_MAX + 2 * TLS_HELLO_MAX + 65536);

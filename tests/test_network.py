@@ -900,3 +900,40 @@ def test_large_download_and_upload_through_the_proxy(allow):
     lines = out.splitlines()
     assert lines[0] == f"200 {size}" and lines[1] == f"200 {size}", (out, err)
     assert lines[2] == "static.example.test POST /up 3000000", (out, err)
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.timeout_s(120)
+def test_client_reset_while_waiting_costs_nothing(sbxfs):
+    """A client that resets its connection while the proxy waits for the
+    server (or holds it for approval) must not make the loop spin."""
+    slow = netlab.LoopbackHTTP("static.example.test", 80, delay=4.0)
+    try:
+        conf = {"network": {"mode": "allowlist", "allow_domains": ["static.example.test"], "approval_wait": 10,
+                            "allow_private_destinations": True, "hosts": {"static.example.test": slow.addr}}}
+        m = sbxfs(config=conf)
+        t = acquire(m)
+        body = r'''
+for req in (b"GET http://static.example.test/slow HTTP/1.1\r\nHost: static.example.test\r\n\r\n",
+            b"CONNECT held.example.test:443 HTTP/1.1\r\n\r\n"):
+    s = socket.create_connection(P)
+    s.sendall(req)
+    time.sleep(0.5)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # a reset
+show(ok=1)
+'''
+        py(t, "reset", body)
+        before = _cpu_seconds(m.proc.pid)
+        time.sleep(3)
+        spent = _cpu_seconds(m.proc.pid) - before
+        assert spent < 0.5, f"the daemon spent {spent:.2f} s of CPU in 3 s after two resets"
+        assert wait_until(lambda: sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))["sbxfs_proxy_connections"] <= 1,
+                          10)
+    finally:
+        slow.close()
