@@ -121,6 +121,9 @@ class Bench:
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("the bench server did not start")
 
+    def daemon_of(self, t):
+        return self.daemons[self.mounts.index(t.split("/bench/")[0])].pid
+
     def mount(self, name, network):
         d = os.path.join(self.base, name)
         os.makedirs(os.path.join(d, "mnt"))
@@ -171,16 +174,34 @@ class Bench:
             raise RuntimeError(f"download failed: {out!r}")
         return float(speed)
 
-    def host_curl(self, url):
-        r = sh("curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w", "%{http_code} %{speed_download}", url,
-               timeout=300)
-        return self.curl_speed(r.stdout)
+    @staticmethod
+    def cpu(pid):
+        """user+system CPU seconds of a process so far (0 when it is gone)."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError):
+            return 0.0
 
-    def sandbox_curl(self, t, name, url):
-        code, out, err = self.job(t, name, f"curl -s -o /dev/null -w '%{{http_code}} %{{speed_download}}' {url}")
+    def host_curl(self, url, helpers):
+        """(bytes/s, CPU seconds of curl and the helper processes)."""
+        before = [self.cpu(p) for p in helpers]
+        r = sh("/usr/bin/time", "-f", "CPU %U %S", "curl", "-s", "-o", "/dev/null", "--noproxy", "*", "-w",
+               "%{http_code} %{speed_download}", url, timeout=300)
+        cpu = sum(float(x) for x in r.stderr.strip().splitlines()[-1].split()[1:3])
+        cpu += sum(self.cpu(p) - b for p, b in zip(helpers, before))
+        return self.curl_speed(r.stdout), cpu
+
+    def sandbox_curl(self, t, name, url, helpers):
+        before = [self.cpu(p) for p in helpers]
+        code, out, err = self.job(t, name, f"/usr/bin/time -f 'CPU %U %S' curl -s -o /dev/null "
+                                           f"-w '%{{http_code}} %{{speed_download}}' {url}")
         if code:
             raise RuntimeError(f"job {name}: {err}")
-        return self.curl_speed(out)
+        cpu = sum(float(x) for x in err.strip().splitlines()[-1].split()[1:3])
+        cpu += sum(self.cpu(p) - b for p, b in zip(helpers, before))
+        return self.curl_speed(out), cpu
 
     # ---- rows
     def row_events(self, t):
@@ -221,23 +242,32 @@ for i in range({n}):
         return {"n": n, "p50_ms": lat[n // 2], "p99_ms": lat[min(n - 1, int(n * 0.99))], "min_ms": lat[0],
                 "max_ms": lat[-1]}
 
-    def row_throughput(self, name, direct_url, t, sandbox_url):
+    def row_throughput(self, name, direct_url, t, sandbox_url, direct_helpers, sandbox_helpers):
+        """Interleaved rounds; also the CPU seconds per GiB the whole path
+        costs (curl + server + the daemon or pasta): a figure that other load
+        on the host moves much less than the throughput."""
         size = self.args.size_mib * MiB
-        direct, sbx = [], []
+        direct, sbx, dcpu, scpu = [], [], [], []
         for r in range(self.args.rounds):
             # interleaved, alternating which side goes first
-            sides = [("direct", direct), ("sandbox", sbx)]
+            sides = ["direct", "sandbox"]
             if r % 2:
                 sides.reverse()
-            for side, acc in sides:
+            for side in sides:
                 if side == "direct":
-                    acc.append(self.host_curl(f"{direct_url}/big/{size}"))
+                    speed, cpu = self.host_curl(f"{direct_url}/big/{size}", direct_helpers)
+                    direct.append(speed)
+                    dcpu.append(cpu / (size / (1 << 30)))
                 else:
-                    acc.append(self.sandbox_curl(t, f"{name}{r}", f"{sandbox_url}/big/{size}"))
-            log(f"{name} round {r}: direct {direct[-1] / MiB:.0f} MiB/s, sandbox {sbx[-1] / MiB:.0f} MiB/s")
+                    speed, cpu = self.sandbox_curl(t, f"{name}{r}", f"{sandbox_url}/big/{size}", sandbox_helpers)
+                    sbx.append(speed)
+                    scpu.append(cpu / (size / (1 << 30)))
+            log(f"{name} round {r}: direct {direct[-1] / MiB:.0f} MiB/s ({dcpu[-1]:.2f} CPU s/GiB), "
+                f"sandbox {sbx[-1] / MiB:.0f} MiB/s ({scpu[-1]:.2f} CPU s/GiB)")
         med_d, med_s = statistics.median(direct), statistics.median(sbx)
         return {"direct_mib_s": [med_d / MiB, min(direct) / MiB, max(direct) / MiB],
-                "sandbox_mib_s": [med_s / MiB, min(sbx) / MiB, max(sbx) / MiB], "ratio": med_s / med_d}
+                "sandbox_mib_s": [med_s / MiB, min(sbx) / MiB, max(sbx) / MiB], "ratio": med_s / med_d,
+                "direct_cpu_s_per_gib": statistics.median(dcpu), "sandbox_cpu_s_per_gib": statistics.median(scpu)}
 
     def netns_server(self):
         self.lockf = open(LOCK, "w")
@@ -266,14 +296,19 @@ for i in range({n}):
         if "events" in self.args.only:
             log("events: poll wake-up latency")
             res["events"] = self.row_events(t)
+        srv = self.procs[0].pid
         if "proxy" in self.args.only:
             log("proxy: allowed download through the proxy vs direct")
-            res["proxy"] = self.row_throughput("proxy", f"http://{self.addr}", t, "http://bench.example.test")
+            res["proxy"] = self.row_throughput("proxy", f"http://{self.addr}", t, "http://bench.example.test",
+                                               [srv], [srv, self.daemon_of(t)])
         if "open" in self.args.only:
             url = self.netns_server()
+            srv2 = self.procs[-1].pid
             t2 = self.mount("open", {"mode": "open"})
+            with open(os.path.join(t2, "status")) as f:
+                pasta = json.load(f)["pasta_pid"]
             log("open: download from a public host, open sandbox (pasta) vs the host")
-            res["open"] = self.row_throughput("open", url, t2, url)
+            res["open"] = self.row_throughput("open", url, t2, url, [srv2], [srv2, pasta])
         return res
 
     def cleanup(self):
@@ -320,6 +355,9 @@ def table(res, args):
             s, d = r["sandbox_mib_s"], r["direct_mib_s"]
             lines.append(f"| {label} | {s[0]:.0f} MiB/s [{s[1]:.0f}-{s[2]:.0f}] | {peer}: {d[0]:.0f} MiB/s "
                          f"[{d[1]:.0f}-{d[2]:.0f}] | {r['ratio']:.2f}x |")
+            lines.append(f"| {label}: CPU of the whole path (curl, server, {'daemon' if k == 'proxy' else 'pasta'}) | "
+                         f"{r['sandbox_cpu_s_per_gib']:.2f} CPU s/GiB | {r['direct_cpu_s_per_gib']:.2f} CPU s/GiB | "
+                         f"{r['direct_cpu_s_per_gib'] / r['sandbox_cpu_s_per_gib']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 
