@@ -19,7 +19,7 @@ MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp
+PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp libnftables
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -31,17 +31,21 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/idrange.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o providers/cgroup.o providers/filter.o providers/local_etc.o
+	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o
-OBJS := $(COMMON) $(PROVIDERS) $(FS)
-HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
+      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
+# net/: the network policy (policy, events and grants, the proxy, egress rules)
+NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
+NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
+OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET)
+HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
-	       dpkg-dev meson ninja-build debian-archive-keyring
+	       dpkg-dev meson ninja-build debian-archive-keyring \
+	       passt nftables libnftables-dev iproute2 curl openssl
 
-.PHONY: all run test unit asan bench deps clean distclean install check-style
+.PHONY: all run test unit asan bench bench-network deps clean distclean install check-style
 
 all: sbxfs sbxfs-exec sbxfs-init
 
@@ -80,8 +84,9 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o \
-	providers/cgroup.o providers/filter.o providers/local_etc.o
+UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
+	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -94,16 +99,31 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
 		$(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test
+# the network policy's pure parts: names and addresses, events and grants,
+# the HTTP and TLS readers, the nftables ruleset text
+NET_TEST_OBJS := $(COMMON) $(NET_POLICY) net/egress.o net/resolve.o
+
+tests/unit/net_test: tests/unit/net_test.c $(NET_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
+
+# net/net.c with providers made up by the test (enforced_by, none, a netns)
+NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
+
+tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test
 	./tests/unit/unit
 	./tests/unit/pool_test
+	./tests/unit/net_test
+	./tests/unit/net_glue_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -125,6 +145,10 @@ build/copy/sbxfs: $(DAEMON_SRCS) $(HDRS) sbxfs-exec sbxfs-init
 bench: deps all sbxfs-slow build/copy/sbxfs
 	bash bench/run.sh
 
+# the network policy: events wake-up latency, proxy and open-mode throughput
+bench-network: deps all
+	/usr/bin/python3 bench/network_bench.py
+
 install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
@@ -136,7 +160,8 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/net_test \
+		tests/unit/net_glue_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
 
 distclean: clean
 	rm -rf build

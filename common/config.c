@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <arpa/inet.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -544,6 +545,110 @@ static bool domain_valid(const char *d)
 	return strspn(last + 1, "0123456789") != strlen(last + 1);
 }
 
+/* A host name for network.hosts: letters, digits, '-' and '_' in labels of
+ * 1..63 characters, at most 253 in all, not an IP literal (the last label is
+ * not all digits).  Lower-cased in place, a trailing dot removed. */
+static bool host_name_valid(char *h)
+{
+	size_t n = strlen(h), label = 0;
+	char *last = h;
+
+	if (n && h[n - 1] == '.')
+		h[--n] = '\0';
+	if (n == 0 || n > 253)
+		return false;
+	for (char *p = h; *p; p++) {
+		if (*p >= 'A' && *p <= 'Z')
+			*p = (char)(*p + 32);
+		if (*p == '.') {
+			if (label == 0)
+				return false;
+			label = 0;
+			last = p + 1;
+			continue;
+		}
+		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_')
+			return false;
+		if (++label > 63)
+			return false;
+	}
+	return label > 0 && strspn(last, "0123456789") != strlen(last);
+}
+
+static int add_host_addr(struct cfg_ctx *x, const char *key, struct config_host *h, const char *a)
+{
+	unsigned char bin[16];
+	char **v;
+
+	if (!a || (inet_pton(AF_INET, a, bin) != 1 && inet_pton(AF_INET6, a, bin) != 1)) {
+		cfg_fail(x, key, "must be a numeric IPv4 or IPv6 address, or a list of them (got '%s')",
+			a ? a : "a non-scalar");
+		return -1;
+	}
+	v = realloc(h->addrs, (h->n_addrs + 1) * sizeof(*v));
+	if (!v || !(v[h->n_addrs] = strdup(a))) {
+		if (v)
+			h->addrs = v;
+		cfg_fail(x, key, "out of memory");
+		return -1;
+	}
+	h->addrs = v;
+	h->n_addrs++;
+	return 0;
+}
+
+/* network.hosts: {name: address | [address, ...]} */
+static void parse_net_hosts(struct cfg_ctx *x, struct sbx_config *c, const char *key, yaml_node_t *n)
+{
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, key, "must be a mapping of host name: address (or a list of addresses)");
+		return;
+	}
+	if (mapping_check_dups(x, key, n))
+		return;
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		struct config_host *hs, *h;
+		char name[256], sub[300];
+
+		snprintf(sub, sizeof(sub), "%s.%s", key, k ? k : "?");
+		if (!k || str_fmt(name, sizeof(name), "%s", k) || !host_name_valid(name)) {
+			cfg_fail(x, sub, "the key must be a host name (not an IP literal)");
+			return;
+		}
+		for (size_t i = 0; i < c->n_net_hosts; i++)
+			if (!strcmp(c->net_hosts[i].name, name)) {
+				cfg_fail(x, sub, "given twice (names are compared in lower case)");
+				return;
+			}
+		hs = realloc(c->net_hosts, (c->n_net_hosts + 1) * sizeof(*hs));
+		if (!hs) {
+			cfg_fail(x, key, "out of memory");
+			return;
+		}
+		c->net_hosts = hs;
+		h = &hs[c->n_net_hosts];
+		memset(h, 0, sizeof(*h));
+		if (!(h->name = strdup(name))) {
+			cfg_fail(x, key, "out of memory");
+			return;
+		}
+		c->n_net_hosts++;
+		if (v->type == YAML_SEQUENCE_NODE) {
+			for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
+				if (add_host_addr(x, sub, h, scalar(yaml_document_get_node(x->doc, *it))))
+					return;
+			if (!h->n_addrs)
+				cfg_fail(x, sub, "needs at least one address");
+		} else {
+			add_host_addr(x, sub, h, scalar(v));
+		}
+	}
+}
+
 static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
 	if (scalar_is_null(n))
@@ -608,6 +713,11 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 					cfg_fail(x, key, "'%s' is not an exact domain (a.b) or a leading wildcard (*.b.c)", d);
 					break;
 				}
+				bool dup = false;
+				for (size_t j = 0; j < c->n_allow_domains && !dup; j++)
+					dup = !strcmp(c->allow_domains[j], low);
+				if (dup)
+					continue; /* duplicates are dropped, as DeerFlow does */
 				char **a = realloc(c->allow_domains, (c->n_allow_domains + 1) * sizeof(*a));
 				if (!a || !(low[0] ? (a[c->n_allow_domains] = strdup(low)) : NULL)) {
 					if (a)
@@ -618,8 +728,12 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 				c->allow_domains = a;
 				c->n_allow_domains++;
 			}
-		} else if (!strcmp(k, "hosts") || !strcmp(k, "allow_private_destinations") || !strcmp(k, "proxy_image")) {
-			/* consumed by the network-policy module (net/) */
+		} else if (!strcmp(k, "hosts")) {
+			parse_net_hosts(x, c, key, v);
+		} else if (!strcmp(k, "allow_private_destinations")) {
+			get_bool(x, key, v, &c->allow_private);
+		} else if (!strcmp(k, "proxy_image")) {
+			/* DeerFlow's sidecar image: sbxfs serves the proxy itself */
 		} else {
 			log_warn("config", "%s: unknown key, ignored", key);
 		}
@@ -925,6 +1039,13 @@ void config_put(struct sbx_config *c)
 		free(c->users[i].name);
 	for (size_t i = 0; i < c->n_allow_domains; i++)
 		free(c->allow_domains[i]);
+	for (size_t i = 0; i < c->n_net_hosts; i++) {
+		for (size_t j = 0; j < c->net_hosts[i].n_addrs; j++)
+			free(c->net_hosts[i].addrs[j]);
+		free(c->net_hosts[i].addrs);
+		free(c->net_hosts[i].name);
+	}
+	free(c->net_hosts);
 	free(c->env);
 	free(c->mounts);
 	free(c->users);
@@ -983,6 +1104,17 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(net, "approval", json_string(c->approval_prompt ? "prompt" : "deny"));
 	json_object_set_new(net, "temporary_grant_ttl", json_integer(c->temporary_grant_ttl));
 	json_object_set_new(net, "approval_wait", json_integer(c->approval_wait));
+	json_object_set_new(net, "allow_private_destinations", json_boolean(c->allow_private));
+	{
+		json_t *hosts = json_object();
+		for (size_t i = 0; i < c->n_net_hosts; i++) {
+			json_t *a = json_array();
+			for (size_t j = 0; j < c->net_hosts[i].n_addrs; j++)
+				json_array_append_new(a, json_string(c->net_hosts[i].addrs[j]));
+			json_object_set_new(hosts, c->net_hosts[i].name, a);
+		}
+		json_object_set_new(net, "hosts", hosts);
+	}
 	json_object_set_new(skills, "container_path", json_string(c->skills_container_path));
 	json_object_set_new(skills, "path", jstr_or_null(c->skills_path));
 

@@ -44,6 +44,13 @@ struct config_mount {
 	bool read_only;
 };
 
+/* network.hosts: a name the proxy resolves to these addresses, without DNS. */
+struct config_host {
+	char *name;   /* lower case, no trailing dot */
+	char **addrs; /* numeric IPv4 or IPv6 addresses */
+	size_t n_addrs;
+};
+
 struct config_user {
 	char *name;
 	uid_t uid;
@@ -91,6 +98,9 @@ struct sbx_config {
 	long temporary_grant_ttl;
 	long approval_wait;
 	struct config_resources res;
+	bool allow_private; /* network.allow_private_destinations */
+	struct config_host *net_hosts;
+	size_t n_net_hosts;
 	/* remote-provider keys, accepted now for DeerFlow compatibility */
 	char *image;
 	char *container_prefix;

@@ -9,7 +9,8 @@
  *       user-data/{workspace,uploads,outputs}/  the sandbox's /mnt/user-data
  *       skills/                                 the skill projection
  *       jobs/<name>/                            job slots (fs/job.h)
- *       <provider files>                        local.json, sandbox.log, ...
+ *       network.json                            its network policy, events and grants (net/netpol.h)
+ *       <provider files>                        local.json, sandbox.log, pasta.log, ...
  *
  * and where a sandbox sees them (LAYOUT_SANDBOX_*).  Path builders append
  * to a bounded buffer and return 0 or -1 (buf.h).

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
- * .config and a sandbox's id and status.  Each open renders a snapshot, and
- * a stat renders one to tell its size (files are opened with direct I/O:
- * `cat` reads the whole snapshot taken at open).  What a snapshot shows may
- * depend on who reads it: .status shows last_error only to root and to the
- * owner of the scope it names.
+ * .config and a sandbox's id and status (events and network are netfs.c's).
+ * Each open renders a snapshot, and a stat renders one to tell its size
+ * (files are opened with direct I/O: `cat` reads the whole snapshot taken
+ * at open).  What a snapshot shows may depend on who reads it: .status
+ * shows last_error only to root and to the owner of the scope it names.
  */
 #define _GNU_SOURCE
 #include <string.h>
@@ -13,6 +13,7 @@
 #include "../common/json.h"
 
 #include "../common/util.h"
+#include "../net/net.h"
 #include "ctl.h"
 
 #ifndef SBXFS_VERSION
@@ -67,9 +68,11 @@ static int ctl_metrics(struct buf *out)
 {
 	static const char *kinds[] = { "cold", "warm" };
 	struct pool_stats st;
+	struct net_stats ns;
 	int r = 0;
 
 	pool_stats(&st);
+	net_stats(&ns);
 	r |= buf_adds(out, "# HELP sbxfs_acquire_seconds Time from mkdir to a ready sandbox.\n"
 			   "# TYPE sbxfs_acquire_seconds histogram\n");
 	for (int k = 0; k < 2; k++) {
@@ -101,9 +104,19 @@ static int ctl_metrics(struct buf *out)
 		"# HELP sbxfs_skill_syncs_total Skill projection syncs.\n"
 		"# TYPE sbxfs_skill_syncs_total counter\nsbxfs_skill_syncs_total 0\n"
 		"# HELP sbxfs_network_events_total Network-policy events recorded.\n"
-		"# TYPE sbxfs_network_events_total counter\nsbxfs_network_events_total 0\n",
+		"# TYPE sbxfs_network_events_total counter\nsbxfs_network_events_total %llu\n"
+		"# HELP sbxfs_proxy_connections_total Connections to the approval proxies, by outcome.\n"
+		"# TYPE sbxfs_proxy_connections_total counter\n"
+		"sbxfs_proxy_connections_total{result=\"accepted\"} %llu\n"
+		"sbxfs_proxy_connections_total{result=\"allowed\"} %llu\n"
+		"sbxfs_proxy_connections_total{result=\"denied\"} %llu\n"
+		"sbxfs_proxy_connections_total{result=\"refused\"} %llu\n"
+		"# HELP sbxfs_proxy_connections Connections the approval proxies hold now.\n"
+		"# TYPE sbxfs_proxy_connections gauge\nsbxfs_proxy_connections %llu\n",
 		st.active, st.warm, st.creating, (unsigned long long)st.evictions, (unsigned long long)st.reaps,
-		(unsigned long long)st.adopted, (unsigned long long)st.errors);
+		(unsigned long long)st.adopted, (unsigned long long)st.errors, (unsigned long long)ns.events,
+		(unsigned long long)ns.accepted, (unsigned long long)ns.allowed, (unsigned long long)ns.denied,
+		(unsigned long long)ns.refused, (unsigned long long)ns.active);
 	return r ? -1 : 0;
 }
 
@@ -126,7 +139,8 @@ int ctl_render(struct node *n, struct buf *out, uid_t reader)
 	if (n->kind == N_CTL && n->view) {
 		if (n->which == CTL_ID)
 			return buf_addf(out, "%s\n", n->view->sbx->token);
-		return pool_status_json(n->view->sbx, out);
+		if (n->which == CTL_STATUS)
+			return pool_status_json(n->view->sbx, out);
 	}
 	return -1;
 }

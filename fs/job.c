@@ -849,8 +849,16 @@ int job_claim(struct job *j)
 	return err;
 }
 
-/* The job's environment, NUL-separated: a fixed base, then the sandbox's
- * configured environment, then the job's env file (later wins). */
+static int (*job_env_hook)(struct sbx *s, struct buf *out); /* set once, before any job */
+
+void job_set_environ_hook(int (*fn)(struct sbx *s, struct buf *out))
+{
+	job_env_hook = fn;
+}
+
+/* The job's environment, NUL-separated: a fixed base, the hook's (the proxy
+ * of an allowlist sandbox), then the sandbox's configured environment, then
+ * the job's env file (later wins). */
 static int job_environ(struct job *j, const struct sbx_config *cfg, struct buf *out)
 {
 	static const char *base[] = { "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -860,6 +868,8 @@ static int job_environ(struct job *j, const struct sbx_config *cfg, struct buf *
 
 	for (int i = 0; base[i]; i++)
 		r |= buf_add(out, base[i], strlen(base[i]) + 1);
+	if (job_env_hook)
+		r |= job_env_hook(j->sbx, out);
 	for (size_t i = 0; i < cfg->n_env; i++)
 		r |= buf_addf(out, "%s=%s", cfg->env[i].key, cfg->env[i].value) || buf_add(out, "", 1);
 	if (job_path(j, "env", &p) || (util_read_file(p.ptr, &text) && errno != ENOENT))

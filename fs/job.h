@@ -49,6 +49,12 @@ enum job_stream { JOB_STDOUT, JOB_STDERR };
 
 struct job;
 
+/* More environment for every job of a sandbox, after the fixed base and
+ * before the configuration's and the job's own: fn appends NUL-separated
+ * KEY=VALUE entries to out (the network policy's proxy variables,
+ * net/net.h).  Set before the first job starts; NULL: none. */
+void job_set_environ_hook(int (*fn)(struct sbx *s, struct buf *out));
+
 /* Start the event thread.  on_end(s) runs on it after a job of s ended
  * (the FUSE layer drops cached attributes of the sandbox's files). */
 int job_init(void (*on_end)(struct sbx *s));

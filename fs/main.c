@@ -43,6 +43,7 @@
 
 #include "../common/log.h"
 #include "../common/util.h"
+#include "../net/net.h"
 #include "data.h"
 #include "handle.h"
 #include "jobfs.h"
@@ -485,6 +486,11 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the park thread: %s\n", strerror(e));
 		return -1;
 	}
+	/* before the pool: adopted allowlist sandboxes get their proxy back */
+	if ((e = net_init())) {
+		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
+		return -1;
+	}
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;
@@ -557,6 +563,7 @@ int main(int argc, char **argv)
 		/* never destroy what was adopted: the next start takes it over */
 		work_shutdown();
 		pool_shutdown(true);
+		net_shutdown();
 		jobfs_shutdown();
 		park_shutdown();
 		goto out_signals;
@@ -572,6 +579,7 @@ int main(int argc, char **argv)
 	pool_stop();
 	work_shutdown();
 	pool_shutdown(false);
+	net_shutdown();
 	jobfs_shutdown();
 	park_shutdown();
 out_signals:

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@
 #include "ctl.h"
 #include "data.h"
 #include "handle.h"
+#include "netfs.h"
 #include "node.h"
 #include "sbxctl.h"
 #include "vdir.h"
@@ -34,7 +36,7 @@
 #define VDIR_TIMEOUT 1.0
 
 static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
-static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl", "events", "network" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static struct node *rootfiles[RF_COUNT];
 
@@ -56,8 +58,12 @@ static mode_t vtree_mode(struct node *n)
 	case N_USER:
 	case N_SANDBOX:
 		return S_IFDIR | 0700;
-	default:
+	case N_CTL:
+		if (netfs_owns(n))
+			return netfs_mode(n);
 		return S_IFREG | (sbxctl_is(n) ? 0200 : 0444);
+	default:
+		return S_IFREG | 0444;
 	}
 }
 
@@ -68,7 +74,7 @@ static off_t vtree_size(struct node *n, uid_t reader)
 	struct buf b = BUF_INIT(BUF_CAP_JSON);
 	off_t size = 0;
 
-	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !ctl_render(n, &b, reader))
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !netfs_owns(n) && !ctl_render(n, &b, reader))
 		size = (off_t)b.len;
 	buf_free(&b);
 	return size;
@@ -104,6 +110,9 @@ static void vtree_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int
 
 	(void)attr;
 	if ((valid & ~times) == 0 && S_ISDIR(vtree_mode(n)))
+		return vtree_getattr(req, ino, fi);
+	/* `echo cmd > network` truncates first: a command file has nothing to cut */
+	if (valid == FUSE_SET_ATTR_SIZE && netfs_owns(n) && (vtree_mode(n) & 0200))
 		return vtree_getattr(req, ino, fi);
 	fuse_reply_err(req, EPERM);
 }
@@ -282,8 +291,10 @@ static void release_work(void *arg)
 
 	if (s) {
 		err = pool_release(s);
-		if (!err)
+		if (!err) {
 			view_kill(s);
+			netfs_released(s); /* readers waiting on its events */
+		}
 		pool_put(s);
 	}
 	fuse_reply_err(op->req, err);
@@ -355,6 +366,8 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 
 	if (sbxctl_is(n))
 		return sbxctl_open(req, n, fi);
+	if (netfs_owns(n))
+		return netfs_open(req, n, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		log_warn("namespace", "write to a read-only control file refused");
 		return (void)fuse_reply_err(req, EPERM);
@@ -379,13 +392,14 @@ static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct buf *b = (struct buf *)(uintptr_t)fi->fh;
 
-	(void)ino;
+	if (netfs_owns(node_of(ino)))
+		return netfs_read(req, node_of(ino), size, off, fi);
 	if ((size_t)off >= b->len)
 		return (void)fuse_reply_buf(req, NULL, 0);
 	fuse_reply_buf(req, b->ptr + off, b->len - (size_t)off < size ? b->len - (size_t)off : size);
 }
 
-/* Only the sandbox's ctl is writable: a command per write(2). */
+/* Only the sandbox's ctl and network are writable: a command per write(2). */
 static void ctlfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
 	struct fuse_file_info *fi)
 {
@@ -396,7 +410,8 @@ static void ctlfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec
 	ssize_t got;
 
 	(void)off;
-	(void)fi;
+	if (netfs_owns(n))
+		return netfs_write(req, n, in, fi);
 	if (!sbxctl_is(n))
 		return (void)fuse_reply_err(req, EPERM);
 	if (size >= sizeof(mem)) {
@@ -412,9 +427,19 @@ static void ctlfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec
 
 static void ctlfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)ino;
+	if (netfs_owns(node_of(ino)))
+		return netfs_release(req, node_of(ino), fi);
 	handle_retire((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
+}
+
+static void ctlfile_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fuse_pollhandle *ph)
+{
+	if (netfs_owns(node_of(ino)))
+		return netfs_poll(req, node_of(ino), fi, ph);
+	if (ph)
+		fuse_pollhandle_destroy(ph);
+	fuse_reply_poll(req, POLLIN | POLLRDNORM);
 }
 
 /* ---- directories ----------------------------------------------------------------------- */
@@ -493,6 +518,7 @@ static const struct fuse_lowlevel_ops ctlfile_ops = {
 	.open = ctlfile_open,
 	.read = ctlfile_read,
 	.write_buf = ctlfile_write_buf,
+	.poll = ctlfile_poll,
 	.release = ctlfile_release,
 };
 

@@ -6,7 +6,7 @@
  * Shape of a sandbox (host view):
  *   bwrap (our child, in its own session, outside the sandbox)
  *     └─ sbxfs-init: pid 1 of a new pid namespace, with new mount, ipc, uts
- *        (and net unless network.mode is open) namespaces
+ *        and net namespaces (the network of each mode: local_net.c)
  * bwrap is started by root without a user namespace (a user namespace made by
  * root would map the sandbox uid to host root), so the namespaces belong to
  * the host.  sbxfs-init (local_init.c, static, bind-mounted read-only at
@@ -45,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -62,10 +63,10 @@
 #include "local_etc.h"
 #include "provider.h"
 #include "provider_int.h"
+#include "local.h"
 #include "uidpool.h"
 
 #define LOCAL_MAX_ARGS 256
-#define LOCAL_SPAWN_FDS 6
 #define LOCAL_FILTER_FD 5 /* bwrap --seccomp; 4 for sbxfs-exec */
 #define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
 
@@ -80,6 +81,7 @@ struct local_box {
 	char token[24];
 	char *thread_dir;
 	uint64_t output_max; /* resources.output of the config it lives with */
+	struct local_net net; /* pasta of an open-mode sandbox */
 };
 
 /* The `local:` section of mount.conf (cfg->prov). */
@@ -250,6 +252,11 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
 		return SBX_ERR_NOMEM;
+	local_net_init();
+	if (cfg->net_mode == NET_OPEN && !local_net_have_pasta()) {
+		snprintf(err, errlen, "network.mode open: pasta not found (install Debian's passt package)");
+		return SBX_ERR_INVAL;
+	}
 	return SBX_OK;
 }
 
@@ -400,8 +407,7 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, c
 	av_add(a, "--unshare-ipc");
 	av_add(a, "--unshare-uts");
 	av_add(a, "--unshare-cgroup-try");
-	if (cfg->net_mode != NET_OPEN)
-		av_add(a, "--unshare-net");
+	av_add(a, "--unshare-net"); /* every mode: local_net.c gives it its network */
 	av_add(a, "--hostname");
 	av_add(a, av_fmt(a, "sbx-%s", s->token));
 	av_rootfs(a, s);
@@ -496,8 +502,9 @@ static void local_log_tail(const char *scope, const char *logpath)
 
 static int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i}", "init_pid", (int)lb->init_pid, "init_start",
-		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid);
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I}", "init_pid", (int)lb->init_pid, "init_start",
+		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
+		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -508,6 +515,13 @@ static int local_save(struct local_box *lb)
 	json_decref(o);
 	buf_free(&path);
 	return r;
+}
+
+/* local_net_up's started(): pasta runs, record it. */
+static void local_record(void *arg)
+{
+	if (local_save(arg))
+		log_warn("local", "cannot record pasta: %s", strerror(errno));
 }
 
 static unsigned long long local_ns_ino(pid_t pid, const char *ns)
@@ -578,7 +592,7 @@ static int local_filter_fd(void)
  * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
  * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
  * cloning: no copy of a daemon with many threads and mappings. */
-static pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
+pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -647,7 +661,7 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX], ch;
 	struct cgroup_join join = { 0 };
-	bool made_cgroup = false;
+	bool made_cgroup = false, recorded = false;
 	uid_t uid;
 	gid_t gid;
 	int err;
@@ -687,7 +701,12 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		goto out;
 	log_fd = open(logpath.ptr, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	filter_fd = local_filter_fd();
-	if (log_fd < 0 || filter_fd < 0 || pipe2(info_p, O_CLOEXEC) || pipe2(ready_p, O_CLOEXEC)) {
+	/* ready_p is a socket pair: the init says "ready" on it, then waits
+	 * for the daemon's "go", sent once the sandbox is recorded; an init
+	 * whose daemon died before that sees end of file and exits, so no
+	 * sandbox ever runs unrecorded */
+	if (log_fd < 0 || filter_fd < 0 || pipe2(info_p, O_CLOEXEC) ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ready_p)) {
 		log_err(scope, "local: cannot prepare the sandbox: %s", strerror(errno));
 		goto out;
 	}
@@ -712,19 +731,6 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
-	for (;;) {
-		struct pollfd p = { .fd = ready_p[0], .events = POLLIN };
-		uint64_t now = util_now_ms();
-		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 1 && read(ready_p[0], &ch, 1) == 1)
-			break;
-		result = r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
-		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
-		local_log_tail(scope, logpath.ptr);
-		goto out;
-	}
 	sbx_box_init(&lb->base, &provider_local);
 	lb->base.uid = uid;
 	lb->base.gid = gid;
@@ -738,7 +744,33 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	lb->thread_dir = strdup(s->dirs.thread_dir);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+	/* record the init as soon as it is known, before it is ready and before
+	 * its network is set up (and pasta as soon as it runs): a daemon killed
+	 * meanwhile leaves a record the next start cleans up */
 	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+		goto out;
+	}
+	recorded = true;
+	for (;;) {
+		struct pollfd p = { .fd = ready_p[0], .events = POLLIN };
+		uint64_t now = util_now_ms();
+		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 1 && read(ready_p[0], &ch, 1) == 1 && write(ready_p[0], "g", 1) == 1)
+			break;
+		result = r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
+		local_log_tail(scope, logpath.ptr);
+		goto out;
+	}
+	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net, local_record,
+		lb);
+	if (result)
+		goto out;
+	result = SBX_ERR_IO;
+	if (local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
 		goto out;
 	}
@@ -749,10 +781,17 @@ static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
 	made_cgroup = false;
 	result = SBX_OK;
 out:
+	if (lb)
+		local_net_down(&lb->net);
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
 	if (made_cgroup)
 		cgroup_sandbox_destroy(s->token);
+	if (lb && recorded) { /* nothing of it runs any more */
+		buf_reset(&logpath);
+		if (!layout_file(&logpath, lb->thread_dir, "local.json"))
+			unlink(logpath.ptr);
+	}
 	for (int i = 0; i < 2; i++) {
 		if (info_p[i] >= 0)
 			close(info_p[i]);
@@ -774,6 +813,7 @@ out:
 	return result;
 }
 
+/* The sandbox's init (and so its namespaces) is still there. */
 static bool local_alive(struct local_box *lb)
 {
 	if (lb->bwrap_pid > 0 && waitpid(lb->bwrap_pid, NULL, WNOHANG) == lb->bwrap_pid)
@@ -782,9 +822,13 @@ static bool local_alive(struct local_box *lb)
 	       local_ns_ino(lb->init_pid, "mnt") == lb->mntns;
 }
 
+/* Healthy: alive, and an open sandbox still has its pasta (no network
+ * otherwise: recreated on reclaim). */
 static enum sbx_err local_health(struct sbx_box *b)
 {
-	return local_alive(local_box(b)) ? SBX_OK : SBX_ERR_GONE;
+	struct local_box *lb = local_box(b);
+
+	return local_alive(lb) && local_net_alive(&lb->net) ? SBX_OK : SBX_ERR_GONE;
 }
 
 static void local_box_release(struct sbx_box *b)
@@ -807,6 +851,7 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 			;
 	/* what the init's death did not end (nothing, normally) and the cgroups */
 	cgroup_sandbox_destroy(lb->token);
+	local_net_down(&lb->net);
 	if (!layout_file(&path, lb->thread_dir, "local.json"))
 		unlink(path.ptr);
 	buf_free(&path);
@@ -841,6 +886,8 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->base.uid = lb->uid;
 	lb->base.gid = lb->gid;
 	lb->output_max = s->cfg->res.output;
+	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
+	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
@@ -1212,13 +1259,95 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 
 	if (lb->init_pid > 0)
 		json_object_set_new((json_t *)out, "init_pid", json_integer(lb->init_pid));
+	if (lb->net.pid > 0)
+		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pid));
 }
+
+#define LOCAL_WS_SUFFIX "/user-data/workspace" /* how a thread's workspace ends (common/layout) */
+
+/* Discovery at start: a bubblewrap of this state_dir that no local.json
+ * names is a create a kill -9 cut short before it was recorded (bubblewrap's
+ * sandbox child then waits forever for its dead parent's signal).  Nothing
+ * of it can be adopted: end it.  Recorded sandboxes are the pool's scan's. */
+static enum sbx_err local_discover(const struct sbx_config *cfg, const char *state_id,
+	void (*found)(const char *user, const char *thread, void *arg), void *arg)
+{
+	struct buf needle = BUF_INIT(BUF_CAP_PATH), cmd = BUF_INIT(256 * 1024), path = BUF_INIT(BUF_CAP_PATH);
+	DIR *proc = opendir("/proc");
+	struct dirent *d;
+
+	(void)state_id;
+	(void)found;
+	(void)arg;
+	if (!proc || buf_addf(&needle, "%s/users/", cfg->state_dir)) {
+		if (proc)
+			closedir(proc);
+		buf_free(&needle);
+		return SBX_ERR_IO;
+	}
+	while ((d = readdir(proc))) {
+		pid_t pid = (pid_t)strtol(d->d_name, NULL, 10);
+		const char *ws = NULL;
+		uint64_t start;
+
+		if (pid <= 1 || getpid() == pid)
+			continue;
+		buf_reset(&path);
+		buf_reset(&cmd);
+		if (buf_addf(&path, "/proc/%d/cmdline", (int)pid) || util_read_file(path.ptr, &cmd) || !cmd.len ||
+		    strcmp(cmd.ptr, local_bwrap))
+			continue;
+		/* the argument after "--bind" that ends in /user-data/workspace */
+		for (size_t i = 0; i < cmd.len; i += strlen(cmd.ptr + i) + 1) {
+			const char *a = cmd.ptr + i;
+			size_t n = strlen(a);
+			if (!strncmp(a, needle.ptr, needle.len) && n > sizeof(LOCAL_WS_SUFFIX) &&
+			    !strcmp(a + n - (sizeof(LOCAL_WS_SUFFIX) - 1), LOCAL_WS_SUFFIX)) {
+				ws = a;
+				break;
+			}
+		}
+		if (!ws)
+			continue;
+		start = util_proc_starttime(pid);
+		buf_reset(&path);
+		if (buf_add(&path, ws, strlen(ws) - (sizeof(LOCAL_WS_SUFFIX) - 1)) || buf_adds(&path, "/local.json") ||
+		    !access(path.ptr, F_OK))
+			continue; /* recorded: the scan adopts or destroys it */
+		if (start && util_proc_starttime(pid) == start) {
+			log_warn("local", "ending a sandbox a killed daemon left unrecorded (pid %d, %s)", (int)pid, ws);
+			kill(pid, SIGKILL);
+		}
+	}
+	closedir(proc);
+	buf_free(&needle);
+	buf_free(&cmd);
+	buf_free(&path);
+	return SBX_OK;
+}
+
+/* The network capability: the daemon serves the approval proxy inside the
+ * sandbox's own network namespace. */
+static int local_netns_fd(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (!local_alive(lb))
+		return -1;
+	return local_net_nsfd(lb->init_pid);
+}
+
+static const struct sbx_net_ops local_net_ops = {
+	.netns_fd = local_netns_fd,
+	.enforced_by = NULL,
+};
 
 static const struct sbx_provider_ops local_ops = {
 	.config_key = local_config_key,
 	.config_show = local_config_show,
 	.config_free = local_config_free,
 	.init = local_init,
+	.discover = local_discover,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,
@@ -1232,6 +1361,7 @@ static const struct sbx_provider_ops local_ops = {
 	.exec_finish = local_exec_finish,
 	.exec_free = local_exec_free,
 	.exec_cleanup = local_exec_cleanup,
+	.net = &local_net_ops,
 };
 
 static const char *const local_aliases[] = { "deerflow.sandbox.local:LocalSandboxProvider", NULL };

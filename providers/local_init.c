@@ -4,9 +4,11 @@
  *
  * bubblewrap starts it (--as-pid-1) as root inside the new namespaces; it
  * drops to the sandbox's uid at once (no capabilities, empty bounding set,
- * no_new_privs), says "ready" on fd 4 and then only reaps the orphans that
- * jobs leave behind, forever.  It is linked statically so that it runs on
- * any root filesystem (local.rootfs) and is bind-mounted read-only.
+ * no_new_privs), says "ready" on fd 4 (a socket), waits for the daemon's
+ * "go" on it (sent once the sandbox is recorded: without it, it exits) and
+ * then only reaps the orphans that jobs leave behind, forever.  It is
+ * linked statically so that it runs on any root filesystem (local.rootfs)
+ * and is bind-mounted read-only.
  *
  * As pid 1 of its namespace it ignores signals it has no handler for, also
  * from inside the sandbox, so only SIGKILL from the host ends it, and with
@@ -59,6 +61,19 @@ int main(int argc, char **argv)
 	if (write(4, "ready\n", 6) != 6) {
 		fprintf(stderr, "sbxfs-init: cannot report readiness: %s\n", strerror(errno));
 		return 1;
+	}
+	/* the daemon answers once it has recorded the sandbox; without that
+	 * answer (it died) nothing would ever end this sandbox: exit */
+	{
+		char go;
+		ssize_t n;
+
+		while ((n = read(4, &go, 1)) < 0 && errno == EINTR)
+			;
+		if (n != 1) {
+			fprintf(stderr, "sbxfs-init: the daemon went away before recording the sandbox\n");
+			return 1;
+		}
 	}
 	close_range(3, ~0U, 0);
 

@@ -50,6 +50,13 @@ static struct {
 	bool reaper_running, stopping;
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .reaper_cond = PTHREAD_COND_INITIALIZER };
 
+static const struct pool_hooks *pool_hooks; /* set before pool_init */
+
+void pool_set_hooks(const struct pool_hooks *h)
+{
+	pool_hooks = h;
+}
+
 static unsigned pool_hash(const char *token)
 {
 	return (unsigned)strtoul(token + SCOPE_TOKEN_LEN - 6, NULL, 16) % POOL_BUCKETS;
@@ -240,6 +247,8 @@ static void pool_destroy_held(struct sbx *s, const char *why)
 	enum sbx_err e;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (box && pool_hooks && pool_hooks->down)
+		pool_hooks->down(s);
 	if (box) {
 		e = box->prov->ops->destroy(box);
 		if (e)
@@ -405,14 +414,27 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_unsave(s);
 		return sbx_err_errno(e) == ENOENT ? EIO : sbx_err_errno(e);
 	}
-	if (pool_save(s, prov, "ready")) {
+	pool_set_box_held(s, box, prov, config_get(cfg));
+	if (pool_hooks && pool_hooks->up && pool_hooks->up(s, false)) {
+		log_err(scope, "create failed: the sandbox's network policy could not be set up");
+		pool_note_error(scope, "create", "provider %s: network policy setup failed", prov->name);
+		err = EIO;
+	} else if (pool_save(s, prov, "ready")) {
 		log_err(scope, "cannot record the sandbox: %s", strerror(errno));
+		if (pool_hooks && pool_hooks->down)
+			pool_hooks->down(s);
+		err = EIO;
+	}
+	if (err) {
+		struct sbx_config *held = s->cfg;
+
+		pool_set_box_held(s, NULL, prov, NULL);
 		prov->ops->destroy(box);
 		sbx_box_put(box);
+		config_put(held);
 		pool_unsave(s);
-		return EIO;
+		return err;
 	}
-	pool_set_box_held(s, box, prov, config_get(cfg));
 	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)box->uid);
 	return 0;
 }
@@ -740,6 +762,8 @@ static void pool_adopt_one(const char *user, const char *thread, bool discovered
 		} else {
 			pthread_mutex_lock(&s->scope);
 			pool_set_box_held(s, box, pool.prov, config_get(pool.cfg));
+			if (pool_hooks && pool_hooks->up)
+				pool_hooks->up(s, true);
 			pthread_mutex_unlock(&s->scope);
 			s->created_at = json_real_value(json_object_get(j, "created_at"));
 			pthread_mutex_lock(&pool.lock);

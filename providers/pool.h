@@ -85,6 +85,19 @@ struct pool_stats {
 
 extern const double pool_hist_bounds[12];
 
+/* What another module does when a sandbox comes to life or ends (the
+ * network policy, net/net.h): up after a create (adopted false: a nonzero
+ * return fails the create, which then leaves nothing) or an adoption (true),
+ * down before a destroy.  Both run with the sandbox's scope lock held and
+ * s->box, s->prov and s->cfg set, on a work thread (or the main thread at
+ * start and exit); they may block.  Set before pool_init (NULL: none). */
+struct pool_hooks {
+	int (*up)(struct sbx *s, bool adopted);
+	void (*down)(struct sbx *s);
+};
+
+void pool_set_hooks(const struct pool_hooks *h);
+
 /* Start: pick the provider, load uid allocations, adopt what is running.
  * Returns 0 or -1 with err filled. */
 int pool_init(struct sbx_config *cfg, char *err, size_t errlen);

@@ -156,12 +156,17 @@ struct sbx_skills_ops {
 	enum sbx_err (*remove)(struct sbx_box *box, const char *path, bool is_dir);
 };
 
-/* Network policy.  Either the sandbox has a network namespace the daemon
- * can enter (netns_fd: the in-namespace approval proxy is served there), or
- * the backend enforces egress itself (enforced_by names how; events are
- * then not available). */
+/* Network policy (DESIGN §7, docs/network.md).  Either the sandbox has a
+ * network namespace of its own that the daemon can enter (netns_fd: in
+ * allowlist mode the approval proxy is served there, 127.0.0.1:3128), or the
+ * backend enforces egress itself (enforced_by names how; events are then
+ * not available and `network` says so).  A netns provider gives every mode a
+ * namespace of its own (containers: --network none for isolated and
+ * allowlist) and installs the mode's ruleset in it with egress_apply()
+ * (net/egress.h) inside create, before the sandbox is handed out. */
 struct sbx_net_ops {
-	/* A new fd on the sandbox's network namespace (the caller closes it), or -1. */
+	/* A new fd on the sandbox's network namespace (the caller closes it), or
+	 * -1.  Called with the scope lock held (pool hooks); may block briefly. */
 	int (*netns_fd)(struct sbx_box *box);
 	const char *enforced_by;
 };

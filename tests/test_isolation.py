@@ -274,7 +274,9 @@ except Exception as e:
 
 @pytest.mark.timeout_s(90)
 @pytest.mark.parametrize("mode", ["isolated", "open"])
-def test_host_loopback_reachable_only_in_open_mode(sbxfs, mode):
+def test_host_loopback_unreachable_in_every_mode(sbxfs, mode):
+    """Every mode has a network namespace of its own (DESIGN §7; more in
+    test_network.py): even open mode never reaches the host's 127.0.0.1."""
     m = sbxfs(config={"network": {"mode": mode}})
     t = acquire(m)
     assert sbxutil.status(t)["network_mode"] == mode
@@ -282,12 +284,8 @@ def test_host_loopback_reachable_only_in_open_mode(sbxfs, mode):
     try:
         code, out, err = run_job(t, "net", "python3 -", stdin=CONNECT.replace("PORT", str(srv.port)), timeout=30)
         assert code == 0, err
-        if mode == "open":
-            assert out == "connected hello from the host\n", (out, err)
-            assert srv.accepted >= 1
-        else:
-            assert out.startswith("failed"), f"isolated sandbox reached the host's 127.0.0.1: {out}"
-            assert srv.accepted == 0
+        assert out.startswith("failed"), f"a {mode} sandbox reached the host's 127.0.0.1: {out}"
+        assert srv.accepted == 0
     finally:
         srv.close()
 

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * egress.c - nftables rules inside a sandbox's network namespace (see
+ * egress.h).  Why nftables through libnftables and not a filter of our own
+ * (seccomp on connect, an LD_PRELOAD, a userspace NAT): the kernel applies
+ * the rules to every packet of every socket type, whatever the sandbox runs,
+ * and the sandbox cannot touch them without CAP_NET_ADMIN in the host's user
+ * namespace.  The ruleset is text, so what is installed is exactly what
+ * `nft list ruleset` shows in docs/network.md.
+ */
+#define _GNU_SOURCE
+#include "egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <nftables/libnftables.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/util.h"
+#include "policy.h"
+
+struct ns_call {
+	int nsfd;
+	int (*fn)(void *arg);
+	void *arg;
+	int result;
+	int err;
+};
+
+static void *ns_thread(void *p)
+{
+	struct ns_call *c = p;
+
+	if (setns(c->nsfd, CLONE_NEWNET)) {
+		c->result = -1;
+		c->err = errno;
+		return NULL;
+	}
+	errno = 0;
+	c->result = c->fn(c->arg);
+	c->err = errno;
+	return NULL;
+}
+
+int egress_in_netns(int nsfd, int (*fn)(void *arg), void *arg)
+{
+	struct ns_call c = { .nsfd = nsfd, .fn = fn, .arg = arg };
+	pthread_t t;
+	int e;
+
+	/* a thread of its own: setns() changes only the calling thread, and
+	 * this one ends right after, so no other work runs in the namespace */
+	e = pthread_create(&t, NULL, ns_thread, &c);
+	if (e) {
+		errno = e;
+		return -1;
+	}
+	pthread_join(t, NULL);
+	errno = c.err;
+	return c.result;
+}
+
+/* ---- the ruleset ----------------------------------------------------------------- */
+
+static int add_set(struct buf *b, const char *name, const char *type, bool interval, const char *const *elems,
+	size_t n)
+{
+	int e = 0;
+
+	if (!n)
+		return 0;
+	e |= buf_addf(b, "\tset %s {\n\t\ttype %s\n%s\t\telements = { ", name, type, interval ? "\t\tflags interval\n" : "");
+	for (size_t i = 0; i < n; i++)
+		e |= buf_addf(b, "%s%s", i ? ", " : "", elems[i]);
+	e |= buf_adds(b, " }\n\t}\n");
+	return e;
+}
+
+/* The host's own addresses (but loopback): a sandbox reaching one would
+ * reach the host's services on it. */
+static void host_addrs(char (*v4)[INET6_ADDRSTRLEN], size_t *n4, char (*v6)[INET6_ADDRSTRLEN], size_t *n6,
+	size_t max)
+{
+	struct ifaddrs *ifa = NULL;
+
+	*n4 = *n6 = 0;
+	if (getifaddrs(&ifa))
+		return;
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET && *n4 < max)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, v4[(*n4)++], INET6_ADDRSTRLEN);
+		else if (i->ifa_addr->sa_family == AF_INET6 && *n6 < max)
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, v6[(*n6)++],
+				INET6_ADDRSTRLEN);
+	}
+	freeifaddrs(ifa);
+}
+
+#define EGRESS_HOST_ADDRS 64
+
+int egress_ruleset(const struct egress_rules *r, struct buf *b)
+{
+	const char *const *p4 = policy_private_cidrs(4), *const *p6 = policy_private_cidrs(6);
+	char (*h4)[INET6_ADDRSTRLEN] = NULL, (*h6)[INET6_ADDRSTRLEN] = NULL;
+	const char *e4[EGRESS_HOST_ADDRS], *e6[EGRESS_HOST_ADDRS];
+	size_t n4 = 0, n6 = 0, np4 = 0, np6 = 0;
+	unsigned char bin[16];
+	int e = 0;
+
+	/* delete what a previous attempt left, then define the table whole */
+	e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\ntable inet sbxfs {\n");
+	if (r->mode == NET_OPEN && !r->allow_private) {
+		h4 = calloc(EGRESS_HOST_ADDRS, sizeof(*h4));
+		h6 = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
+		if (!h4 || !h6) {
+			e = -1;
+			goto out;
+		}
+		host_addrs(h4, &n4, h6, &n6, EGRESS_HOST_ADDRS);
+		for (size_t i = 0; i < n4; i++)
+			e4[i] = h4[i];
+		for (size_t i = 0; i < n6; i++)
+			e6[i] = h6[i];
+		while (p4[np4])
+			np4++;
+		while (p6[np6])
+			np6++;
+		e |= add_set(b, "private4", "ipv4_addr", true, p4, np4);
+		e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
+		e |= add_set(b, "host4", "ipv4_addr", false, e4, n4);
+		e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
+	}
+	e |= buf_adds(b, "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n"
+			 "\t\toif \"lo\" accept\n");
+	if (r->mode == NET_OPEN && !r->allow_private) {
+		/* IPv6 neighbour discovery towards the gateway pasta answers as */
+		e |= buf_adds(b, "\t\ticmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept\n");
+		if (r->dns && inet_pton(AF_INET, r->dns, bin) == 1)
+			e |= buf_addf(b, "\t\tip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n", r->dns);
+		else if (r->dns && inet_pton(AF_INET6, r->dns, bin) == 1)
+			e |= buf_addf(b, "\t\tip6 daddr %s meta l4proto { tcp, udp } th dport 53 accept\n", r->dns);
+		e |= buf_adds(b, "\t\tip daddr @private4 meta l4proto tcp reject with tcp reset\n"
+				 "\t\tip daddr @private4 reject with icmpx admin-prohibited\n"
+				 "\t\tip6 daddr @private6 meta l4proto tcp reject with tcp reset\n"
+				 "\t\tip6 daddr @private6 reject with icmpx admin-prohibited\n");
+		if (n4)
+			e |= buf_adds(b, "\t\tip daddr @host4 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip daddr @host4 reject with icmpx admin-prohibited\n");
+		if (n6)
+			e |= buf_adds(b, "\t\tip6 daddr @host6 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip6 daddr @host6 reject with icmpx admin-prohibited\n");
+	} else if (r->mode != NET_OPEN) {
+		e |= buf_adds(b, "\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx admin-prohibited\n");
+	}
+	e |= buf_adds(b, "\t}\n}\n");
+out:
+	free(h4);
+	free(h6);
+	return e ? -1 : 0;
+}
+
+static pthread_mutex_t nft_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct nft_call {
+	const char *text;
+	char *err;
+	size_t errlen;
+};
+
+static int nft_apply_here(void *arg)
+{
+	struct nft_call *c = arg;
+	struct nft_ctx *ctx;
+	int r = -1;
+
+	pthread_mutex_lock(&nft_lock);
+	ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+	if (!ctx) {
+		snprintf(c->err, c->errlen, "libnftables: cannot create a context");
+	} else {
+		nft_ctx_buffer_output(ctx);
+		nft_ctx_buffer_error(ctx);
+		r = nft_run_cmd_from_buffer(ctx, c->text) ? -1 : 0;
+		if (r) {
+			const char *msg = nft_ctx_get_error_buffer(ctx);
+			snprintf(c->err, c->errlen, "nftables: %s", msg && *msg ? msg : "the ruleset was refused");
+			for (char *p = c->err; *p; p++)
+				if (*p == '\n')
+					*p = ' ';
+		}
+		nft_ctx_free(ctx);
+	}
+	pthread_mutex_unlock(&nft_lock);
+	return r;
+}
+
+int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errlen)
+{
+	struct buf text = BUF_INIT(64 * 1024);
+	struct nft_call c = { .err = err, .errlen = errlen };
+	int res = -1;
+
+	snprintf(err, errlen, "out of memory");
+	if (!egress_ruleset(r, &text)) {
+		c.text = buf_str(&text);
+		res = egress_in_netns(nsfd, nft_apply_here, &c);
+		if (res && errno && !strncmp(err, "out of memory", 13))
+			snprintf(err, errlen, "cannot enter the sandbox's network namespace: %s", strerror(errno));
+	}
+	buf_free(&text);
+	return res;
+}
+
+/* ---- waiting for the link --------------------------------------------------------- */
+
+static int link_ready(void *arg)
+{
+	struct ifaddrs *ifa = NULL;
+	int found = 0;
+
+	(void)arg;
+	if (getifaddrs(&ifa))
+		return 0;
+	for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+			continue;
+		if (i->ifa_addr->sa_family == AF_INET)
+			found = 1;
+		else if (i->ifa_addr->sa_family == AF_INET6 &&
+			 !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
+			found = 1;
+	}
+	freeifaddrs(ifa);
+	return found;
+}
+
+/* One thread for the whole wait: it has joined the namespace once. */
+struct wait_call {
+	int timeout_ms;
+	int pidfd;
+};
+
+static int wait_here(void *arg)
+{
+	struct wait_call *w = arg;
+	uint64_t deadline = util_now_ms() + (uint64_t)w->timeout_ms;
+
+	for (;;) {
+		struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+
+		if (link_ready(NULL))
+			return 0;
+		if (util_now_ms() >= deadline) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		if (w->pidfd >= 0 ? poll(&p, 1, 5) == 1 : usleep(5000) < 0) {
+			errno = ECHILD; /* the helper ended */
+			return -1;
+		}
+	}
+}
+
+int egress_wait_link(int nsfd, int timeout_ms, int pidfd)
+{
+	struct wait_call w = { timeout_ms, pidfd };
+
+	return egress_in_netns(nsfd, wait_here, &w);
+}
+
+const char *egress_resolver(const char *resolv_conf, char *out, size_t len)
+{
+	struct buf b = BUF_INIT(64 * 1024);
+	const char *found = NULL;
+	unsigned char bin[16];
+
+	if (util_read_file(resolv_conf, &b) || !b.len) {
+		buf_free(&b);
+		return NULL;
+	}
+	for (char *line = b.ptr, *next; line && !found; line = next) {
+		char addr[INET6_ADDRSTRLEN + 1];
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		if (sscanf(line, " nameserver %46s", addr) != 1)
+			continue;
+		if (inet_pton(AF_INET, addr, bin) == 1 && bin[0] != 127 && (size_t)snprintf(out, len, "%s", addr) < len)
+			found = out;
+		else if (inet_pton(AF_INET6, addr, bin) == 1 && !IN6_IS_ADDR_LOOPBACK((struct in6_addr *)bin) &&
+			 (size_t)snprintf(out, len, "%s", addr) < len)
+			found = out;
+	}
+	buf_free(&b);
+	return found;
+}

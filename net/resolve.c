@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resolve.c - resolver threads for the proxy (see resolve.h).  Why threads
+ * and not getaddrinfo_a(): glibc's getaddrinfo_a() also runs getaddrinfo()
+ * on threads of its own, with completion by signal or by a new thread per
+ * request; a fixed pair with a queue is simpler to bound and to stop.
+ */
+#define _GNU_SOURCE
+#include "resolve.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct resolve_req *head, *tail; /* protected by lock */
+	bool stop;                       /* protected by lock */
+	pthread_t threads[RESOLVE_THREADS];
+	int n_threads;
+	void (*done)(struct resolve_req *r);
+} rs = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+/* Is a an address of this host (in the daemon's network namespace)? */
+static bool addr_is_local(const struct sockaddr *a, socklen_t len)
+{
+	struct sockaddr_storage ss;
+	int fd = socket(a->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool local;
+
+	if (fd < 0)
+		return true; /* cannot tell: refuse */
+	memcpy(&ss, a, len);
+	if (a->sa_family == AF_INET)
+		((struct sockaddr_in *)&ss)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+	local = bind(fd, (struct sockaddr *)&ss, len) == 0 || errno == EADDRINUSE || errno == EACCES;
+	close(fd);
+	return local;
+}
+
+static void add_addr(struct resolve_req *r, const struct sockaddr *a, socklen_t len)
+{
+	if (r->n >= RESOLVE_MAX_ADDRS)
+		return;
+	memcpy(&r->addrs[r->n], a, len);
+	if (a->sa_family == AF_INET)
+		((struct sockaddr_in *)&r->addrs[r->n])->sin_port = htons((uint16_t)r->port);
+	else
+		((struct sockaddr_in6 *)&r->addrs[r->n])->sin6_port = htons((uint16_t)r->port);
+	r->lens[r->n++] = len;
+}
+
+void resolve_now(struct resolve_req *r)
+{
+	r->n = 0;
+	r->err = RESOLVE_OK;
+	r->why[0] = '\0';
+	if (r->mapped) {
+		for (size_t i = 0; i < r->mapped->n_addrs; i++) {
+			struct sockaddr_in s4 = { .sin_family = AF_INET };
+			struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+
+			if (inet_pton(AF_INET, r->mapped->addrs[i], &s4.sin_addr) == 1)
+				add_addr(r, (struct sockaddr *)&s4, sizeof(s4));
+			else if (inet_pton(AF_INET6, r->mapped->addrs[i], &s6.sin6_addr) == 1)
+				add_addr(r, (struct sockaddr *)&s6, sizeof(s6));
+		}
+	} else {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
+		int e = getaddrinfo(r->host, NULL, &hints, &res);
+
+		if (e) {
+			r->err = e == EAI_NONAME || e == EAI_NODATA ? RESOLVE_NONAME : RESOLVE_FAILED;
+			snprintf(r->why, sizeof(r->why), "%s", gai_strerror(e));
+			return;
+		}
+		for (struct addrinfo *a = res; a; a = a->ai_next)
+			if (a->ai_family == AF_INET || a->ai_family == AF_INET6)
+				add_addr(r, a->ai_addr, a->ai_addrlen);
+		freeaddrinfo(res);
+	}
+	if (r->n == 0) {
+		r->err = RESOLVE_NONAME;
+		snprintf(r->why, sizeof(r->why), "no address");
+		return;
+	}
+	if (r->allow_private)
+		return;
+	for (int i = 0; i < r->n; i++) {
+		const struct sockaddr *a = (struct sockaddr *)&r->addrs[i];
+		char text[INET6_ADDRSTRLEN] = "?";
+
+		if (!policy_addr_private(a) && !addr_is_local(a, r->lens[i]))
+			continue;
+		if (a->sa_family == AF_INET)
+			inet_ntop(AF_INET, &((struct sockaddr_in *)a)->sin_addr, text, sizeof(text));
+		else
+			inet_ntop(AF_INET6, &((struct sockaddr_in6 *)a)->sin6_addr, text, sizeof(text));
+		r->err = RESOLVE_PRIVATE;
+		snprintf(r->why, sizeof(r->why), "%s", text); /* the address refused */
+		r->n = 0;
+		return;
+	}
+}
+
+static void *resolve_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct resolve_req *r;
+		bool stop;
+
+		pthread_mutex_lock(&rs.lock);
+		while (!rs.head && !rs.stop)
+			pthread_cond_wait(&rs.cond, &rs.lock);
+		r = rs.head;
+		if (r) {
+			rs.head = r->next;
+			if (!rs.head)
+				rs.tail = NULL;
+		}
+		stop = rs.stop;
+		pthread_mutex_unlock(&rs.lock);
+		if (!r)
+			return NULL; /* stopping, queue empty */
+		if (stop) {
+			r->n = 0;
+			r->err = RESOLVE_FAILED;
+			snprintf(r->why, sizeof(r->why), "shutting down");
+		} else {
+			resolve_now(r);
+		}
+		rs.done(r);
+	}
+}
+
+int resolve_init(void (*done)(struct resolve_req *r))
+{
+	rs.done = done;
+	rs.stop = false;
+	for (int i = 0; i < RESOLVE_THREADS; i++) {
+		int e = pthread_create(&rs.threads[i], NULL, resolve_main, NULL);
+		if (e)
+			return e;
+		rs.n_threads++;
+	}
+	return 0;
+}
+
+void resolve_submit(struct resolve_req *r)
+{
+	r->next = NULL;
+	pthread_mutex_lock(&rs.lock);
+	if (rs.tail)
+		rs.tail->next = r;
+	else
+		rs.head = r;
+	rs.tail = r;
+	pthread_cond_signal(&rs.cond);
+	pthread_mutex_unlock(&rs.lock);
+}
+
+void resolve_shutdown(void)
+{
+	pthread_mutex_lock(&rs.lock);
+	rs.stop = true;
+	pthread_cond_broadcast(&rs.cond);
+	pthread_mutex_unlock(&rs.lock);
+	while (rs.n_threads > 0)
+		pthread_join(rs.threads[--rs.n_threads], NULL);
+}

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * resolve.h - name resolution off the proxy's event loop.
+ *
+ * getaddrinfo() blocks (seconds, for a slow or absent DNS server), so the
+ * proxy never calls it: it submits a request here and goes on serving other
+ * connections; one of RESOLVE_THREADS threads resolves it and hands it back
+ * through the done() callback given at resolve_init().
+ *
+ * A name of network.hosts resolves to its configured addresses without DNS.
+ * Then every address is checked (DeerFlow: "every answer must be public"):
+ * one that is private (policy.h) or that belongs to this host (bind()
+ * succeeds on it) fails the whole request with RESOLVE_PRIVATE unless
+ * allow_private is set, so a name cannot be pointed at the host or the
+ * local network through DNS.
+ */
+#ifndef SBX_NET_RESOLVE_H
+#define SBX_NET_RESOLVE_H
+
+#include <stdbool.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "../common/config.h"
+#include "policy.h"
+
+#define RESOLVE_MAX_ADDRS 16
+#define RESOLVE_THREADS 2
+
+enum resolve_err { RESOLVE_OK = 0, RESOLVE_NONAME, RESOLVE_PRIVATE, RESOLVE_FAILED };
+
+struct resolve_req {
+	/* in: owned by the submitter until done() */
+	char host[POLICY_HOST_MAX + 1];
+	int port;
+	const struct config_host *mapped; /* network.hosts entry, or NULL */
+	bool allow_private;
+	void *arg;
+	/* out */
+	enum resolve_err err;
+	char why[96]; /* RESOLVE_PRIVATE: the address refused; else the resolver's error */
+	struct sockaddr_storage addrs[RESOLVE_MAX_ADDRS];
+	socklen_t lens[RESOLVE_MAX_ADDRS];
+	int n;
+	struct resolve_req *next; /* the queue's */
+};
+
+/* Start the threads; done(r) runs on one of them for every submitted r. */
+int resolve_init(void (*done)(struct resolve_req *r));
+/* Queue r (never fails; r comes back through done()). */
+void resolve_submit(struct resolve_req *r);
+/* Resolve r on the calling thread (resolve_submit's worker; unit tests). */
+void resolve_now(struct resolve_req *r);
+/* Stop the threads; requests still queued come back with RESOLVE_FAILED. */
+void resolve_shutdown(void);
+
+#endif

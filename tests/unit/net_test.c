@@ -1,0 +1,541 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net_test.c - unit tests of the network policy's pure parts (net/): host
+ * names and addresses (policy), events and grants with DeerFlow's lifecycle
+ * and their persistence (netpol), the strict HTTP reader and the chunked
+ * framing (http), the ClientHello reader (tls), the nftables ruleset text
+ * (egress) and the resolver's address checks (resolve, with network.hosts
+ * only: no DNS here).  Time is passed in, so TTLs and the 30 s reuse are
+ * tested without sleeping.  Run by `make unit`.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../common/json.h"
+#include "../../common/log.h"
+#include "../../net/egress.h"
+#include "../../net/http.h"
+#include "../../net/netpol.h"
+#include "../../net/policy.h"
+#include "../../net/resolve.h"
+#include "../../net/tls.h"
+#include "check.h"
+
+/* ---- policy ------------------------------------------------------------------------ */
+
+static int canon(const char *in, char *out)
+{
+	return policy_host_canon(in, strlen(in), out);
+}
+
+static bool priv(const char *a)
+{
+	struct sockaddr_in s4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+
+	if (inet_pton(AF_INET, a, &s4.sin_addr) == 1)
+		return policy_addr_private((struct sockaddr *)&s4);
+	if (inet_pton(AF_INET6, a, &s6.sin6_addr) == 1)
+		return policy_addr_private((struct sockaddr *)&s6);
+	abort();
+}
+
+static void test_policy(void)
+{
+	char h[POLICY_HOST_MAX + 1];
+	char *doms[] = { "api.example.test", "*.pypi.example" };
+
+	CHECK(canon("API.Example.Test.", h) == POLICY_HOST_OK && !strcmp(h, "api.example.test"));
+	CHECK(canon("a_b.example", h) == POLICY_HOST_OK);
+	CHECK(canon("localhost", h) == POLICY_HOST_OK);
+	/* IP literals in every spelling getaddrinfo() or inet_aton() accepts */
+	static const char *literals[] = { "127.0.0.1", "127.1", "0x7f.1", "2130706433", "017700000001", "[::1]", "::1",
+		"1.2.3.999", "10.0.0.1.", "a.0x10", NULL };
+	for (int i = 0; literals[i]; i++)
+		CHECK(canon(literals[i], h) == POLICY_HOST_IP_LITERAL);
+	static const char *invalid[] = { "", ".", "a..b", "-a.b", "a-.b", "a b", "a/b", "a@b", "é.example", NULL };
+	for (int i = 0; invalid[i]; i++)
+		CHECK(canon(invalid[i], h) == POLICY_HOST_INVALID);
+	{
+		char big[300];
+		memset(big, 'a', 64);
+		memcpy(big + 64, ".example", 9);
+		CHECK(canon(big, h) == POLICY_HOST_INVALID); /* a 64-byte label */
+	}
+	CHECK(policy_domain_match("api.example.test", "api.example.test"));
+	CHECK(!policy_domain_match("api.example.test", "x.api.example.test"));
+	CHECK(policy_domain_match("*.pypi.example", "files.pypi.example"));
+	CHECK(policy_domain_match("*.pypi.example", "a.b.pypi.example"));
+	CHECK(!policy_domain_match("*.pypi.example", "pypi.example")); /* never the apex */
+	CHECK(!policy_domain_match("*.pypi.example", "evilpypi.example"));
+	CHECK(policy_domains_match(doms, 2, "x.pypi.example") && !policy_domains_match(doms, 2, "example.test"));
+
+	static const char *privates[] = { "10.1.2.3", "127.0.0.1", "127.255.0.1", "169.254.169.254", "100.64.1.1",
+		"192.168.1.1", "172.16.0.1", "172.31.255.255", "0.0.0.0", "224.0.0.1", "255.255.255.255", "198.18.0.1",
+		"192.0.0.8", "::1", "::", "fe80::1", "fc00::1", "fd00:ec2::254", "ff02::1", "::ffff:10.0.0.1",
+		"::ffff:127.0.0.1", "64:ff9b::a00:1", "2002:a00:1::1", NULL };
+	for (int i = 0; privates[i]; i++)
+		CHECK(priv(privates[i]));
+	static const char *publics[] = { "8.8.8.8", "172.32.0.1", "198.51.100.1", "203.0.113.5", "192.0.2.1",
+		"1.1.1.1", "2001:4860:4860::8888", "2001:db8::1", NULL };
+	for (int i = 0; publics[i]; i++)
+		CHECK(!priv(publics[i]));
+}
+
+/* ---- netpol --------------------------------------------------------------------------- */
+
+static char *domains[] = { "*.pypi.example" };
+
+static struct netpol_conf conf_of(enum net_mode mode, bool prompt)
+{
+	struct netpol_conf c = { .mode = mode, .prompt = prompt, .ttl = 60, .wait = 0, .domains = domains,
+		.n_domains = 1 };
+	return c;
+}
+
+static unsigned changes_seen;
+
+static void on_change(void *arg, unsigned changes)
+{
+	(void)arg;
+	changes_seen |= changes;
+}
+
+static int cmd(struct netpol *p, const char *text, double now)
+{
+	return netpol_command(p, text, strlen(text), now);
+}
+
+static int cmdf(struct netpol *p, double now, const char *verb, const char *id)
+{
+	char text[128];
+
+	snprintf(text, sizeof(text), "%s %s\n", verb, id);
+	return cmd(p, text, now);
+}
+
+static json_t *consume_json(struct netpol *p)
+{
+	struct buf b = BUF_INIT(4096);
+	json_t *j = NULL;
+
+	if (!netpol_consume(p, 0, &b)) {
+		CHECK(b.len > 1 && b.ptr[b.len - 1] == '\n' && !memchr(b.ptr, '\n', b.len - 1)); /* one line */
+		j = json_loadb(b.ptr, b.len, 0, NULL);
+	}
+	buf_free(&b);
+	return j;
+}
+
+static void test_netpol_lifecycle(void)
+{
+	struct netpol_conf c = conf_of(NET_ALLOWLIST, true);
+	struct netpol *p = netpol_new(&c, NULL);
+	char a[NETPOL_ID_LEN + 1], b[NETPOL_ID_LEN + 1], d[NETPOL_ID_LEN + 1], e[NETPOL_ID_LEN + 1];
+	double t = 1000.0;
+	json_t *j;
+
+	netpol_set_notify(p, on_change, NULL);
+	/* static allow rules match by host, for any port the proxy lets through */
+	CHECK(netpol_allows(p, "files.pypi.example", 443, t));
+	CHECK(!netpol_allows(p, "pypi.example", 443, t));
+	CHECK(!netpol_allows(p, "api.example.test", 443, t));
+	CHECK(!netpol_pending(p));
+
+	changes_seen = 0;
+	CHECK(netpol_record(p, "api.example.test", 443, "CONNECT", t, a) == 0 && strlen(a) == NETPOL_ID_LEN);
+	CHECK(changes_seen & NETPOL_RECORDED);
+	CHECK(a[14] == '4'); /* a version-4 UUID */
+	CHECK(netpol_pending(p));
+	/* a retry within 30 s reuses the undecided event; after, a new one */
+	CHECK(netpol_record(p, "api.example.test", 443, "CONNECT", t + 29, b) == 0 && !strcmp(a, b));
+	CHECK(netpol_record(p, "api.example.test", 443, "CONNECT", t + 31, b) == 0 && strcmp(a, b));
+	/* another port is another destination */
+	CHECK(netpol_record(p, "api.example.test", 80, "GET", t + 1, d) == 0 && strcmp(d, a) && strcmp(d, b));
+
+	/* consume: the oldest unsurfaced event; the other unsurfaced ones are superseded */
+	changes_seen = 0;
+	j = consume_json(p);
+	CHECK(j && !strcmp(json_string_value(json_object_get(j, "request_id")), a));
+	CHECK(j && !strcmp(json_string_value(json_object_get(j, "host")), "api.example.test"));
+	CHECK(j && json_integer_value(json_object_get(j, "port")) == 443);
+	CHECK(j && !strcmp(json_string_value(json_object_get(j, "method")), "CONNECT"));
+	CHECK(j && json_number_value(json_object_get(j, "created_at")) == t);
+	CHECK(j && json_object_size(j) == 5);
+	json_decref(j);
+	CHECK(changes_seen & NETPOL_DECIDED);
+	CHECK(netpol_decision(p, b) == NP_SUPERSEDED && netpol_decision(p, d) == NP_SUPERSEDED);
+	CHECK(netpol_decision(p, a) == NP_UNDECIDED);
+	CHECK(!netpol_pending(p) && consume_json(p) == NULL);
+	/* a surfaced, undecided event is still reused by a retry within 30 s */
+	CHECK(netpol_record(p, "api.example.test", 443, "CONNECT", t + 10, e) == 0 && !strcmp(e, a));
+	/* a superseded one is decided: a retry makes a fresh event */
+	CHECK(netpol_record(p, "api.example.test", 80, "GET", t + 2, e) == 0 && strcmp(e, d));
+
+	/* decisions */
+	CHECK(cmdf(p, t + 20, "allow_temporary", a) == 0);
+	CHECK(netpol_allows(p, "api.example.test", 443, t + 20));
+	CHECK(!netpol_allows(p, "api.example.test", 80, t + 20)); /* grants are per port */
+	CHECK(cmdf(p, t + 21, "allow_temporary", a) == 0);         /* the same decision again */
+	CHECK(cmdf(p, t + 21, "deny", a) == EEXIST);
+	CHECK(cmdf(p, t + 21, "allow_sandbox", a) == EEXIST);
+	CHECK(cmdf(p, t + 21, "allow_temporary", b) == EEXIST); /* superseded stays superseded */
+	CHECK(netpol_allows(p, "api.example.test", 443, t + 20 + 59));
+	CHECK(!netpol_allows(p, "api.example.test", 443, t + 20 + 61)); /* ttl 60 */
+	CHECK(cmdf(p, t, "deny", "0123abcd-0000-4000-8000-000000000000") == ENOENT);
+	CHECK(cmdf(p, t, "allow_sandbox", e) == 0);
+	CHECK(netpol_allows(p, "api.example.test", 80, t + 1e6)); /* no expiry */
+	/* ids are read case-insensitively */
+	{
+		char up[NETPOL_ID_LEN + 1];
+		for (int i = 0; i <= NETPOL_ID_LEN; i++)
+			up[i] = (char)(e[i] >= 'a' && e[i] <= 'f' ? e[i] - 32 : e[i]);
+		CHECK(cmdf(p, t, "allow_sandbox", up) == 0);
+	}
+	netpol_put(p);
+}
+
+static void test_netpol_commands(void)
+{
+	struct netpol_conf c = conf_of(NET_ALLOWLIST, true);
+	struct netpol *p = netpol_new(&c, NULL);
+	char a[NETPOL_ID_LEN + 1], b[NETPOL_ID_LEN + 1], text[200];
+	struct buf before = BUF_INIT(1 << 20), after = BUF_INIT(1 << 20);
+	json_t *j;
+
+	CHECK(netpol_record(p, "a.example", 443, "CONNECT", 100, a) == 0);
+	j = consume_json(p); /* a is surfaced */
+	json_decref(j);
+	CHECK(netpol_record(p, "b.example", 443, "CONNECT", 101, b) == 0);
+	CHECK(netpol_render(p, 102, NULL, &before) == 0);
+	/* malformed: EINVAL and nothing changes */
+	static const char *bad[] = { "", "\n", "allow", "allow_temporary", "allow_temporary\n", "ALLOW_TEMPORARY x",
+		"frobnicate 0123abcd-0000-4000-8000-000000000000", "deny 1234", "deny zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz",
+		"deny-pending now", "deny_pending", "superseded 0123abcd-0000-4000-8000-000000000000", NULL };
+	for (int i = 0; bad[i]; i++)
+		CHECK(cmd(p, bad[i], 102) == EINVAL);
+	snprintf(text, sizeof(text), "deny %s extra", a);
+	CHECK(cmd(p, text, 102) == EINVAL);
+	snprintf(text, sizeof(text), "deny %s\ndeny %s\n", a, b);
+	CHECK(cmd(p, text, 102) == EINVAL); /* one command per write */
+	CHECK(netpol_command(p, "deny-pending\0x", 14, 102) == EINVAL);
+	CHECK(netpol_render(p, 102, NULL, &after) == 0);
+	CHECK(before.len == after.len && !memcmp(before.ptr, after.ptr, before.len));
+	/* deny-pending: unsurfaced events only */
+	CHECK(cmd(p, "deny-pending\n", 103) == 0);
+	CHECK(netpol_decision(p, b) == NP_DENY);
+	CHECK(netpol_decision(p, a) == NP_UNDECIDED);
+	CHECK(cmd(p, "deny-pending", 103) == 0); /* nothing left: still fine */
+	CHECK(cmd(p, "  deny\t", 103) == EINVAL);
+	snprintf(text, sizeof(text), "  deny   %s  \r\n", a);
+	CHECK(cmd(p, text, 103) == 0);
+	/* no state at all (a provider without events): ids are unknown */
+	CHECK(netpol_command(NULL, "deny-pending", 12, 0) == 0);
+	CHECK(cmdf(NULL, 0, "deny", a) == ENOENT);
+	CHECK(cmd(NULL, "bogus", 0) == EINVAL);
+	buf_free(&before);
+	buf_free(&after);
+	netpol_put(p);
+
+	/* approval: deny and the other modes record nothing */
+	c = conf_of(NET_ALLOWLIST, false);
+	p = netpol_new(&c, NULL);
+	CHECK(!netpol_records(p) && netpol_record(p, "a.example", 443, "CONNECT", 1, a) == -1);
+	netpol_put(p);
+	c = conf_of(NET_ISOLATED, true);
+	p = netpol_new(&c, NULL);
+	CHECK(netpol_record(p, "a.example", 443, "CONNECT", 1, a) == -1);
+	CHECK(!netpol_allows(p, "x.pypi.example", 443, 1)); /* isolated denies even allow_domains */
+	netpol_put(p);
+
+	/* the number of events is bounded; decided ones go first */
+	c = conf_of(NET_ALLOWLIST, true);
+	p = netpol_new(&c, NULL);
+	CHECK(netpol_record(p, "first.example", 443, "CONNECT", 1, a) == 0);
+	for (int i = 0; i < NETPOL_MAX_EVENTS + 10; i++) {
+		char host[64];
+		snprintf(host, sizeof(host), "h%d.example", i);
+		CHECK(netpol_record(p, host, 443, "CONNECT", 2 + i, b) == 0);
+		if (i == 0)
+			CHECK(cmdf(p, 3, "deny", b) == 0);
+	}
+	{
+		struct buf r = BUF_INIT(BUF_CAP_JSON);
+		json_t *o;
+		CHECK(netpol_render(p, 5000, NULL, &r) == 0);
+		o = json_loadb(r.ptr, r.len, 0, NULL);
+		CHECK(o && json_array_size(json_object_get(o, "events")) == NETPOL_MAX_EVENTS);
+		json_decref(o);
+		buf_free(&r);
+	}
+	netpol_put(p);
+}
+
+static void test_netpol_persist(void)
+{
+	char dir[] = "/tmp/sbxfs-net-test-XXXXXX", path[128], a[NETPOL_ID_LEN + 1], b[NETPOL_ID_LEN + 1];
+	struct netpol_conf c = conf_of(NET_ALLOWLIST, true), other = conf_of(NET_OPEN, false);
+	struct netpol *p, *q;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/network.json", dir);
+	p = netpol_new(&c, path);
+	CHECK(netpol_save(p) == 0 && access(path, F_OK) == 0);
+	CHECK(netpol_record(p, "a.example", 443, "CONNECT", 100, a) == 0);
+	CHECK(netpol_record(p, "b.example", 80, "GET", 101, b) == 0);
+	CHECK(cmdf(p, 102, "allow_sandbox", b) == 0);
+	/* a restart: the recorded policy wins over the current configuration */
+	q = netpol_load(path, &other);
+	CHECK(netpol_conf(q)->mode == NET_ALLOWLIST && netpol_conf(q)->prompt && netpol_conf(q)->ttl == 60);
+	CHECK(netpol_conf(q)->n_domains == 1 && !strcmp(netpol_conf(q)->domains[0], "*.pypi.example"));
+	CHECK(netpol_allows(q, "b.example", 80, 1e9));
+	CHECK(netpol_decision(q, a) == NP_UNDECIDED && netpol_pending(q));
+	CHECK(netpol_decision(q, b) == NP_ALLOW_SANDBOX);
+	netpol_put(q);
+	/* destroyed: the file goes, later changes are refused */
+	netpol_close(p);
+	CHECK(access(path, F_OK) == -1 && errno == ENOENT);
+	CHECK(netpol_record(p, "c.example", 443, "CONNECT", 103, a) == -1);
+	CHECK(!netpol_allows(p, "b.example", 80, 104));
+	CHECK(access(path, F_OK) == -1);
+	netpol_put(p);
+	/* nothing recorded: a new state with the given policy */
+	q = netpol_load(path, &other);
+	CHECK(q && netpol_conf(q)->mode == NET_OPEN);
+	netpol_put(q);
+	rmdir(dir);
+}
+
+/* ---- http ------------------------------------------------------------------------------- */
+
+static int parse(const char *head, struct http_req *r)
+{
+	const char *why;
+
+	return http_parse(head, strlen(head), r, &why);
+}
+
+static void test_http(void)
+{
+	struct http_req r;
+	struct buf up = BUF_INIT(65536);
+
+	CHECK(http_head_len("CONNECT a:443 HTTP/1.1\r\n", 24) == 0);
+	CHECK(http_head_len("CONNECT a:443 HTTP/1.1\r\n\r\nxyz", 29) == 26);
+	{
+		char *big = malloc(HTTP_HEAD_MAX + 10);
+		memset(big, 'a', HTTP_HEAD_MAX + 10);
+		CHECK(http_head_len(big, HTTP_HEAD_MAX + 10) == -1);
+		free(big);
+	}
+	CHECK(parse("CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test:443\r\n\r\n", &r) == 0);
+	CHECK(r.connect && !strcmp(r.host, "api.example.test") && r.port == 443 && r.minor == 1);
+	CHECK(parse("CONNECT api.example.test:443 HTTP/1.0\r\n\r\n", &r) == 0); /* Python's tunnel */
+	CHECK(parse("CONNECT api.example.test:22 HTTP/1.1\r\nHost: api.example.test:22\r\n\r\n", &r) == 0 &&
+	      r.port == 22); /* the port rule is the proxy's */
+	CHECK(parse("CONNECT [::1]:443 HTTP/1.1\r\n\r\n", &r) == 0 && !strcmp(r.host, "[::1]"));
+	CHECK(parse("CONNECT api.example.test HTTP/1.1\r\n\r\n", &r) == 400);
+	CHECK(parse("CONNECT a:443 HTTP/1.1\r\nHost: b:443\r\n\r\n", &r) == 400);
+	CHECK(parse("CONNECT a:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/x?y=1 HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 0);
+	CHECK(!r.connect && r.port == 80 && !strcmp(r.host, "a.example"));
+	CHECK(r.path_len == 6 && !memcmp(r.path, "/x?y=1", 6));
+	CHECK(parse("GET http://a.example:80 HTTP/1.1\r\nHost: a.example:80\r\n\r\n", &r) == 0 && r.path_len == 0);
+	CHECK(parse("GET http://a.example:8080/ HTTP/1.1\r\nHost: a.example:8080\r\n\r\n", &r) == 0 && r.port == 8080);
+	CHECK(parse("GET /x HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 400);            /* origin form */
+	CHECK(parse("GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://u:p@a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\n\r\n", &r) == 400);                  /* no Host */
+	CHECK(parse("GET http://a.example/ HTTP/1.0\r\n\r\n", &r) == 0);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\nHost: b.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nHost: a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/ HTTP/2.0\r\nHost: a.example\r\n\r\n", &r) == 505);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX-A: 1\r\n  folded\r\n\r\n", &r) == 400);
+	CHECK(parse("POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\n"
+		    "Transfer-Encoding: chunked\r\n\r\n", &r) == 400);
+	CHECK(parse("POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: gzip\r\n\r\n", &r) == 501);
+	CHECK(parse("POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+		      &r) == 400);
+	CHECK(parse("POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\n",
+		      &r) == 0 && r.content_length == 3);
+	CHECK(parse("POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: -3\r\n\r\n", &r) == 400);
+	CHECK(parse("PUT http://a.example/ HTTP/1.1\r\nHost: a.example\r\nExpect: 100-continue\r\n\r\n", &r) == 417);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\nHost: a.example\n\n", &r) == 400); /* bare LF */
+	CHECK(parse("get http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("TRACE http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 405);
+	CHECK(parse("GET  http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\nHost : a.example\r\n\r\n", &r) == 400);
+	CHECK(parse("GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX: a\x01z\r\n\r\n", &r) == 400);
+
+	{
+		const char *h = "GET http://a.example/p HTTP/1.1\r\nHost: a.example\r\nConnection: keep-alive, X-Secret\r\n"
+				"X-Secret: 1\r\nProxy-Authorization: x\r\nKeep-Alive: 5\r\nUpgrade: h2c\r\nAccept: */*\r\n\r\n";
+		CHECK(parse(h, &r) == 0 && http_upstream_head(h, strlen(h), &r, &up) == 0);
+		CHECK(!strcmp(buf_str(&up), "GET /p HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n"));
+	}
+	buf_free(&up);
+
+	/* chunked framing: exactly one body, whatever follows is not its */
+	{
+		const char *body = "4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nTrailer: x\r\n\r\nGET http://next/ HTTP/1.1\r\n";
+		size_t blen = strlen(body), end = strlen(body) - strlen("GET http://next/ HTTP/1.1\r\n");
+		struct http_chunked ch = { 0 };
+		size_t got = 0;
+
+		CHECK(http_chunked_feed(&ch, body, blen) == (ssize_t)end && ch.done);
+		memset(&ch, 0, sizeof(ch));
+		for (size_t i = 0; i < blen && !ch.done; i++) /* byte by byte */
+			got += (size_t)http_chunked_feed(&ch, body + i, 1);
+		CHECK(ch.done && got == end);
+		memset(&ch, 0, sizeof(ch));
+		CHECK(http_chunked_feed(&ch, "zz\r\n", 4) == -1);
+		memset(&ch, 0, sizeof(ch));
+		CHECK(http_chunked_feed(&ch, "3\r\nabcX", 7) == -1); /* no CRLF after the data */
+		memset(&ch, 0, sizeof(ch));
+		CHECK(http_chunked_feed(&ch, "ffffffffffffffffff\r\n", 20) == -1);
+	}
+}
+
+/* ---- tls ---------------------------------------------------------------------------------- */
+
+/* A ClientHello record: optional SNI, optional ECH extension; split > 0
+ * cuts the handshake into two records at that offset. */
+static size_t hello(unsigned char *out, const char *sni, int ech, size_t split)
+{
+	unsigned char hs[1024], ext[600];
+	size_t e = 0, h = 0, o = 0;
+
+	if (sni) {
+		size_t n = strlen(sni);
+		ext[e++] = 0, ext[e++] = 0;                               /* server_name */
+		ext[e++] = (unsigned char)((n + 5) >> 8), ext[e++] = (unsigned char)(n + 5);
+		ext[e++] = (unsigned char)((n + 3) >> 8), ext[e++] = (unsigned char)(n + 3);
+		ext[e++] = 0;                                             /* host_name */
+		ext[e++] = (unsigned char)(n >> 8), ext[e++] = (unsigned char)n;
+		memcpy(ext + e, sni, n);
+		e += n;
+	}
+	ext[e++] = 0x00, ext[e++] = 0x2b, ext[e++] = 0, ext[e++] = 3, ext[e++] = 2, ext[e++] = 3, ext[e++] = 4;
+	if (ech) {
+		ext[e++] = 0xfe, ext[e++] = 0x0d, ext[e++] = 0, ext[e++] = 4;
+		memcpy(ext + e, "\0\0\0\0", 4);
+		e += 4;
+	}
+	hs[h++] = 1; /* client_hello */
+	h += 3;      /* length, below */
+	hs[h++] = 3, hs[h++] = 3;
+	memset(hs + h, 0x42, 32), h += 32;
+	hs[h++] = 0;                                  /* session id */
+	hs[h++] = 0, hs[h++] = 2, hs[h++] = 0x13, hs[h++] = 0x01; /* one suite */
+	hs[h++] = 1, hs[h++] = 0;                     /* null compression */
+	hs[h++] = (unsigned char)(e >> 8), hs[h++] = (unsigned char)e;
+	memcpy(hs + h, ext, e), h += e;
+	hs[1] = 0, hs[2] = (unsigned char)((h - 4) >> 8), hs[3] = (unsigned char)(h - 4);
+	for (size_t off = 0, part; off < h; off += part) {
+		part = split && off == 0 ? split : h - off;
+		out[o++] = 22, out[o++] = 3, out[o++] = 1;
+		out[o++] = (unsigned char)(part >> 8), out[o++] = (unsigned char)part;
+		memcpy(out + o, hs + off, part), o += part;
+	}
+	return o;
+}
+
+static void test_tls(void)
+{
+	unsigned char m[2048];
+	char sni[256];
+	size_t n;
+
+	n = hello(m, "API.Example.Test", 0, 0);
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_OK && !strcmp(sni, "api.example.test"));
+	for (size_t i = 0; i < n; i++)
+		CHECK(tls_client_hello(m, i, sni, sizeof(sni)) == (i == 0 ? TLS_HELLO_MORE : TLS_HELLO_MORE));
+	n = hello(m, "api.example.test", 0, 20); /* two records */
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_OK && !strcmp(sni, "api.example.test"));
+	n = hello(m, "api.example.test", 1, 0);
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_ECH);
+	n = hello(m, NULL, 0, 0);
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_NO_SNI);
+	CHECK(tls_client_hello((const unsigned char *)"GET / HTTP/1.1\r\n", 16, sni, sizeof(sni)) == TLS_HELLO_NOT_TLS);
+	n = hello(m, "api.example.test", 0, 0);
+	m[5] = 2; /* a ServerHello is not a ClientHello */
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_BAD);
+	n = hello(m, "api.example.test", 0, 0);
+	m[5 + 4 + 2 + 32] = 200; /* a session id longer than its message */
+	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_BAD);
+}
+
+/* ---- egress and resolve ------------------------------------------------------------------------ */
+
+static void test_egress(void)
+{
+	struct egress_rules r = { .mode = NET_OPEN, .dns = "10.255.255.53" };
+	struct buf b = BUF_INIT(1 << 20);
+
+	CHECK(egress_ruleset(&r, &b) == 0);
+	CHECK(strstr(buf_str(&b), "169.254.0.0/16") && strstr(buf_str(&b), "10.0.0.0/8") &&
+	      strstr(buf_str(&b), "fe80::/10"));
+	CHECK(strstr(buf_str(&b), "ip daddr 10.255.255.53 meta l4proto { tcp, udp } th dport 53 accept"));
+	CHECK(strstr(buf_str(&b), "ip daddr @private4 meta l4proto tcp reject with tcp reset"));
+	CHECK(strstr(buf_str(&b), "oif \"lo\" accept"));
+	buf_reset(&b);
+	r.allow_private = true;
+	CHECK(egress_ruleset(&r, &b) == 0 && !strstr(buf_str(&b), "reject"));
+	buf_reset(&b);
+	r = (struct egress_rules){ .mode = NET_ALLOWLIST };
+	CHECK(egress_ruleset(&r, &b) == 0 && strstr(buf_str(&b), "\t\treject with icmpx admin-prohibited\n") &&
+	      !strstr(buf_str(&b), "private4"));
+	buf_free(&b);
+	{
+		char path[] = "/tmp/sbxfs-resolv-XXXXXX", out[64];
+		int fd = mkstemp(path);
+		const char *text = "# x\nnameserver 127.0.0.53\nnameserver 10.9.8.7\nnameserver 1.1.1.1\n";
+		CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+		close(fd);
+		CHECK(egress_resolver(path, out, sizeof(out)) && !strcmp(out, "10.9.8.7"));
+		unlink(path);
+		CHECK(egress_resolver("/nonexistent/resolv.conf", out, sizeof(out)) == NULL);
+	}
+}
+
+static void test_resolve(void)
+{
+	char *loop[] = { "127.0.0.1" }, *pub[] = { "198.51.100.7", "2001:db8::7" }, *meta[] = { "198.51.100.7",
+		"169.254.169.254" };
+	struct config_host h1 = { "local.test", loop, 1 }, h2 = { "pub.test", pub, 2 }, h3 = { "meta.test", meta, 2 };
+	struct resolve_req r = { .port = 443 };
+
+	r.mapped = &h1;
+	resolve_now(&r);
+	CHECK(r.err == RESOLVE_PRIVATE && r.n == 0);
+	r.allow_private = true;
+	resolve_now(&r);
+	CHECK(r.err == RESOLVE_OK && r.n == 1 && ntohs(((struct sockaddr_in *)&r.addrs[0])->sin_port) == 443);
+	r.allow_private = false;
+	r.mapped = &h2;
+	resolve_now(&r);
+	CHECK(r.err == RESOLVE_OK && r.n == 2);
+	r.mapped = &h3; /* every answer must be public */
+	resolve_now(&r);
+	CHECK(r.err == RESOLVE_PRIVATE && strstr(r.why, "169.254.169.254"));
+}
+
+int main(void)
+{
+	log_open(0, 0);
+	test_policy();
+	test_netpol_lifecycle();
+	test_netpol_commands();
+	test_netpol_persist();
+	test_http();
+	test_tls();
+	test_egress();
+	test_resolve();
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
