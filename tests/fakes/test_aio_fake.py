@@ -566,6 +566,11 @@ def test_faults_error_delay_drop_malformed(aio):
     aio.post("/_fake/faults", {"kind": "drop", "path": "^/v1/bash/exec$", "method": "POST"})
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         aio.post("/v1/bash/exec", {"command": "echo never"})
+    # nothing was started for the dropped request (a process of an earlier
+    # test may still be ending on a loaded host: wait for it, bounded)
+    deadline = time.monotonic() + 10
+    while aio.get("/_fake/processes").json["processes"] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert aio.get("/_fake/processes").json["processes"] == []
     aio.post("/_fake/faults", {"kind": "malformed_json", "path": "^/v1/file/read$"})
     r = aio.post("/v1/file/read", {"file": "/etc/hostname"})
