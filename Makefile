@@ -19,7 +19,7 @@ MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp
+PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp libsystemd
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -32,14 +32,14 @@ COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o
 	  common/idrange.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/cgroup.o providers/filter.o providers/local_etc.o
-FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
+FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
 HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
-	       dpkg-dev meson ninja-build debian-archive-keyring
+	       dpkg-dev meson ninja-build debian-archive-keyring libsystemd-dev mandoc systemd python3-prometheus-client
 
 .PHONY: all run test unit asan bench deps clean distclean install check-style
 
