@@ -92,7 +92,7 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o \
+UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o \
 	providers/cgroup.o providers/filter.o providers/local_etc.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)

@@ -73,23 +73,25 @@ static int ctl_status(struct buf *out, uid_t reader)
  * is still reported for a while; a stale failure is not reported forever). */
 #define HEALTH_ERROR_WINDOW 600.0
 /* The provider's checks read accounts (NSS, maybe a directory server):
- * at most once a minute, whatever the probe rate. */
+ * at most once a minute whatever the probe rate, and at once after a
+ * reload. */
 #define HEALTH_PREFLIGHT_TTL_MS 60000
 
 static struct {
 	pthread_mutex_t lock;
-	uint64_t checked_ms; /* protected by lock; 0 = never */
-	char err[512];       /* protected by lock; "" = the checks pass */
+	uint64_t checked_ms;               /* protected by lock; 0 = never */
+	const struct sbx_config *checked;  /* protected by lock; compared, never dereferenced */
+	char err[512];                     /* protected by lock; "" = the checks pass */
 } health = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* The provider's side-effect-free checks (sbx_preflight), cached. */
 static void ctl_health_preflight(char *out, size_t len)
 {
+	struct sbx_config *cfg = pool_config();
 	uint64_t now = util_now_ms();
 
 	pthread_mutex_lock(&health.lock);
-	if (!health.checked_ms || now - health.checked_ms >= HEALTH_PREFLIGHT_TTL_MS) {
-		struct sbx_config *cfg = pool_config();
+	if (!health.checked_ms || health.checked != cfg || now - health.checked_ms >= HEALTH_PREFLIGHT_TTL_MS) {
 		const struct sbx_provider *prov = provider_find(cfg->use);
 
 		if (!prov)
@@ -98,11 +100,12 @@ static void ctl_health_preflight(char *out, size_t len)
 			health.err[0] = '\0';
 		else if (!health.err[0])
 			snprintf(health.err, sizeof(health.err), "provider %s: its checks fail", prov->name);
-		config_put(cfg);
 		health.checked_ms = now;
+		health.checked = cfg;
 	}
 	snprintf(out, len, "%s", health.err);
 	pthread_mutex_unlock(&health.lock);
+	config_put(cfg);
 }
 
 /* One line: "ok", "stopping", or "degraded: WHY[; WHY]" (docs/interface.md). */
