@@ -108,15 +108,15 @@ static void ctl_health_preflight(char *out, size_t len)
 	config_put(cfg);
 }
 
-/* One line: "ok", "stopping", or "degraded: WHY[; WHY]" (docs/interface.md). */
+/* One line: "ok", or "degraded: WHY[; WHY]" (docs/interface.md).  There is
+ * no "stopping": at shutdown the request loop ends before anything else,
+ * and nothing is answered any more. */
 static int ctl_health(struct buf *out, struct pool_stats *st)
 {
 	char pre[512];
 	double now = util_wall_now();
 	int n = 0, r = 0;
 
-	if (st->stopping)
-		return buf_adds(out, "stopping\n");
 	ctl_health_preflight(pre, sizeof(pre));
 	if (pre[0])
 		r |= buf_addf(out, "%s%s", n++ ? "; " : "degraded: ", pre);

@@ -511,6 +511,7 @@ static int handle_args(enum args_action act, struct args *o, const char *err)
 		return check_config(o->config);
 	default:
 		fprintf(stderr, "sbxfs: %s\n", err);
+		args_usage(stderr);
 		return 2;
 	}
 }
@@ -601,6 +602,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbxfs: cannot detach: %s\n", strerror(errno));
 		goto out_unmount;
 	}
+	if (!o.foreground)
+		service_detached(); /* MAINPID=, before the launcher exits */
 	if (fuse_set_signal_handlers(fs.se))
 		goto out_unmount;
 	started = start_services(cfg, &reloader);

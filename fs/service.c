@@ -179,6 +179,12 @@ void service_start(const char *mountpoint, const char *status)
 		log_err("daemon", "cannot start the service notifier: %s", strerror(err));
 }
 
+void service_detached(void)
+{
+	if (service_wanted())
+		service_send("MAINPID=%d", (int)getpid());
+}
+
 void service_reloading(void)
 {
 	if (service_wanted() && service_is_serving())

@@ -4,10 +4,11 @@
  * notify protocol (sd_notify(3), through libsystemd) on the socket named by
  * NOTIFY_SOCKET.  Without NOTIFY_SOCKET every call is a no-op.
  *
+ *   MAINPID=     at once from a daemon that detaches (without -f): it is
+ *                not the process its manager started;
  *   READY=1      once the mount answers (a statfs of the mountpoint,
  *                served by the request loop) and adoption is done; with
- *                MAINPID= (a detached daemon is not the process its manager
- *                started) and STATUS=;
+ *                MAINPID= and STATUS=;
  *   RELOADING=1  when a SIGHUP reload starts, READY=1 when it is over
  *                (applied or refused: STATUS= says which);
  *   STOPPING=1   when shutdown starts (unmount, SIGTERM, SIGINT);
@@ -24,6 +25,11 @@
 #ifndef SBX_SERVICE_H
 #define SBX_SERVICE_H
 
+/* In the child that detached: MAINPID=<its pid>, sent before the launcher
+ * (the process the manager started) exits, so that a Type=notify unit
+ * that runs sbxfs without -f (NotifyAccess=all) follows the daemon
+ * instead of failing when its main process exits before READY=1. */
+void service_detached(void);
 /* Start the probe for mountpoint (an absolute path, copied): READY=1 when
  * it answers, then the watchdog pings.  status: the STATUS= text. */
 void service_start(const char *mountpoint, const char *status);

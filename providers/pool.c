@@ -664,7 +664,6 @@ void pool_stats(struct pool_stats *st)
 {
 	pthread_mutex_lock(&pool.lock);
 	*st = pool.st;
-	st->stopping = pool.stopping;
 	st->provider = pool.prov->name;
 	st->replicas = pool.cfg->replicas;
 	st->idle_timeout = pool.cfg->idle_timeout;

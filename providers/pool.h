@@ -80,7 +80,6 @@ struct pool_stats {
 	uint64_t errors_by_kind[3]; /* pool_error_kinds: create, state_dir, other */
 	double last_error_at;       /* wall time of the last pool_note_error, 0 = none */
 	double last_create_at;      /* wall time of the last successful create (cold acquire), 0 = none */
-	bool stopping;              /* pool_stop() was called: shutdown in progress */
 	uint64_t acquire_hist[2][13]; /* [cold, warm][bucket], cumulative-ready counts */
 	double acquire_sum[2];
 	uint64_t acquire_count[2];

@@ -438,10 +438,11 @@ class NotifySocket:
 
 @pytest.mark.timeout_s(150)
 def test_notify_ready_after_mount_answers_reload_and_stopping(sbxfs):
-    """Started without -f as a Type=notify unit would start it, with a sandbox
-    a previous run kept: READY=1 comes once the mount answers and adoption
-    is done, with MAINPID of the daemon; kill -HUP (ExecReload=) gives
-    RELOADING=1 then READY=1; umount gives STOPPING=1."""
+    """Started without -f as a Type=notify unit with NotifyAccess=all would
+    start it, with a sandbox a previous run kept: MAINPID= of the detached
+    daemon first, READY=1 once the mount answers and adoption is done;
+    kill -HUP (ExecReload=) gives RELOADING=1 then READY=1; umount gives
+    STOPPING=1."""
     first = sbxfs(config={"keep_on_exit": True, "idle_timeout": 0, "replicas": 4})
     os.makedirs(first.mnt / "alice" / "t")
     init = first.init_pid(first.mnt / "alice" / "t")
@@ -455,6 +456,10 @@ def test_notify_ready_after_mount_answers_reload_and_stopping(sbxfs):
     inst.env["NOTIFY_SOCKET"] = ns.path
     try:
         inst.start()  # returns once the launcher exited 0
+        # first MAINPID= alone, sent before the launcher exits (a Type=notify
+        # unit whose main process exits before READY=1 would fail otherwise)
+        msg = ns.recv(20)
+        assert msg and set(msg) == {"MAINPID"} and int(msg["MAINPID"]) == inst.proc.pid, msg
         msg = ns.recv(20)
         assert msg and msg.get("READY") == "1", msg
         # at READY=1: the mount answers at once, adoption is done
