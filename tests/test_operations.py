@@ -403,6 +403,24 @@ def test_check_config_bad_files(tmp_path, text, needle):
     assert not (tmp_path / "state").exists()
 
 
+def test_log_lines_carry_journald_priorities_when_stderr_is_the_journal(tmp_path):
+    """systemd sets JOURNAL_STREAM to the device:inode of the stderr it
+    gives a service; "<N>" then sets each line's priority."""
+    conf = tmp_path / "c.conf"
+    conf.write_text(f"state_dir: {tmp_path}/s\nno_such_key: 1\n")
+    err = tmp_path / "stderr"
+    for journal in (True, False):
+        with open(err, "w+") as f:
+            st = os.fstat(f.fileno())
+            env = dict(os.environ, JOURNAL_STREAM=f"{st.st_dev}:{st.st_ino}" if journal else "1:1")
+            r = subprocess.run([str(SBXFS), "--check-config", str(conf)], stdout=subprocess.DEVNULL, stderr=f,
+                               env=env, timeout=30)
+        assert r.returncode == 0
+        line = next(ln for ln in err.read_text().splitlines() if "no_such_key" in ln)
+        assert re.match(r"^<4>sbxfs\[\d+\]: warning config: " if journal else r"^sbxfs\[\d+\]: warning config: ",
+                        line), line
+
+
 def test_check_config_usage(tmp_path):
     r = check_config(tmp_path / "missing.conf")
     assert r.returncode == 1 and "missing.conf" in r.stderr, r.stderr
