@@ -27,15 +27,14 @@
  * Once the request loop answers, a service manager hears READY=1
  * (service.h).
  *
- * Shutdown (SIGTERM, SIGINT, fusermount3 -u, umount): STOPPING=1; the FUSE loop ends; new
- * acquires are refused; slow work in flight ends; the pool destroys every
+ * Shutdown (SIGTERM, SIGINT, fusermount3 -u, umount): the FUSE loop ends;
+ * STOPPING=1; new acquires are refused; slow work in flight ends; the pool destroys every
  * sandbox (or leaves them for adoption with keep_on_exit); parked requests
  * are answered.  SIGHUP reloads the configuration file (DESIGN §4).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -382,7 +381,7 @@ static void *reload_main(void *arg)
 			log_info("config", "configuration reloaded from %s", next->path);
 			config_put(next);
 		}
-		service_reloaded(next ? "configuration reloaded" : "reload refused: the old configuration stays (see the log)");
+		service_reloaded(next ? "configuration reloaded" : "reload refused: the old configuration stays");
 		config_put(cur);
 	}
 	return NULL;
@@ -545,9 +544,7 @@ int main(int argc, char **argv)
 	struct sbx_config *cfg = NULL;
 	pthread_t reloader;
 	int lockfd = -1, ret = 1, notify_fd = -1, started;
-	char *mp_abs = NULL;
-
-	char argerr[512];
+	char *mp_abs = NULL, argerr[512];
 	enum args_action act = args_parse(argc, argv, &o, argerr, sizeof(argerr));
 
 	if ((ret = handle_args(act, &o, argerr)) >= 0) {
