@@ -6,7 +6,9 @@
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks side by side with native I/O and bindfs
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
-#   make install    install into $(PREFIX)
+#   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below)
+#   make uninstall  remove what install put there (keeps mount.conf and state_dir)
+#   make check-man  lint the man pages (mandoc) and check their version
 #   make distclean  clean, and also remove build/ (the libfuse built from source)
 #
 # libfuse: the system's when it is >= 3.16 (kernel FUSE passthrough), else
@@ -15,11 +17,21 @@
 # docs/libfuse.md).
 
 PREFIX ?= /usr/local
+# The local provider finds its helpers in <bindir>/../libexec/sbxfs/, so
+# bin/ and libexec/ are always siblings under PREFIX.
+BINDIR = $(PREFIX)/bin
+HELPERDIR = $(PREFIX)/libexec/sbxfs
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/sbxfs
+# /usr/local/lib/systemd/system is on systemd's search path too
+UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSCONFDIR ?= /etc
+STATEDIR ?= /var/lib/sbxfs
 MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
 
-PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp libnftables
+PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp libnftables libsystemd
 CC ?= gcc
 CFLAGS ?= -O2 -g
 SAN ?=
@@ -32,7 +44,7 @@ COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o
 	  common/idrange.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o
-FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
+FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
@@ -43,9 +55,10 @@ HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h)
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
 	       dpkg-dev meson ninja-build debian-archive-keyring \
-	       passt nftables libnftables-dev iproute2 curl openssl
+	       passt nftables libnftables-dev iproute2 curl openssl \
+	       libsystemd-dev mandoc systemd python3-prometheus-client
 
-.PHONY: all run test unit asan bench bench-network deps clean distclean install check-style
+.PHONY: all run test unit asan bench bench-network deps clean distclean install uninstall check-style check-man
 
 all: sbxfs sbxfs-exec sbxfs-init
 
@@ -84,7 +97,7 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
+UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	net/egress.o net/policy.o
 
@@ -149,11 +162,62 @@ bench: deps all sbxfs-slow build/copy/sbxfs
 bench-network: deps all
 	/usr/bin/python3 bench/network_bench.py
 
-install: all
-	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
-	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
-	install -D -m 0755 sbxfs-init $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-init
-	install -D -m 0600 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
+# Files generated for install: the units and mount.conf with the paths of
+# this PREFIX, SYSCONFDIR and STATEDIR.
+SUBST = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@STATEDIR@|$(STATEDIR)|g'
+GENERATED := build/install/sbxfs.service build/install/sbx.mount build/install/mount.conf
+
+build/install/%: systemd/%.in FORCE
+	@mkdir -p build/install
+	@$(SUBST) $< >$@.tmp && mv -f $@.tmp $@
+
+build/install/mount.conf: mount.conf FORCE
+	@mkdir -p build/install
+	@sed -e 's|^state_dir: .*|state_dir: $(STATEDIR)|' mount.conf >$@.tmp && mv -f $@.tmp $@
+
+# mount.conf may hold api keys and secrets: 0600, and an existing one is
+# never replaced (the default goes to DOCDIR/examples for comparison).
+# state_dir holds every sandbox's data: 0700.
+install: all $(GENERATED)
+	install -D -m 0755 sbxfs $(DESTDIR)$(BINDIR)/sbxfs
+	install -D -m 0755 sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-exec
+	install -D -m 0755 sbxfs-init $(DESTDIR)$(HELPERDIR)/sbxfs-init
+	install -D -m 0644 man/sbxfs.8 $(DESTDIR)$(MANDIR)/man8/sbxfs.8
+	install -D -m 0644 man/sbxfs.conf.5 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
+	install -D -m 0644 build/install/sbxfs.service $(DESTDIR)$(UNITDIR)/sbxfs.service
+	install -D -m 0644 build/install/sbx.mount $(DESTDIR)$(DOCDIR)/examples/sbx.mount
+	install -D -m 0644 systemd/docker.conf $(DESTDIR)$(DOCDIR)/examples/sbxfs.service.d/docker.conf
+	install -D -m 0644 build/install/mount.conf $(DESTDIR)$(DOCDIR)/examples/mount.conf
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/sbxfs
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf ]; then \
+		echo "keeping $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf (the default is $(DOCDIR)/examples/mount.conf)"; \
+	else \
+		echo "install -m 0600 build/install/mount.conf $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf"; \
+		install -m 0600 build/install/mount.conf $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf; \
+	fi
+	install -d -m 0700 $(DESTDIR)$(STATEDIR)
+	chmod 0700 $(DESTDIR)$(STATEDIR)
+	@$(if $(DESTDIR),:,echo "installed; for systemd: systemctl daemon-reload && systemctl enable --now sbxfs")
+
+# Configuration and sandbox data stay: remove them by hand if wanted.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/sbxfs $(DESTDIR)$(HELPERDIR)/sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-init
+	-rmdir $(DESTDIR)$(HELPERDIR) 2>/dev/null
+	rm -f $(DESTDIR)$(MANDIR)/man8/sbxfs.8 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
+	rm -f $(DESTDIR)$(UNITDIR)/sbxfs.service
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf and $(DESTDIR)$(STATEDIR) (sandbox data)"
+
+# Lint clean (mandoc -T lint: no warning), and the version they name is
+# this one.  `sbxfs --help` against the pages: tests/test_operations.py.
+MANPAGES := man/sbxfs.8 man/sbxfs.conf.5
+check-man:
+	@mandoc -T lint -W warning $(MANPAGES); rc=$$?; \
+	if [ $$rc -ne 0 ]; then echo "man pages: mandoc -T lint found problems"; exit 1; fi
+	@for p in $(MANPAGES); do \
+		grep -qx '\.Os sbxfs $(VERSION)' $$p || { echo "$$p: .Os must say sbxfs $(VERSION)"; exit 1; }; \
+	done
+	@echo "man pages: lint clean, version $(VERSION)"
 
 check-style:
 	@bash .ci/banned-functions

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
- * .config and a sandbox's id and status (events and network are netfs.c's).
- * Each open renders a snapshot, and a stat renders one to tell its size
- * (files are opened with direct I/O: `cat` reads the whole snapshot taken
- * at open).  What a snapshot shows may depend on who reads it: .status
+ * .config, .health and a sandbox's id and status (events and network are
+ * netfs.c's).  Each open renders a snapshot, and a stat renders one to tell
+ * its size (files are opened with direct I/O: `cat` reads the whole snapshot
+ * taken at open).  What a snapshot shows may depend on who reads it: .status
  * shows last_error only to root and to the owner of the scope it names.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "../common/json.h"
 
@@ -64,17 +67,106 @@ static int ctl_status(struct buf *out, uid_t reader)
 	return json_to_buf(o, out);
 }
 
+/* ---- .health ------------------------------------------------------------------ */
+
+/* How long a failed create keeps .health degraded when no create has
+ * succeeded since (a provider that broke and that nobody has tried again
+ * is still reported for a while; a stale failure is not reported forever). */
+#define HEALTH_ERROR_WINDOW 600.0
+/* The provider's checks read accounts (NSS, maybe a directory server):
+ * at most once a minute whatever the probe rate, and at once after a
+ * reload. */
+#define HEALTH_PREFLIGHT_TTL_MS 60000
+
+static struct {
+	pthread_mutex_t lock;
+	uint64_t checked_ms;               /* protected by lock; 0 = never */
+	const struct sbx_config *checked;  /* protected by lock; compared, never dereferenced */
+	char err[512];                     /* protected by lock; "" = the checks pass */
+} health = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* The provider's side-effect-free checks (sbx_preflight), cached. */
+static void ctl_health_preflight(char *out, size_t len)
+{
+	struct sbx_config *cfg = pool_config();
+	uint64_t now = util_now_ms();
+
+	pthread_mutex_lock(&health.lock);
+	if (!health.checked_ms || health.checked != cfg || now - health.checked_ms >= HEALTH_PREFLIGHT_TTL_MS) {
+		const struct sbx_provider *prov = provider_find(cfg->use);
+
+		if (!prov)
+			snprintf(health.err, sizeof(health.err), "provider %s is not built in", cfg->use);
+		else if (!sbx_preflight(prov, cfg, health.err, sizeof(health.err)))
+			health.err[0] = '\0';
+		else if (!health.err[0])
+			snprintf(health.err, sizeof(health.err), "provider %s: its checks fail", prov->name);
+		health.checked_ms = now;
+		health.checked = cfg;
+	}
+	snprintf(out, len, "%s", health.err);
+	pthread_mutex_unlock(&health.lock);
+	config_put(cfg);
+}
+
+/* One line: "ok", or "degraded: WHY[; WHY]" (docs/interface.md).  There is
+ * no "stopping": at shutdown the request loop ends before anything else,
+ * and nothing is answered any more. */
+static int ctl_health(struct buf *out, struct pool_stats *st)
+{
+	char pre[512];
+	double now = util_wall_now();
+	int n = 0, r = 0;
+
+	ctl_health_preflight(pre, sizeof(pre));
+	if (pre[0])
+		r |= buf_addf(out, "%s%s", n++ ? "; " : "degraded: ", pre);
+	if (st->last_error_at > st->last_create_at && now - st->last_error_at < HEALTH_ERROR_WINDOW) {
+		/* kind and cause only: the scope (a user's name) is not for every reader */
+		json_t *le = json_loads(st->last_error, 0, NULL);
+		const char *kind = json_string_value(json_object_get(le, "kind"));
+		const char *why = json_string_value(json_object_get(le, "error"));
+
+		r |= buf_addf(out, "%slast sandbox create failed %.0f s ago (%s: %s)", n++ ? "; " : "degraded: ",
+			now - st->last_error_at, kind ? kind : "create", why ? why : "?");
+		json_decref(le);
+	}
+	r |= buf_adds(out, n ? "\n" : "ok\n");
+	return r ? -1 : 0;
+}
+
+/* ---- .metrics ----------------------------------------------------------------- */
+
+/* A label value of the exposition format: \, " and newline escaped. */
+static int metric_label(struct buf *out, const char *v)
+{
+	int r = 0;
+
+	for (const char *p = v; *p && !r; p++)
+		r = *p == '\\' ? buf_adds(out, "\\\\") : *p == '"' ? buf_adds(out, "\\\"")
+			: *p == '\n' ? buf_adds(out, "\\n") : buf_add(out, p, 1);
+	return r;
+}
+
+static int metric_head(struct buf *out, const char *name, const char *type, const char *help)
+{
+	return buf_addf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
 static int ctl_metrics(struct buf *out)
 {
 	static const char *kinds[] = { "cold", "warm" };
 	struct pool_stats st;
+	struct buf health_line = BUF_INIT(1024);
+	struct sbx_config *cfg;
+	struct statvfs sv;
 	struct net_stats ns;
 	int r = 0;
 
 	pool_stats(&st);
 	net_stats(&ns);
-	r |= buf_adds(out, "# HELP sbxfs_acquire_seconds Time from mkdir to a ready sandbox.\n"
-			   "# TYPE sbxfs_acquire_seconds histogram\n");
+	r |= metric_head(out, "sbxfs_acquire_seconds", "histogram",
+		"Time from mkdir to a ready sandbox, by kind (cold: created; warm: reclaimed).");
 	for (int k = 0; k < 2; k++) {
 		uint64_t cum = 0;
 		for (int b = 0; b < 12; b++) {
@@ -89,34 +181,60 @@ static int ctl_metrics(struct buf *out)
 		r |= buf_addf(out, "sbxfs_acquire_seconds_count{kind=\"%s\"} %llu\n", kinds[k],
 			(unsigned long long)st.acquire_count[k]);
 	}
+	r |= metric_head(out, "sbxfs_sandboxes", "gauge", "Sandboxes by state.");
 	r |= buf_addf(out,
-		"# HELP sbxfs_sandboxes Sandboxes by state.\n# TYPE sbxfs_sandboxes gauge\n"
 		"sbxfs_sandboxes{state=\"active\"} %u\nsbxfs_sandboxes{state=\"warm\"} %u\n"
-		"sbxfs_sandboxes{state=\"creating\"} %u\n"
-		"# HELP sbxfs_evictions_total Warm sandboxes destroyed by the replicas cap.\n"
-		"# TYPE sbxfs_evictions_total counter\nsbxfs_evictions_total %llu\n"
-		"# HELP sbxfs_reaps_total Warm sandboxes destroyed by the idle reaper.\n"
-		"# TYPE sbxfs_reaps_total counter\nsbxfs_reaps_total %llu\n"
-		"# HELP sbxfs_adopted_total Sandboxes adopted at start.\n"
-		"# TYPE sbxfs_adopted_total counter\nsbxfs_adopted_total %llu\n"
-		"# HELP sbxfs_errors_total Failed lifecycle operations.\n"
-		"# TYPE sbxfs_errors_total counter\nsbxfs_errors_total{kind=\"lifecycle\"} %llu\n"
-		"# HELP sbxfs_skill_syncs_total Skill projection syncs.\n"
-		"# TYPE sbxfs_skill_syncs_total counter\nsbxfs_skill_syncs_total 0\n"
-		"# HELP sbxfs_network_events_total Network-policy events recorded.\n"
-		"# TYPE sbxfs_network_events_total counter\nsbxfs_network_events_total %llu\n"
-		"# HELP sbxfs_proxy_connections_total Connections to the approval proxies, by outcome.\n"
-		"# TYPE sbxfs_proxy_connections_total counter\n"
+		"sbxfs_sandboxes{state=\"creating\"} %u\n",
+		st.active, st.warm, st.creating);
+	r |= metric_head(out, "sbxfs_replicas", "gauge", "The replicas soft cap on active + warm sandboxes.");
+	r |= buf_addf(out, "sbxfs_replicas %d\n", st.replicas);
+	r |= metric_head(out, "sbxfs_evictions_total", "counter", "Warm sandboxes destroyed by the replicas cap.");
+	r |= buf_addf(out, "sbxfs_evictions_total %llu\n", (unsigned long long)st.evictions);
+	r |= metric_head(out, "sbxfs_reaps_total", "counter", "Warm sandboxes destroyed by the idle reaper.");
+	r |= buf_addf(out, "sbxfs_reaps_total %llu\n", (unsigned long long)st.reaps);
+	r |= metric_head(out, "sbxfs_adopted_total", "counter", "Sandboxes adopted at start.");
+	r |= buf_addf(out, "sbxfs_adopted_total %llu\n", (unsigned long long)st.adopted);
+	r |= metric_head(out, "sbxfs_errors_total", "counter",
+		"Failed sandbox creations, by kind (create: the provider; state_dir: the host directories).");
+	for (int k = 0; k < 3; k++)
+		r |= buf_addf(out, "sbxfs_errors_total{kind=\"%s\"} %llu\n", pool_error_kinds[k],
+			(unsigned long long)st.errors_by_kind[k]);
+	r |= metric_head(out, "sbxfs_skill_syncs_total", "counter",
+		"Skill projection syncs by upload (0 with providers that mount skills/).");
+	r |= buf_adds(out, "sbxfs_skill_syncs_total 0\n");
+	r |= metric_head(out, "sbxfs_network_events_total", "counter", "Network-policy events recorded.");
+	r |= buf_addf(out, "sbxfs_network_events_total %llu\n", (unsigned long long)ns.events);
+	r |= metric_head(out, "sbxfs_proxy_connections_total", "counter",
+		"Connections to the approval proxies, by outcome.");
+	r |= buf_addf(out,
 		"sbxfs_proxy_connections_total{result=\"accepted\"} %llu\n"
 		"sbxfs_proxy_connections_total{result=\"allowed\"} %llu\n"
 		"sbxfs_proxy_connections_total{result=\"denied\"} %llu\n"
-		"sbxfs_proxy_connections_total{result=\"refused\"} %llu\n"
-		"# HELP sbxfs_proxy_connections Connections the approval proxies hold now.\n"
-		"# TYPE sbxfs_proxy_connections gauge\nsbxfs_proxy_connections %llu\n",
-		st.active, st.warm, st.creating, (unsigned long long)st.evictions, (unsigned long long)st.reaps,
-		(unsigned long long)st.adopted, (unsigned long long)st.errors, (unsigned long long)ns.events,
+		"sbxfs_proxy_connections_total{result=\"refused\"} %llu\n",
 		(unsigned long long)ns.accepted, (unsigned long long)ns.allowed, (unsigned long long)ns.denied,
-		(unsigned long long)ns.refused, (unsigned long long)ns.active);
+		(unsigned long long)ns.refused);
+	r |= metric_head(out, "sbxfs_proxy_connections", "gauge", "Connections the approval proxies hold now.");
+	r |= buf_addf(out, "sbxfs_proxy_connections %llu\n", (unsigned long long)ns.active);
+	r |= metric_head(out, "sbxfs_healthy", "gauge", "1 when /sbx/.health says ok, else 0.");
+	r |= ctl_health(&health_line, &st);
+	r |= buf_addf(out, "sbxfs_healthy %d\n", !strcmp(buf_str(&health_line), "ok\n"));
+	buf_free(&health_line);
+	cfg = pool_config();
+	if (statvfs(cfg->state_dir, &sv) == 0) {
+		r |= metric_head(out, "sbxfs_state_dir_free_bytes", "gauge",
+			"Bytes free for sbxfs on the filesystem of state_dir.");
+		r |= buf_addf(out, "sbxfs_state_dir_free_bytes %llu\n",
+			(unsigned long long)sv.f_bavail * (unsigned long long)sv.f_frsize);
+	}
+	config_put(cfg);
+	r |= metric_head(out, "sbxfs_start_time_seconds", "gauge", "When the daemon started, in seconds since the epoch.");
+	r |= buf_addf(out, "sbxfs_start_time_seconds %.3f\n", fs.started_at);
+	r |= metric_head(out, "sbxfs_info", "gauge", "Always 1: the version, the provider and the data path.");
+	r |= buf_adds(out, "sbxfs_info{version=\"");
+	r |= metric_label(out, SBXFS_VERSION);
+	r |= buf_adds(out, "\",provider=\"");
+	r |= metric_label(out, st.provider);
+	r |= buf_addf(out, "\",data_path=\"%s\"} 1\n", fs.passthrough ? "passthrough" : "copy");
 	return r ? -1 : 0;
 }
 
@@ -128,6 +246,11 @@ int ctl_render(struct node *n, struct buf *out, uid_t reader)
 			return ctl_status(out, reader);
 		case RF_METRICS:
 			return ctl_metrics(out);
+		case RF_HEALTH: {
+			struct pool_stats st;
+			pool_stats(&st);
+			return ctl_health(out, &st);
+		}
 		default: {
 			struct sbx_config *c = pool_config();
 			int r = config_show(c, out);

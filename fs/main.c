@@ -4,7 +4,11 @@
  * lock, start-up in the right order, signals, and the FUSE session's life
  * from mount to clean shutdown.
  *
- *   sbxfs [-c CONFIG] MOUNTPOINT [-f] [-d] [-o FUSE_OPTIONS]
+ *   sbxfs [-f] [-d] [-c CONFIG] [-o OPTIONS] [SOURCE] MOUNTPOINT
+ *   sbxfs --check-config FILE
+ *
+ * The command line is args.c's (also as mount(8) and fstab run it); the
+ * service manager's notifications are service.c's.
  *
  * Start-up order, and why:
  *   1. configuration, state_dir and its lock: a second daemon on the same
@@ -20,15 +24,17 @@
  *      and leaves every adopted sandbox running: a failed start never
  *      destroys anything.
  *
- * Shutdown (SIGTERM, SIGINT, fusermount3 -u): the FUSE loop ends; new
- * acquires are refused; slow work in flight ends; the pool destroys every
+ * Once the request loop answers, a service manager hears READY=1
+ * (service.h).
+ *
+ * Shutdown (SIGTERM, SIGINT, fusermount3 -u, umount): the FUSE loop ends;
+ * STOPPING=1; new acquires are refused; slow work in flight ends; the pool destroys every
  * sandbox (or leaves them for adoption with keep_on_exit); parked requests
  * are answered.  SIGHUP reloads the configuration file (DESIGN §4).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,86 +50,19 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../net/net.h"
+#include "args.h"
 #include "data.h"
 #include "handle.h"
 #include "jobfs.h"
 #include "node.h"
 #include "park.h"
+#include "service.h"
 #include "work.h"
-
-#ifndef SBXFS_VERSION
-#define SBXFS_VERSION "0.1.0"
-#endif
-#define DEFAULT_CONFIG "/etc/sbxfs/mount.conf"
 
 int vtree_init(void);
 int loop_run(struct fuse_session *se);
 
-struct opts {
-	const char *config;
-	const char *mountpoint;
-	int foreground;
-	int debug;
-	struct buf fuse_opts;
-};
-
 static int hup_pipe[2] = { -1, -1 };
-
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: sbxfs [-c CONFIG] MOUNTPOINT [-f] [-d] [-o FUSE_OPTIONS]\n"
-		   "\n"
-		   "  -c, --config FILE   mount.conf (YAML); default " DEFAULT_CONFIG " if it exists\n"
-		   "  -f, --foreground    stay in the foreground, log to stderr\n"
-		   "  -d, --debug         debug logging (implies -f)\n"
-		   "  -o OPTIONS          extra FUSE mount options (comma separated)\n"
-		   "  -h, --help          this text\n"
-		   "  -V, --version       print the version\n"
-		   "\n"
-		   "mkdir MOUNTPOINT/<user>/<thread> acquires a sandbox; rmdir releases it.\n");
-}
-
-static int parse_args(int argc, char **argv, struct opts *o)
-{
-	static const struct option longopts[] = { { "config", required_argument, NULL, 'c' },
-		{ "foreground", no_argument, NULL, 'f' }, { "debug", no_argument, NULL, 'd' },
-		{ "help", no_argument, NULL, 'h' }, { "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
-	int c;
-
-	buf_init(&o->fuse_opts, BUF_CAP_PATH);
-	while ((c = getopt_long(argc, argv, "c:fdho:V", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'c':
-			o->config = optarg;
-			break;
-		case 'f':
-			o->foreground = 1;
-			break;
-		case 'd':
-			o->debug = o->foreground = 1;
-			break;
-		case 'o':
-			if ((o->fuse_opts.len && buf_adds(&o->fuse_opts, ",")) || buf_adds(&o->fuse_opts, optarg))
-				return -1;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		case 'V':
-			printf("sbxfs %s\n", SBXFS_VERSION);
-			exit(0);
-		default:
-			usage(stderr);
-			return -1;
-		}
-	}
-	if (optind != argc - 1) {
-		usage(stderr);
-		return -1;
-	}
-	o->mountpoint = argv[optind];
-	return 0;
-}
 
 /* ---- the state_dir lock ------------------------------------------------------------- */
 
@@ -308,7 +247,11 @@ static int mount_nosymfollow(const char *mountpoint)
 	return -1;
 }
 
-static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_args *args)
+/* The mount options: sbxfs's own, then what the command line passes on
+ * (args.h: generic fstab options are gone by now).  nosuid and nodev
+ * always: libfuse would otherwise honour the suid and dev that mount.fuse3
+ * adds to every mount. */
+static int build_fuse_args(struct args *o, struct sbx_config *cfg, struct fuse_args *args)
 {
 	struct buf mo = BUF_INIT(BUF_CAP_PATH);
 	int r;
@@ -316,7 +259,7 @@ static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_a
 	r = fuse_opt_add_arg(args, "sbxfs");
 	if (o->debug)
 		r |= fuse_opt_add_arg(args, "-d");
-	r |= buf_adds(&mo, "fsname=sbxfs,subtype=sbxfs,default_permissions");
+	r |= buf_adds(&mo, "fsname=sbxfs,subtype=sbxfs,default_permissions,nosuid,nodev");
 	if (cfg->allow_other)
 		r |= buf_adds(&mo, ",allow_other");
 	if (o->fuse_opts.len)
@@ -325,6 +268,18 @@ static int build_fuse_args(struct opts *o, struct sbx_config *cfg, struct fuse_a
 	r |= fuse_opt_add_arg(args, buf_str(&mo));
 	buf_free(&mo);
 	return r ? -1 : 0;
+}
+
+/* Who may reach the mount is mount.conf's to say (so .config and
+ * --check-config tell the truth): -o allow_other only agrees with it. */
+static int check_allow_other(const struct args *o, const struct sbx_config *cfg)
+{
+	if (!o->allow_other || cfg->allow_other)
+		return 0;
+	fprintf(stderr, "sbxfs: -o allow_other: set `allow_other: true` in %s instead (mount.conf decides who may "
+			"reach the mount)\n",
+		cfg->path);
+	return -1;
 }
 
 /* ---- detaching -------------------------------------------------------------------------- */
@@ -410,20 +365,24 @@ static void *reload_main(void *arg)
 			config_put(cur);
 			break;
 		}
+		service_reloading();
 		next = config_load(cur->path, err, sizeof(err));
 		if (!next) {
 			log_err("config", "reload refused, keeping the old configuration: %s", err);
 		} else if (strcmp(next->state_dir, cur->state_dir)) {
 			log_err("config", "reload refused: state_dir cannot change while mounted");
 			config_put(next);
+			next = NULL;
 		} else if (!provider_find(next->use)) {
 			log_err("config", "reload refused: use: provider '%s' is not built in", next->use);
 			config_put(next);
+			next = NULL;
 		} else {
 			pool_reload(next);
 			log_info("config", "configuration reloaded from %s", next->path);
 			config_put(next);
 		}
+		service_reloaded(next ? "configuration reloaded" : "reload refused: the old configuration stays");
 		config_put(cur);
 	}
 	return NULL;
@@ -453,11 +412,31 @@ static void reload_stop(pthread_t t)
 		pthread_join(t, NULL);
 }
 
+/* ---- the service manager ------------------------------------------------------------------- */
+
+/* READY=1 (with the status line) once the request loop answers a statfs of
+ * the mount: adoption is done by then (service.h). */
+static void announce_when_served(const char *mountpoint, const struct sbx_config *cfg)
+{
+	char status[1024];
+
+	snprintf(status, sizeof(status), "serving %s (provider %s, state_dir %s)", mountpoint, cfg->use,
+		cfg->state_dir);
+	service_start(mountpoint, status);
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
-static struct sbx_config *load_config(struct opts *o)
+static const char *config_path(const struct args *o)
 {
-	const char *path = o->config ? o->config : access(DEFAULT_CONFIG, F_OK) == 0 ? DEFAULT_CONFIG : "/dev/null";
+	if (o->config)
+		return o->config;
+	return access(SBXFS_DEFAULT_CONFIG, F_OK) == 0 ? SBXFS_DEFAULT_CONFIG : "/dev/null";
+}
+
+static struct sbx_config *load_config(struct args *o)
+{
+	const char *path = config_path(o);
 	struct sbx_config *cfg;
 	char err[1024];
 
@@ -473,6 +452,68 @@ static struct sbx_config *load_config(struct opts *o)
 		return NULL;
 	}
 	return cfg;
+}
+
+/* --check-config FILE: the start's validation (config_load and the
+ * provider's checks that change nothing: no state_dir, mount or cgroup is
+ * made), then the effective configuration on stdout.  Exit status. */
+static int check_config(const char *path)
+{
+	const struct sbx_provider *prov;
+	struct buf out = BUF_INIT(BUF_CAP_JSON);
+	struct sbx_config *cfg;
+	char err[1024];
+	int ret = 1;
+
+	cfg = config_load(path, err, sizeof(err));
+	if (!cfg) {
+		fprintf(stderr, "sbxfs: config error: %s\n", err);
+		return 1;
+	}
+	prov = provider_find(cfg->use);
+	if (!prov) {
+		fprintf(stderr, "sbxfs: config error: use: provider '%s' is not built into this sbxfs (available: %s)\n",
+			cfg->use, provider_names());
+		goto out;
+	}
+	if (sbx_preflight(prov, cfg, err, sizeof(err))) {
+		fprintf(stderr, "sbxfs: %s\n", err[0] ? err : "the provider's checks fail");
+		goto out;
+	}
+	if (config_show(cfg, &out) || (out.len && out.ptr[out.len - 1] != '\n' && buf_adds(&out, "\n"))) {
+		fprintf(stderr, "sbxfs: out of memory\n");
+		goto out;
+	}
+	fputs(buf_str(&out), stdout);
+	fprintf(stderr, "sbxfs: %s: configuration OK\n", path);
+	ret = 0;
+out:
+	buf_free(&out);
+	config_put(cfg);
+	return ret;
+}
+
+/* The command line's verdict: -1 to go on and mount, else the exit status. */
+static int handle_args(enum args_action act, struct args *o, const char *err)
+{
+	switch (act) {
+	case ARGS_RUN:
+		return -1;
+	case ARGS_HELP:
+		args_usage(stdout);
+		return 0;
+	case ARGS_VERSION:
+		printf("%s\n", args_version());
+		return 0;
+	case ARGS_CHECK_CONFIG:
+		log_open(0, o->debug);
+		config_set_hooks(&provider_config_hooks);
+		return check_config(o->config);
+	default:
+		fprintf(stderr, "sbxfs: %s\n", err);
+		args_usage(stderr);
+		return 2;
+	}
 }
 
 /* Everything that starts threads: after the fork.  0, or -1 with the cause
@@ -504,20 +545,27 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 
 int main(int argc, char **argv)
 {
-	struct opts o = { 0 };
+	struct args o;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct sbx_config *cfg = NULL;
 	pthread_t reloader;
 	int lockfd = -1, ret = 1, notify_fd = -1, started;
+	char *mp_abs = NULL, argerr[512];
+	enum args_action act = args_parse(argc, argv, &o, argerr, sizeof(argerr));
 
-	if (parse_args(argc, argv, &o))
-		return 2;
+	if ((ret = handle_args(act, &o, argerr)) >= 0) {
+		args_free(&o);
+		return ret;
+	}
+	ret = 1;
 	umask(0); /* the kernel has applied the caller's umask to every create */
 	log_open(0, o.debug);
 	umask(0); /* the kernel applied the caller's umask already */
 	config_set_hooks(&provider_config_hooks);
 	cfg = load_config(&o);
 	if (!cfg)
+		goto out;
+	if (check_allow_other(&o, cfg))
 		goto out;
 	lockfd = take_lock(cfg->state_dir);
 	if (lockfd < 0)
@@ -552,10 +600,13 @@ int main(int argc, char **argv)
 		goto out_unmount;
 	remember_mountpoint(cfg->state_dir, o.mountpoint);
 	tune_readahead(o.mountpoint);
+	mp_abs = mountpoint_canonical(o.mountpoint); /* before detaching: it changes to / */
 	if (!o.foreground && (notify_fd = daemon_detach()) == -2) {
 		fprintf(stderr, "sbxfs: cannot detach: %s\n", strerror(errno));
 		goto out_unmount;
 	}
+	if (!o.foreground)
+		service_detached(); /* MAINPID=, before the launcher exits */
 	if (fuse_set_signal_handlers(fs.se))
 		goto out_unmount;
 	started = start_services(cfg, &reloader);
@@ -573,7 +624,9 @@ int main(int argc, char **argv)
 	notify_fd = -1;
 	log_info("daemon", "sbxfs %s mounted on %s (provider %s, state_dir %s)", SBXFS_VERSION, o.mountpoint,
 		cfg->use, cfg->state_dir);
+	announce_when_served(mp_abs ? mp_abs : o.mountpoint, cfg);
 	ret = loop_run(fs.se);
+	service_stopping();
 	log_info("daemon", "shutting down");
 	reload_stop(reloader);
 	pool_stop();
@@ -592,7 +645,8 @@ out_session:
 	fs.se = NULL;
 out:
 	fuse_opt_free_args(&args);
-	buf_free(&o.fuse_opts);
+	args_free(&o);
+	free(mp_abs);
 	if (lockfd >= 0)
 		close(lockfd);
 	config_put(cfg);

@@ -58,7 +58,7 @@ enum node_kind {
 	N_KINDS
 };
 
-enum rootfile { RF_STATUS, RF_METRICS, RF_CONFIG, RF_COUNT };
+enum rootfile { RF_STATUS, RF_METRICS, RF_CONFIG, RF_HEALTH, RF_COUNT };
 enum ctlfile { CTL_ID, CTL_STATUS, CTL_CTL, CTL_EVENTS, CTL_NETWORK, CTL_COUNT };
 enum datadir { DD_WORKSPACE, DD_UPLOADS, DD_OUTPUTS, DD_SKILLS, DD_COUNT };
 

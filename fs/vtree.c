@@ -35,7 +35,7 @@
 
 #define VDIR_TIMEOUT 1.0
 
-static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config" };
+static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config", ".health" };
 static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl", "events", "network" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static struct node *rootfiles[RF_COUNT];

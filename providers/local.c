@@ -208,11 +208,38 @@ static int local_uids_init(const struct sbx_config *cfg, const struct local_conf
 	return 0;
 }
 
-static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
+/* The helpers: next to sbxfs in a built tree, PREFIX/libexec/sbxfs/ when
+ * installed (bindir/../libexec/sbxfs). */
+static enum sbx_err local_find_helpers(char *exec, char *init, size_t len, char *err, size_t errlen)
 {
-	const struct local_conf *lc = local_conf(cfg);
 	char self[PATH_MAX], *slash;
 	ssize_t n;
+
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0) {
+		snprintf(err, errlen, "local provider: cannot find own executable: %s", strerror(errno));
+		return SBX_ERR_IO;
+	}
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	if (local_find_helper(self, "sbxfs-exec", exec, len) || local_find_helper(self, "sbxfs-init", init, len)) {
+		snprintf(err, errlen, "local provider: sbxfs-exec or sbxfs-init not found next to %s or in %s/../libexec/sbxfs",
+			self, self);
+		return SBX_ERR_INVAL;
+	}
+	return SBX_OK;
+}
+
+/* Everything init checks that changes nothing: --check-config and .health
+ * run it while another thread may be creating sandboxes, so it writes no
+ * static state (the helpers are found into buffers of its own). */
+static enum sbx_err local_preflight(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	const struct local_conf *lc = local_conf(cfg);
+	char exec[PATH_MAX], init[PATH_MAX];
+	struct buf filter = BUF_INIT(1 << 20);
+	enum sbx_err e;
 
 	if (access(local_bwrap, X_OK)) {
 		snprintf(err, errlen, "local provider: %s not found (install bubblewrap)", local_bwrap);
@@ -222,28 +249,32 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 		snprintf(err, errlen, "local.rootfs: %s: %s", lc->rootfs, strerror(errno));
 		return SBX_ERR_INVAL;
 	}
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n < 0) {
-		snprintf(err, errlen, "local provider: cannot find own executable: %s", strerror(errno));
-		return SBX_ERR_IO;
-	}
-	self[n] = '\0';
-	slash = strrchr(self, '/');
-	*slash = '\0';
-	/* Built tree: next to sbxfs; installed: PREFIX/libexec/sbxfs/. */
-	if (local_find_helper(self, "sbxfs-exec", local_exec_helper, sizeof(local_exec_helper)) ||
-	    local_find_helper(self, "sbxfs-init", local_init_helper, sizeof(local_init_helper))) {
-		snprintf(err, errlen, "local provider: sbxfs-exec or sbxfs-init not found next to %s or in %s/../libexec/sbxfs",
-			self, self);
-		return SBX_ERR_INVAL;
-	}
+	e = local_find_helpers(exec, init, sizeof(exec), err, errlen);
+	if (e)
+		return e;
 	/* the uids of sandboxes must be nobody else's (users: maps to
 	 * accounts on purpose, and then the range is not used) */
 	if (!cfg->n_users && !cfg->users_passwd &&
-	    idrange_conflict(lc->uid_base, lc->uid_count, "/etc/subuid", "/etc/subgid", self, sizeof(self))) {
-		snprintf(err, errlen, "config error: %s", self);
+	    idrange_conflict(lc->uid_base, lc->uid_count, "/etc/subuid", "/etc/subgid", exec, sizeof(exec))) {
+		snprintf(err, errlen, "config error: %s", exec);
 		return SBX_ERR_INVAL;
 	}
+	/* the seccomp filter compiles (libseccomp, in memory only) */
+	e = filter_build(&filter, err, errlen) ? SBX_ERR_INVAL : SBX_OK;
+	buf_free(&filter);
+	return e;
+}
+
+static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	const struct local_conf *lc = local_conf(cfg);
+	enum sbx_err e;
+
+	e = local_preflight(cfg, err, errlen);
+	if (!e)
+		e = local_find_helpers(local_exec_helper, local_init_helper, sizeof(local_exec_helper), err, errlen);
+	if (e)
+		return e;
 	buf_reset(&local_filter);
 	if (filter_build(&local_filter, err, errlen))
 		return SBX_ERR_INVAL;
@@ -1346,6 +1377,7 @@ static const struct sbx_provider_ops local_ops = {
 	.config_key = local_config_key,
 	.config_show = local_config_show,
 	.config_free = local_config_free,
+	.preflight = local_preflight,
 	.init = local_init,
 	.discover = local_discover,
 	.create = local_create,

@@ -37,6 +37,7 @@
 #define POOL_BUCKETS 1024
 
 const double pool_hist_bounds[12] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10 };
+const char *const pool_error_kinds[3] = { "create", "state_dir", "other" };
 
 static struct {
 	pthread_mutex_t lock;
@@ -150,6 +151,8 @@ void pool_note_error(const char *scope, const char *kind, const char *fmt, ...)
 	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	pthread_mutex_lock(&pool.lock);
 	pool.st.errors++;
+	pool.st.errors_by_kind[!strcmp(kind, "create") ? 0 : !strcmp(kind, "state_dir") ? 1 : 2]++;
+	pool.st.last_error_at = util_wall_now();
 	snprintf(pool.st.last_error, sizeof(pool.st.last_error), "%s", text ? text : "");
 	pthread_mutex_unlock(&pool.lock);
 	free(text);
@@ -377,6 +380,8 @@ static void pool_observe(int kind, double secs)
 	pool.st.acquire_hist[kind][b]++;
 	pool.st.acquire_sum[kind] += secs;
 	pool.st.acquire_count[kind]++;
+	if (kind == 0)
+		pool.st.last_create_at = util_wall_now();
 }
 
 /* Create a fresh sandbox for s.  Caller holds s->scope; state is CREATING. */

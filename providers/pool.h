@@ -77,6 +77,9 @@ struct pool_stats {
 	int replicas;
 	long idle_timeout, idle_check_interval;
 	uint64_t evictions, reaps, errors, adopted;
+	uint64_t errors_by_kind[3]; /* pool_error_kinds: create, state_dir, other */
+	double last_error_at;       /* wall time of the last pool_note_error, 0 = none */
+	double last_create_at;      /* wall time of the last successful create (cold acquire), 0 = none */
 	uint64_t acquire_hist[2][13]; /* [cold, warm][bucket], cumulative-ready counts */
 	double acquire_sum[2];
 	uint64_t acquire_count[2];
@@ -84,6 +87,8 @@ struct pool_stats {
 };
 
 extern const double pool_hist_bounds[12];
+/* The kinds of pool_note_error() that errors_by_kind counts ("other": any else). */
+extern const char *const pool_error_kinds[3];
 
 /* What another module does when a sandbox comes to life or ends (the
  * network policy, net/net.h): up after a create (adopted false: a nonzero

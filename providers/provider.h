@@ -191,6 +191,12 @@ struct sbx_provider_ops {
 	/* MAY: add the provider's effective keys to .config (secrets as "***"). */
 	void (*config_show)(const struct sbx_config *cfg, struct json_t *out);
 	void (*config_free)(void *prov);
+	/* MAY: the checks of init that change nothing on the host: no file,
+	 * directory, cgroup, process or connection state is made, and no
+	 * provider-level state is written (it may run while the daemon serves).
+	 * `sbxfs --check-config` runs them, and so does every read of
+	 * /sbx/.health; init must run them too.  err names the cause. */
+	enum sbx_err (*preflight)(const struct sbx_config *cfg, char *err, size_t errlen);
 	/* MUST: start of day: check that the host can run this provider
 	 * (binaries, sockets, credentials, uid ranges); err names the cause. */
 	enum sbx_err (*init)(const struct sbx_config *cfg, char *err, size_t errlen);
@@ -282,6 +288,8 @@ extern const struct config_hooks provider_config_hooks;
 
 /* ---- calls with defaults for the optional slots (providers.c) ------------------- */
 
+/* The provider's side-effect-free checks of cfg (SBX_OK without a preflight slot). */
+enum sbx_err sbx_preflight(const struct sbx_provider *prov, const struct sbx_config *cfg, char *err, size_t errlen);
 void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov);
 struct sbx_box *sbx_box_get(struct sbx_box *box);
 void sbx_box_put(struct sbx_box *box);

@@ -91,6 +91,15 @@ const char *sbx_err_name(enum sbx_err e)
 	return (unsigned)e < SBX_ERR_COUNT ? names[e] : "io";
 }
 
+/* ---- provider level ------------------------------------------------------------ */
+
+enum sbx_err sbx_preflight(const struct sbx_provider *prov, const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	if (errlen)
+		err[0] = '\0';
+	return prov->ops->preflight ? prov->ops->preflight(cfg, err, errlen) : SBX_OK;
+}
+
 /* ---- boxes -------------------------------------------------------------------- */
 
 void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov)

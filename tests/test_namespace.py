@@ -92,7 +92,7 @@ def test_walk_through(mnt):
 
 def test_root_listing_and_user_dir(mnt):
     names = set(os.listdir(mnt.mnt))
-    assert {".status", ".metrics", ".config"} <= names
+    assert {".status", ".metrics", ".config", ".health"} <= names
     os.mkdir(mnt.mnt / "bob")
     assert "bob" in os.listdir(mnt.mnt)
     assert (mnt.mnt / "bob").is_dir()
@@ -151,7 +151,7 @@ def test_files_at_root_and_user_dirs_are_eperm(sandbox):
 
 
 CONTROL = ["id", "status"]
-ROOT_CONTROL = [".status", ".metrics", ".config"]
+ROOT_CONTROL = [".status", ".metrics", ".config", ".health"]
 
 
 def _control_paths(m, t):

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit.c - unit tests of the common layer (buffers, names and the scope
- * token, configuration), run by `make test` before the black-box suite.
+ * token, configuration) and of the command line (fs/args.c), run by
+ * `make test` before the black-box suite.
  * Each check prints only on failure; the last line is "N passed, N failed".
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
+#include "../../fs/args.h"
 #include "../../providers/provider.h"
 #include "check.h"
 
@@ -245,6 +248,68 @@ static void test_config(void)
 	}
 }
 
+static enum args_action parse(struct args *a, char *err, size_t errlen, ...)
+{
+	char *argv[32];
+	int argc = 0;
+	va_list ap;
+
+	argv[argc++] = "sbxfs";
+	va_start(ap, errlen);
+	for (char *s; argc < 31 && (s = va_arg(ap, char *));)
+		argv[argc++] = s;
+	va_end(ap);
+	argv[argc] = NULL;
+	return args_parse(argc, argv, a, err, errlen);
+}
+
+/* The command line as mount(8) and mount.fuse3 run it (args.h). */
+static void test_args(void)
+{
+	struct args a;
+	char err[256];
+
+	/* mount.fuse3: SOURCE MOUNTPOINT -o generic,config=,dev,suid */
+	CHECK(parse(&a, err, sizeof(err), "sbxfs", "/sbx", "-o",
+		      "rw,config=/etc/sbxfs/mount.conf,nofail,_netdev,x-systemd.automount,noauto,user,dev,suid", NULL) ==
+	      ARGS_RUN);
+	CHECK(!strcmp(a.source, "sbxfs") && !strcmp(a.mountpoint, "/sbx") && !a.foreground);
+	CHECK(a.config && !strcmp(a.config, "/etc/sbxfs/mount.conf"));
+	CHECK(!strcmp(buf_str(&a.fuse_opts), "rw")); /* rw is a real mount option; the rest is gone */
+	args_free(&a);
+
+	/* real options pass, in order; an escaped comma stays in its value */
+	CHECK(parse(&a, err, sizeof(err), "-f", "/m", "-o", "ro,noatime", "-o", "fsname=a\\,b,allow_other",
+		      "-o", "config=/x\\,y.conf", NULL) == ARGS_RUN);
+	CHECK(!strcmp(buf_str(&a.fuse_opts), "ro,noatime,fsname=a\\,b") && a.allow_other && a.foreground);
+	CHECK(a.config && !strcmp(a.config, "/x,y.conf") && a.source == NULL);
+	args_free(&a);
+
+	CHECK(parse(&a, err, sizeof(err), "-c", "/a", "-o", "config=/b", "/m", NULL) == ARGS_ERROR &&
+	      strstr(err, "different"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "-c", "/a", "-o", "config=/a", "/m", NULL) == ARGS_RUN);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "-o", "subtype=x", "/m", NULL) == ARGS_ERROR && strstr(err, "subtype"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "-o", "config=", "/m", NULL) == ARGS_ERROR);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), NULL) == ARGS_ERROR && strstr(err, "mountpoint"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "a", "b", "c", NULL) == ARGS_ERROR);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--check-config", "/f", NULL) == ARGS_CHECK_CONFIG && !strcmp(a.config, "/f"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--check-config", "/f", "/m", NULL) == ARGS_ERROR);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "-d", "/m", NULL) == ARGS_RUN && a.debug && a.foreground);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--version", NULL) == ARGS_VERSION);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "-h", NULL) == ARGS_HELP);
+	args_free(&a);
+}
+
 int main(void)
 {
 	log_open(0, 0);
@@ -255,6 +320,7 @@ int main(void)
 	test_sha256_hex();
 	test_idrange();
 	test_config();
+	test_args();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
