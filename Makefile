@@ -28,7 +28,8 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
-COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o
+COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
+	  common/http.o common/netns.o common/udir.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
@@ -90,27 +91,22 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
 		$(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o
 
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/park.o fs/work.o
-WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
+tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
-tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
-		$(LDFLAGS) $(LDLIBS)
-
-unit: tests/unit/unit tests/unit/pool_test
+unit: tests/unit/unit tests/unit/pool_test tests/unit/http_test
 	./tests/unit/unit
 	./tests/unit/pool_test
+	./tests/unit/http_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/http_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 bench: deps all
 	bash bench/run.sh
@@ -126,7 +122,7 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/http_test $(OBJS) fs/*.o providers/*.o common/*.o
 
 distclean: clean
 	rm -rf build
