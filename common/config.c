@@ -399,6 +399,98 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 	}
 }
 
+/* ---- resources: (a minimal parser for the container providers; the
+ * security work brings the same keys, rules and defaults, and replaces this
+ * block at merge) ---------------------------------------------------------- */
+
+/* A size: 0 (no limit) or N[K|M|G|T][i|iB|B], at least min bytes. */
+static int get_size(struct cfg_ctx *x, const char *key, yaml_node_t *n, uint64_t min, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	const char *s = scalar(n), *u;
+	uint64_t v, mult = 1;
+	char *end;
+
+	if (!s || !*s || *s == '-')
+		goto bad;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		goto bad;
+	if (*end && (u = strchr(units, end[0] & ~0x20))) {
+		for (const char *p = units; p <= u; p++)
+			mult *= 1024;
+		end++;
+		if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B"))
+			end += strlen(end);
+	}
+	if (*end || (v && v * mult / mult != v) || (v && v * mult < min))
+		goto bad;
+	*out = v * mult;
+	return 0;
+bad:
+	cfg_fail(x, key, "must be 0 (no limit) or a size of at least %llu bytes, like 512M or 2G (got '%s')",
+		(unsigned long long)min, s ? s : "a non-scalar");
+	return -1;
+}
+
+/* CPUs: 0 (no limit) or 0.01 .. 1024, decimals allowed. */
+static int get_cpus(struct cfg_ctx *x, const char *key, yaml_node_t *n, double *out)
+{
+	const char *s = scalar(n);
+	char *end;
+	double v;
+
+	errno = 0;
+	v = s && *s ? strtod(s, &end) : -1;
+	if (!s || !*s || errno || *end || v != v || (v != 0 && (v < 0.01 || v > 1024))) {
+		cfg_fail(x, key, "must be 0 (no limit) or a number of CPUs from 0.01 to 1024 (got '%s')",
+			s ? s : "a non-scalar");
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static void parse_resources(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	struct config_resources *r = &c->res;
+
+	if (scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "resources", "must be a mapping {memory, cpus, pids, tmp_size, output}");
+		return;
+	}
+	if (mapping_check_dups(x, "resources", n))
+		return;
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		char key[128];
+		long l;
+
+		snprintf(key, sizeof(key), "resources.%s", k ? k : "?");
+		if (k && !strcmp(k, "memory"))
+			get_size(x, key, v, 16 << 20, &r->memory);
+		else if (k && !strcmp(k, "tmp_size"))
+			get_size(x, key, v, 1 << 20, &r->tmp_size);
+		else if (k && !strcmp(k, "output"))
+			get_size(x, key, v, 1024, &r->output);
+		else if (k && !strcmp(k, "pids")) {
+			if (scalar(v) && !strcmp(scalar(v), "0"))
+				r->pids = 0;
+			else if (!get_long(x, key, v, 16, 4194304, &l))
+				r->pids = (uint64_t)l;
+		} else if (k && !strcmp(k, "cpus"))
+			get_cpus(x, key, v, &r->cpus);
+		else
+			log_warn("config", "%s: unknown key, ignored", key);
+	}
+}
+
+/* ---- end of resources: ------------------------------------------------------ */
+
 static bool domain_valid(const char *d)
 {
 	size_t n = strlen(d), label = 0;
@@ -600,6 +692,8 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_users(x, c, v);
 	else if (!strcmp(k, "network"))
 		parse_network(x, c, v);
+	else if (!strcmp(k, "resources"))
+		parse_resources(x, c, v);
 	else if (!strcmp(k, "skills"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
@@ -648,6 +742,12 @@ static void config_defaults(struct sbx_config *c)
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
+	/* resources: a sandbox may not take a shared host down */
+	c->res.memory = 2ULL << 30;
+	c->res.cpus = 2.0;
+	c->res.pids = 1024;
+	c->res.tmp_size = 512ULL << 20;
+	c->res.output = 1ULL << 30;
 	c->container_prefix = strdup("sbxfs");
 	c->protocol = strdup("http");
 }
@@ -876,6 +976,9 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "mounts", mounts);
 	json_object_set_new(o, "users", users);
 	json_object_set_new(o, "network", net);
+	json_object_set_new(o, "resources", json_pack("{s:I,s:f,s:I,s:I,s:I}", "memory", (json_int_t)c->res.memory,
+						  "cpus", c->res.cpus, "pids", (json_int_t)c->res.pids, "tmp_size",
+						  (json_int_t)c->res.tmp_size, "output", (json_int_t)c->res.output));
 	json_object_set_new(o, "skills", skills);
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));

@@ -25,6 +25,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "buf.h"
@@ -49,6 +50,18 @@ struct config_user {
 	gid_t gid;
 };
 
+/* ---- resources: (parsed here until the security work's parser is merged) ----
+ * The limits of every sandbox (and of each job's output); 0 means "no
+ * limit" for each.  Same names and rules as that work's, so the two
+ * reconcile at merge. */
+struct config_resources {
+	uint64_t memory;   /* bytes of RAM (swap off) for the whole sandbox */
+	double cpus;       /* CPU time, in CPUs (1.5 = one and a half) */
+	uint64_t pids;     /* processes and threads */
+	uint64_t tmp_size; /* bytes of the private /tmp (a tmpfs) */
+	uint64_t output;   /* bytes of stdout + stderr one job may keep */
+};
+
 struct sbx_config {
 	int refs; /* atomic; see config_get/config_put */
 	void *prov; /* the provider's own configuration (hooks->free_prov) */
@@ -71,6 +84,7 @@ struct sbx_config {
 	bool users_passwd; /* users: passwd */
 	struct config_user *users;
 	size_t n_users;
+	struct config_resources res;
 	/* network: */
 	enum net_mode net_mode;
 	char **allow_domains;
