@@ -1,6 +1,6 @@
 # sbxfs - a FUSE filesystem of code-execution sandboxes for AI agents.
 #
-#   make            build ./sbxfs and ./sbxfs-exec (with -Werror)
+#   make            build ./sbxfs and its helpers sbxfs-exec, sbxfs-init, sbxfs-box (with -Werror)
 #   make run        install missing packages, build, mount /sbx with mount.conf (foreground)
 #   make test       install missing packages, build, run the pytest suite
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
@@ -31,7 +31,8 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/http.o common/netns.o common/udir.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o
+	     providers/local.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o \
+	     providers/aio_api.o
 FS := fs/main.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o
 OBJS := $(COMMON) $(PROVIDERS) $(FS)
@@ -43,7 +44,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 
 .PHONY: all run test unit asan bench deps clean distclean install check-style
 
-all: sbxfs sbxfs-exec sbxfs-init
+all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
 
 # FUSE_CFLAGS, FUSE_LIBS, FUSE_PASSTHROUGH (after `all`, the default goal)
 include mk/libfuse.mk
@@ -62,6 +63,10 @@ sbxfs-exec: providers/local_exec.c
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
+# pid 1 and job supervisor of docker sandboxes: runs on any image, so static
+sbxfs-box: providers/docker_box.c
+	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
+
 %.o: %.c $(HDRS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -78,7 +83,8 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o
+UNIT_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o providers/local.o \
+	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -91,7 +97,7 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS) $(WRAP_ALLOC) \
 		$(LDFLAGS) $(LDLIBS)
 
-HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o
 
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -115,6 +121,7 @@ install: all
 	install -D -m 0755 sbxfs $(DESTDIR)$(PREFIX)/bin/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-init
+	install -D -m 0755 sbxfs-box $(DESTDIR)$(PREFIX)/libexec/sbxfs/sbxfs-box
 	install -D -m 0644 mount.conf $(DESTDIR)/etc/sbxfs/mount.conf
 
 check-style:
@@ -122,7 +129,7 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/http_test $(OBJS) fs/*.o providers/*.o common/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/http_test $(OBJS) fs/*.o providers/*.o common/*.o
 
 distclean: clean
 	rm -rf build

@@ -118,6 +118,9 @@ int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, l
 int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out);
 int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
 int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
+/* A list of strings (a scalar counts as a list of one): *out (malloc'd,
+ * strings too) and *n.  0 or -1 after cfg_fail. */
+int cfg_strv(struct cfg_ctx *x, const char *key, struct cfg_node *n, char ***out, size_t *count);
 /* A mapping named sect: fn(x, arg, key, "sect.key", value) for each pair
  * (a duplicate key fails the parse).  0 or -1. */
 int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,
