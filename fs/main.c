@@ -401,8 +401,10 @@ static void *reload_main(void *arg)
 		} else if (!provider_find(next->use)) {
 			log_err("config", "reload refused: use: provider '%s' is not built in", next->use);
 			config_put(next);
+		} else if (pool_reload(next, err, sizeof(err))) {
+			log_err("config", "reload refused, keeping the old configuration: %s", err);
+			config_put(next);
 		} else {
-			pool_reload(next);
 			log_info("config", "configuration reloaded from %s", next->path);
 			config_put(next);
 		}

@@ -69,6 +69,7 @@ struct ajob {
 	long long out_size, err_size; /* the job files' sizes when the offsets were recorded */
 	long timeout;
 	uint64_t output_max;
+	bool over;            /* output past output_max arrived (and was dropped) */
 	int sent_sig;         /* atomic: the last signal the daemon sent */
 	int cancel;           /* atomic: exec_free at exit stops the pump */
 	pthread_t pump;
@@ -263,6 +264,18 @@ struct pump_files {
 static int ajob_append(struct ajob *j, struct pump_files *f, const char *out, size_t olen, const char *err,
 	size_t elen, long long off, long long eoff)
 {
+	if (j->output_max) { /* keep output_max bytes in all: the rest is dropped, the job killed */
+		uint64_t have = (uint64_t)(j->out_size + j->err_size), room = have < j->output_max ? j->output_max - have : 0;
+		if (olen > room) {
+			olen = (size_t)room;
+			j->over = true;
+		}
+		room -= olen;
+		if (elen > room) {
+			elen = (size_t)room;
+			j->over = true;
+		}
+	}
 	if ((olen && write_all(f->out, out, olen)) || (elen && write_all(f->err, err, elen)))
 		return -1;
 	j->out_size += (long long)olen;
@@ -354,7 +367,7 @@ static void *ajob_pump(void *arg)
 			continue;
 		}
 		failing_since = 0;
-		if (j->output_max && (uint64_t)(j->out_size + j->err_size) > j->output_max && !reason) {
+		if (j->over && !reason) {
 			char kerr[AIO_ERR_LEN];
 			reason = "output";
 			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->output_max);
