@@ -287,6 +287,38 @@ static int ajob_append(struct ajob *j, struct pump_files *f, const char *out, si
 	return 0;
 }
 
+/* The job's shell among the container's processes (its command line names
+ * its run directory), into job_dir/pgid for the job's status: the AIO API
+ * does not say which process runs a command.  Best effort: a command that
+ * has ended already is not found (its status then has no pid). */
+static void ajob_find_pid(struct ajob *j)
+{
+	char needle[128], text[32];
+	pid_t pids[4096];
+	int n;
+
+	if (str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->name) || !j->db->init_pid)
+		return;
+	n = docker_children(j->db->init_pid, pids, 4096, 0);
+	for (int i = 0; i < n; i++)
+		n = docker_children(pids[i], pids, 4096, n);
+	for (int i = 0; i < n; i++) {
+		struct buf cmd = BUF_INIT(64 * 1024);
+		char path[64];
+		bool hit = !str_fmt(path, sizeof(path), "/proc/%d/cmdline", (int)pids[i]) && !util_read_file(path, &cmd) &&
+			   memmem(cmd.ptr ? cmd.ptr : "", cmd.len, needle, strlen(needle));
+		buf_free(&cmd);
+		if (hit) {
+			struct buf p = BUF_INIT(BUF_CAP_PATH);
+			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
+			if (!buf_addf(&p, "%s/pgid", j->job_dir))
+				util_write_atomic(p.ptr, text, strlen(text), 0600);
+			buf_free(&p);
+			return;
+		}
+	}
+}
+
 static void *ajob_pump(void *arg)
 {
 	struct ajob *j = arg;
@@ -621,6 +653,7 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 		e = SBX_ERR_IO;
 		goto out;
 	}
+	ajob_find_pid(j); /* while it runs (a command that ends at once may be gone) */
 	e = ajob_start_pump(j);
 	if (e)
 		goto out;

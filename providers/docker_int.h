@@ -80,6 +80,9 @@ enum sbx_err djobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_e
 enum sbx_err djobs_signal(struct sbx_exec *x, int sig);
 void djobs_finish(struct sbx_exec *x);
 void djobs_free(struct sbx_exec *x);
+/* The direct children of host process pid (all its threads'), appended to
+ * out[n..max); the new count. */
+int docker_children(pid_t pid, pid_t *out, int max, int n);
 /* A request to the box's init ("ping", "killall"): the answer in reply. */
 enum sbx_err djobs_ask_init(struct dbox *db, const char *req, char *reply, size_t len, int timeout_ms);
 enum sbx_err djobs_kill_all(struct sbx_box *b);

@@ -577,8 +577,7 @@ enum sbx_err djobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_e
 
 /* ---- signals -------------------------------------------------------------------------------------- */
 
-/* Direct children of pid (every thread's), appended to out. */
-static int children_of(pid_t pid, pid_t *out, int max, int n)
+int docker_children(pid_t pid, pid_t *out, int max, int n)
 {
 	char path[80];
 	struct buf b = BUF_INIT(256 * 1024);
@@ -609,10 +608,10 @@ static int children_of(pid_t pid, pid_t *out, int max, int n)
  * namespace; the number signalled. */
 static int signal_tree(struct djob *j, pid_t *pids, int sig)
 {
-	int n = children_of(j->sup_pid, pids, DJOB_TREE_MAX, 0), hit = 0;
+	int n = docker_children(j->sup_pid, pids, DJOB_TREE_MAX, 0), hit = 0;
 
 	for (int i = 0; i < n; i++)
-		n = children_of(pids[i], pids, DJOB_TREE_MAX, n);
+		n = docker_children(pids[i], pids, DJOB_TREE_MAX, n);
 	for (int i = 0; i < n; i++) {
 		int fd;
 		if (!util_proc_starttime(pids[i])) /* gone, or a zombie waiting for its parent */

@@ -252,8 +252,28 @@ def test_dead_container_is_recreated_and_status_says_so(sandbox, case_label):
 # jobs: the suite of test_jobs.py
 
 
-def test_exit_stdout_stderr_and_status(sandbox):
-    J.test_exit_stdout_stderr_and_status(sandbox)
+def test_exit_stdout_stderr_and_status(sandbox, provider):
+    if provider == "docker":
+        return J.test_exit_stdout_stderr_and_status(sandbox)
+    # aio: the API does not say which process runs a command; sbxfs finds the
+    # command's shell among the container's processes, which a command that
+    # ends at once may have left already: the pid is checked on a running job
+    m, t = sandbox
+    j = J.mkjob(t, "running")
+    J.start_ready(j)
+    pid = J.jstatus(j)["pid"]
+    assert isinstance(pid, int) and pid > 0 and J.uid_of(pid) == sbxutil.status(t)["uid"], J.jstatus(j)
+    J.write_ctl(j / "ctl", "kill KILL")
+    assert J.wait_exit(j) == 137
+    j = J.mkjob(t, "j1")
+    J.start(j, "echo out; echo err >&2; exit 7")
+    assert J.wait_exit(j) == 7
+    assert read_text(j / "stdout") == "out\n" and read_text(j / "stderr") == "err\n"
+    st = J.jstatus(j)
+    assert st["state"] == "exited" and st["exit"] == 7 and st["signal"] == 0, st
+    assert st["cmd"] == "echo out; echo err >&2; exit 7" and st["timeout"] == 600, st
+    assert 0 <= st["ended_at"] - st["started_at"] < 30, st
+    assert st["stdout_bytes"] == 4 and st["stderr_bytes"] == 4, st
 
 
 def test_cwd_uid_and_workspace_sharing(sandbox):
@@ -332,8 +352,25 @@ def test_kill_escalates_for_a_job_that_ignores_term(sandbox):
 @pytest.mark.timeout_s(90)
 @pytest.mark.parametrize("spec", ["kill", "kill SIGKILL"])
 def test_kill_ends_escaped_background_processes(sandbox, spec, provider):
+    """test_jobs' test with busybox's applets (no nohup in the image)."""
     needs(provider, "escaped")
-    J.test_kill_ends_escaped_background_processes(sandbox, spec)
+    m, t = sandbox
+    uid = sbxutil.status(t)["uid"]
+    tag = str(random.randint(100000, 999999))
+    j = J.mkjob(t, "bomb")
+    J.start(j, f"for i in $(seq 20); do (sleep {tag} &); setsid sleep {tag} & done; "
+               f"(trap '' HUP; exec sleep {tag}) >/dev/null 2>&1 & sleep {tag}")
+    assert wait_until(lambda: len(J.procs_of_uid(uid, f"sleep {tag}")) >= 42, 15), \
+        f"only {len(J.procs_of_uid(uid, f'sleep {tag}'))} sleeps started"
+    J.write_ctl(j / "ctl", spec)
+    code = J.wait_exit(j, 15)
+    assert code in (137, 143), code
+    assert J.jstatus(j)["state"] == "killed"
+    assert wait_until(lambda: not J.procs_of_uid(uid, f"sleep {tag}"), 10), \
+        f"{len(J.procs_of_uid(uid, f'sleep {tag}'))} processes of the killed job survive"
+    assert sbxutil.pid_alive(sbxutil.init_pid(t))
+    code, out, _ = J.run_job(t, "after", "echo alive")
+    assert code == 0 and out == "alive\n"
 
 
 @pytest.mark.timeout_s(90)
@@ -383,7 +420,8 @@ def test_background_process_visible_to_next_job(sandbox):
     assert code == 0, err
     code, out, err = J.run_job(t, "b", f"ps -o args | grep -c '^sleep {tag}$'")
     assert out.strip() == "1", f"job b does not see job a's background sleep: {out!r} {err!r}"
-    code, out, err = J.run_job(t, "c", f"pkill -f '^sleep {tag}$'; echo $?")
+    code, out, err = J.run_job(t, "c", f"ps -o pid,args | awk '$2 == \"sleep\" && $3 == \"{tag}\" {{print $1}}' "
+                                     f"| xargs kill; echo $?")
     assert out.strip() == "0", (out, err)
 
 
