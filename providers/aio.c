@@ -134,6 +134,10 @@ enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
 		log_err(scope, "aio: the container %s ended before its API answered (%s)", db->name, err);
 		return SBX_ERR_IO;
 	}
+	if (strstr(err, "answered 401") || strstr(err, "answered 403")) {
+		log_err(scope, "aio: the AIO server in %s refuses the API key (aio.api_key): %s", db->name, err);
+		return SBX_ERR_ACCESS;
+	}
 	log_err(scope, "aio: the AIO server in %s was not ready within ready_timeout (%ld s): %s", db->name, timeout_s, err);
 	return SBX_ERR_TIMEOUT;
 }
