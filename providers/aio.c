@@ -54,6 +54,7 @@
 #include "provider_int.h"
 
 #define AIO_POLL_WAIT_S 5.0
+#define AIO_SHELL_POLL_US 200000
 #define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
 #define AIO_ENV_MAX (2 * 1024 * 1024)
 
@@ -331,6 +332,7 @@ static void *ajob_pump(void *arg)
 	char url[64], err[AIO_ERR_LEN], scope[256];
 	uint64_t failing_since = 0, started = util_now_ms();
 	const char *reason = NULL;
+	unsigned polls = 0;
 	int nsfd = -1;
 
 	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->name);
@@ -367,11 +369,11 @@ static void *ajob_pump(void *arg)
 			aio_bash_result_clear(&r);
 		} else {
 			struct aio_shell_result r;
-			e = aio_shell_wait(&t, j->session, AIO_POLL_WAIT_S, err, sizeof(err));
-			if (!e)
-				e = aio_shell_view(&t, j->session, &r, err, sizeof(err));
-			else
-				memset(&r, 0, sizeof(r));
+			/* the shell API has no long-poll for output (its wait takes
+			 * whole seconds): a view of what is there, every 200 ms */
+			if (polls++)
+				usleep(AIO_SHELL_POLL_US);
+			e = aio_shell_view(&t, j->session, &r, err, sizeof(err));
 			if (!e && (long long)r.output_len > j->offset &&
 			    ajob_append(j, &f, r.output + j->offset, r.output_len - (size_t)j->offset, NULL, 0,
 				    (long long)r.output_len, 0))

@@ -392,10 +392,10 @@ enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, 
 	return e;
 }
 
-enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, double seconds, char *err,
+enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, int seconds, char *err,
 	size_t errlen)
 {
-	json_t *body = json_pack("{s:s,s:f}", "id", session_id, "seconds", seconds), *root = NULL, *data = NULL;
+	json_t *body = json_pack("{s:s,s:i}", "id", session_id, "seconds", seconds), *root = NULL, *data = NULL;
 	enum sbx_err e = body ? aio_call(t, "POST", "/v1/shell/wait", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
 
 	json_decref(root);

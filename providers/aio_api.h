@@ -114,8 +114,9 @@ enum sbx_err aio_shell_exec(const struct aio_target *t, const char *command, con
 	struct aio_shell_result *r, char *err, size_t errlen);
 enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, struct aio_shell_result *r, char *err,
 	size_t errlen);
-/* POST /v1/shell/wait: returns when the command ended or seconds passed. */
-enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, double seconds, char *err,
+/* POST /v1/shell/wait: returns when the command ended or seconds passed
+ * (whole seconds: the API refuses fractions). */
+enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, int seconds, char *err,
 	size_t errlen);
 enum sbx_err aio_shell_kill(const struct aio_target *t, const char *session_id, char *err, size_t errlen);
 
