@@ -30,7 +30,7 @@ shows the median ratio and its range beside the median times.
 
 Goals (issue 10): cold at most 0.8x the CLI's time (ratio >= 1.25) and the
 job round trip at most 0.5x (ratio >= 2).  Everything this run made carries
-the label org.sbxfs.bench=<run id> and is removed at the end (also on
+the label sbxfs-bench.run=<run id> and is removed at the end (also on
 Ctrl-C); daemons are stopped by their pid.
 """
 
@@ -56,7 +56,7 @@ import dockerutil  # noqa: E402
 SBXFS = Path(os.environ.get("SBXFS_BIN", str(REPO / "sbxfs")))
 IMAGE = dockerutil.IMAGES["busybox"]
 RUN = f"bench-{os.getpid()}-{int(time.time())}"
-LABEL = f"org.sbxfs.bench={RUN}"
+LABEL = f"sbxfs-bench.run={RUN}"
 DAEMONS = []  # every sbxfs this run started (stopped by pid at the end)
 
 
@@ -90,7 +90,7 @@ class Daemon:
             f"use: docker\nimage: {IMAGE}\nstate_dir: {self.dir / 'state'}\n"
             f"container_prefix: sbxb-{os.getpid()}-{name}\nreplicas: 100000\nidle_timeout: 0\n"
             f"network:\n  mode: isolated\n"
-            f"docker:\n  labels:\n    org.sbxfs.bench: {RUN}\n{extra}")
+            f"docker:\n  labels:\n    sbxfs-bench.run: {RUN}\n{extra}")
         self.proc = None
 
     def start(self):
@@ -178,7 +178,7 @@ def bench(args, work):
         return t
 
     rows.append(pair_rows("cold", args.rounds, sbx_cold, cli_cold,
-                          "mkdir of a new scope | docker run -d + readiness"))
+                          "mkdir of a new scope vs docker run -d + readiness"))
 
     # warm: reclaim a released sandbox / health check of a running container
     os.mkdir(d.mnt / "u" / "warm")
@@ -192,7 +192,7 @@ def bench(args, work):
         return timed(lambda: docker("inspect", "-f", "{{.State.Running}}", f"sbxb-{os.getpid()}-cli-warm"))
 
     rows.append(pair_rows("warm", args.rounds, sbx_warm, cli_warm,
-                          "mkdir of a warm scope | docker inspect (health)"))
+                          "mkdir of a warm scope vs docker inspect (health)"))
 
     # job round trip
     for daemon, row in ((d, "job"), (e, "job-engine")):
@@ -217,7 +217,7 @@ def bench(args, work):
 
         rows.append(pair_rows(row, args.rounds * 2, sbx_job, cli_job,
                               f"jobs/N: cmd `true`, read exit ({'engine exec API' if row == 'job-engine' else 'init'})"
-                              " | docker exec C true"))
+                              " vs docker exec C true"))
     e.stop()
 
     # many at once
@@ -253,7 +253,7 @@ def bench(args, work):
     [t.join(600) for t in ths]
     cli_total = time.perf_counter() - t0
     teardown = m.stop()
-    left = docker("ps", "-aq", "--filter", f"label=org.sbxfs.bench={RUN}", "--filter",
+    left = docker("ps", "-aq", "--filter", f"label=sbxfs-bench.run={RUN}", "--filter",
                   f"name=sbxb-{os.getpid()}-many").stdout.split()
     many = {"row": "many", "n": n, "sbxfs_total_s": sbx_total, "cli_total_s": cli_total, "sbxfs_errors": len(errs),
             "cli_errors": len(cerrs), "rss_before_kib": rss0, "rss_after_kib": rss1, "teardown_s": teardown,
@@ -267,7 +267,7 @@ def bench(args, work):
 def table(rows, many, args):
     out = [f"# docker provider vs docker CLI ({time.strftime('%Y-%m-%d %H:%M')}, {platform.release()}, "
            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; `{' '.join(sys.argv)}`)", "",
-           "| row | what (sbxfs \\| CLI) | sbxfs median | CLI median | ratio CLI/sbxfs (median [min-max]) | goal |",
+           "| row | what (sbxfs vs CLI) | sbxfs median | CLI median | ratio CLI/sbxfs (median [min-max]) | goal |",
            "|---|---|---|---|---|---|"]
     goals = {"cold": 1.25, "job": 2.0}
     for r in rows:
