@@ -93,9 +93,11 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 		return e;
 	}
 	if (!json_is_true(json_object_get(o, "success"))) {
+		enum sbx_err e = msg && strcasestr(msg, "not found") ? SBX_ERR_GONE : SBX_ERR_IO;
+
 		seterr(err, errlen, "the AIO server reports a failure: %s", msg ? msg : "(no message)");
-		json_decref(o);
-		return msg && strcasestr(msg, "not found") ? SBX_ERR_GONE : SBX_ERR_IO;
+		json_decref(o); /* msg lived in o */
+		return e;
 	}
 	*root = o;
 	*data = json_object_get(o, "data");

@@ -292,8 +292,10 @@ struct job_fds {
 static void job_fds_close(struct job_fds *f)
 {
 	for (int i = 0; i < DJOB_NFDS; i++)
-		if (f->fd[i] >= 0)
+		if (f->fd[i] >= 0) {
 			close(f->fd[i]);
+			f->fd[i] = -1;
+		}
 }
 
 static int job_fds_open(const char *job_dir, struct job_fds *f)
@@ -494,7 +496,7 @@ enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, st
 	struct dbox *db = dbox(b);
 	struct job_fds f;
 	struct djob *j = NULL;
-	char msg[128], err[DOCKER_ERR_LEN] = "", scope[160];
+	char msg[128] = "", err[DOCKER_ERR_LEN] = "", scope[160];
 	uint64_t output_max = spec->output_max > 0 ? (uint64_t)spec->output_max : db->output_max;
 	enum sbx_err e = SBX_ERR_IO;
 	pid_t pid = 0;
@@ -504,8 +506,9 @@ enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, st
 	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start)
 		return SBX_ERR_GONE;
 	if (job_fds_open(spec->job_dir, &f)) {
-		log_err(scope, "cannot open the job's files: %s", strerror(errno));
-		return sbx_err_from_errno(errno);
+		int saved = errno;
+		log_err(scope, "cannot open the job's files: %s", strerror(saved));
+		return sbx_err_from_errno(saved);
 	}
 	if (db->exec_engine) {
 		s = engine_start(db, scope, err, sizeof(err));
@@ -542,8 +545,8 @@ out:
 	if (e) {
 		job_fds_close(&f);
 		log_err(scope, "cannot start the job: %s", err);
-		if (!job_file_exists(spec->job_dir, "result") && pid > 0)
-			djob_collect(spec->job_dir, scope);
+		if (pid > 0) /* it runs, but nobody could watch it: end it (its supervisor, from the host) */
+			kill(pid, SIGKILL);
 	}
 	return e;
 }

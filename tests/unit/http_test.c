@@ -24,6 +24,7 @@
 #include "../../common/log.h"
 #include "../../common/netns.h"
 #include "../../common/udir.h"
+#include "../../providers/aio_api.h"
 #include "../../providers/docker_api.h"
 #include "canned.h"
 #include "check.h"
@@ -443,6 +444,105 @@ static void test_demux(void)
 	docker_free(d);
 }
 
+/* ---- the AIO API client ----------------------------------------------------------------- */
+
+static void test_aio_envelope(void)
+{
+	static const struct {
+		long status;
+		const char *body;
+		enum sbx_err want;
+		const char *err_has;
+	} cases[] = {
+		{ 200, "{\"success\":true,\"message\":\"ok\",\"data\":{\"x\":1}}", SBX_OK, "" },
+		{ 200, "{\"success\":false,\"message\":\"Command not found: c1\",\"data\":null}", SBX_ERR_GONE, "Command not found" },
+		{ 200, "{\"success\":false,\"message\":\"Session s is busy\"}", SBX_ERR_IO, "busy" },
+		{ 404, "{\"detail\":\"Not Found\"}", SBX_ERR_NOTSUP, "Not Found" },
+		{ 404, "{\"success\":false,\"message\":\"Bash session not found: s\",\"data\":null}", SBX_ERR_GONE, "session not found" },
+		{ 422, "{\"detail\":[{\"type\":\"missing\",\"loc\":[\"body\",\"command\"],\"msg\":\"Field required\"}]}", SBX_ERR_INVAL, "command: Field required" },
+		{ 401, "{\"detail\":\"Invalid or missing API key\"}", SBX_ERR_ACCESS, "API key" },
+		{ 500, "{\"success\":false,\"message\":\"boom\"}", SBX_ERR_IO, "boom" },
+		{ 200, "{\"success\":tr", SBX_ERR_IO, "not JSON" },
+		{ 404, "", SBX_ERR_NOTSUP, "nothing" },
+	};
+	char err[AIO_ERR_LEN];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		json_t *root = NULL, *data = NULL;
+		enum sbx_err e = aio_envelope(cases[i].status, cases[i].body, strlen(cases[i].body), &root, &data, err,
+			sizeof(err));
+		if (e != cases[i].want || (e && !strstr(err, cases[i].err_has)) || (!e && !json_is_object(data))) {
+			fprintf(stderr, "aio envelope case %zu: got %s, err '%s'\n", i, sbx_err_name(e), e ? err : "");
+			CHECK(!"aio envelope");
+		}
+		json_decref(root);
+	}
+	CHECK(aio_status_parse("completed") == AIO_COMPLETED && aio_status_parse("hard_timeout") == AIO_TIMED_OUT &&
+	      aio_status_parse("terminated") == AIO_KILLED && aio_status_parse("weird") == AIO_UNKNOWN &&
+	      aio_status_parse(NULL) == AIO_UNKNOWN);
+}
+
+static int tcp_listener(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 4) ||
+	    getsockname(fd, (struct sockaddr *)&a, &alen))
+		return -1;
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static void test_aio_bash(void)
+{
+	char r[4][1024], url[64], err[AIO_ERR_LEN];
+	struct canned c = { .n_replies = 3 };
+	struct aio_env env[] = { { "JOB_VAR", "v 1" } };
+	struct aio_bash_request rq = { .command = "( . /run/sbxfs/jobs/a/cmd )", .session_id = "s1",
+		.exec_dir = "/mnt/user-data/workspace", .env = env, .n_env = 1, .async = true, .hard_timeout = 600 };
+	struct aio_target t = { .base_url = url, .netns_fd = -1, .api_key = "sekrit", .timeout_ms = 2000 };
+	struct aio_bash_result res;
+	int port, l = tcp_listener(&port);
+
+	CHECK(l >= 0);
+	if (l < 0)
+		return;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	c.replies[0] = reply(r[0], sizeof(r[0]), 200,
+		"{\"success\":true,\"message\":\"ok\",\"data\":{\"session_id\":\"s1\",\"command_id\":\"c9\","
+		"\"command\":\"x\",\"status\":\"running\",\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":null,"
+		"\"offset\":0,\"stderr_offset\":0}}");
+	c.replies[1] = reply(r[1], sizeof(r[1]), 200,
+		"{\"success\":true,\"data\":{\"session_id\":\"s1\",\"stdout\":\"out\\n\",\"stderr\":\"e\","
+		"\"offset\":4,\"stderr_offset\":1,\"command\":{\"command_id\":\"c9\",\"status\":\"completed\","
+		"\"exit_code\":3}}}");
+	c.replies[2] = reply(r[2], sizeof(r[2]), 200,
+		"{\"success\":true,\"data\":{\"session_id\":\"s1\",\"stdout\":\"\",\"offset\":\"4\","
+		"\"stderr_offset\":1,\"command\":{\"status\":\"completed\"}}}");
+	canned_start(&c, l);
+	CHECK(aio_bash_exec(&t, &rq, &res, err, sizeof(err)) == SBX_OK && res.status == AIO_RUNNING &&
+	      !strcmp(res.command_id, "c9") && !res.has_exit);
+	aio_bash_result_clear(&res);
+	CHECK(aio_bash_output(&t, "s1", "c9", 0, 0, 5, &res, err, sizeof(err)) == SBX_OK && res.status == AIO_COMPLETED &&
+	      res.has_exit && res.exit_code == 3 && res.out_len == 4 && !memcmp(res.out, "out\n", 4) && res.err_len == 1 &&
+	      res.offset == 4 && res.stderr_offset == 1);
+	aio_bash_result_clear(&res);
+	/* a mistyped offset is refused, naming the fields */
+	CHECK(aio_bash_output(&t, "s1", "c9", 4, 1, 5, &res, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "offset"));
+	CHECK(c.n_requests == 3);
+	if (c.n_requests >= 2) {
+		const char *b0 = strstr(c.requests[0], "\r\n\r\n");
+		CHECK(!strncmp(c.requests[0], "POST /v1/bash/exec ", 19) && strstr(c.requests[0], "X-AIO-API-Key: sekrit") &&
+		      strstr(c.requests[0], "Accept: application/json") && !strstr(c.requests[0], "event-stream"));
+		CHECK(b0 && strstr(b0, "\"async_mode\":true") && strstr(b0, "\"env\":{\"JOB_VAR\":\"v 1\"}") &&
+		      strstr(b0, "\"session_id\":\"s1\"") && strstr(b0, "\"hard_timeout\":600"));
+		CHECK(!strncmp(c.requests[1], "POST /v1/bash/output ", 21) && strstr(c.requests[1], "\"wait\":true"));
+	}
+	canned_stop(&c);
+}
+
 int main(void)
 {
 	log_set_min_level(LOG_LVL_ERR);
@@ -456,6 +556,8 @@ int main(void)
 	test_udir();
 	test_docker_api();
 	test_demux();
+	test_aio_envelope();
+	test_aio_bash();
 	{
 		char q[64];
 		CHECK(docker_query_escape("a b/{\"}", q, sizeof(q)) == 0 && !strcmp(q, "a%20b%2F%7B%22%7D"));
