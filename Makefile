@@ -40,7 +40,7 @@ HDRS := $(wildcard common/*.h providers/*.h fs/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
-	       dpkg-dev meson ninja-build debian-archive-keyring
+	       dpkg-dev meson ninja-build debian-archive-keyring docker.io busybox-static
 
 .PHONY: all run test unit asan bench deps clean distclean install check-style
 
