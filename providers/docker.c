@@ -192,25 +192,22 @@ static int conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *f
 	if (w->aio && !strcmp(key, "command"))
 		return cfg_strv(x, full, v, &dc->command, &dc->n_command);
 	if (w->aio && !strcmp(key, "api_key")) {
+		char name[128];
+		const char *val;
+
 		if (cfg_str(x, full, v, &dc->api_key))
 			return -1;
-		if (dc->api_key[0] == '$') { /* $VAR from the daemon's environment */
-			const char *e = getenv(dc->api_key + 1 + (dc->api_key[1] == '{'));
-			char *r = strdup(e ? e : "");
-			if (dc->api_key[1] == '{') {
-				char name[128];
-				snprintf(name, sizeof(name), "%s", dc->api_key + 2);
-				name[strcspn(name, "}")] = '\0';
-				free(r);
-				e = getenv(name);
-				r = strdup(e ? e : "");
-			}
-			if (!r) {
-				cfg_fail(x, full, "out of memory");
-				return -1;
-			}
-			free(dc->api_key);
-			dc->api_key = r;
+		/* $VAR or ${VAR}: from the daemon's environment (a missing one is "") */
+		if (dc->api_key[0] != '$')
+			return 0;
+		snprintf(name, sizeof(name), "%s", dc->api_key + 1 + (dc->api_key[1] == '{'));
+		name[strcspn(name, "}")] = '\0';
+		val = getenv(name);
+		free(dc->api_key);
+		dc->api_key = strdup(val ? val : "");
+		if (!dc->api_key) {
+			cfg_fail(x, full, "out of memory");
+			return -1;
 		}
 		return 0;
 	}
@@ -397,7 +394,7 @@ static int docker_find_helper(const char *dir, char *out, size_t len)
 static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct docker_conf *dc = docker_conf_of(cfg);
-	char path[PATH_MAX], self[PATH_MAX], version[16], derr[DOCKER_ERR_LEN], *slash;
+	char path[PATH_MAX], self[PATH_MAX], version[16] = "", derr[DOCKER_ERR_LEN] = "", *slash;
 	struct docker *api;
 	ssize_t n;
 
@@ -435,13 +432,16 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 		return SBX_ERR_NOMEM;
 	}
 	/* dockerd may come later (or come back): sandboxes fail until it answers */
-	if (docker_negotiate(api, version, sizeof(version), derr, sizeof(derr)) == SBX_ERR_NOTSUP) {
+	switch (docker_negotiate(api, version, sizeof(version), derr, sizeof(derr))) {
+	case SBX_OK:
+		log_info("docker", "dockerd at unix://%s, Engine API %s", path, version);
+		break;
+	case SBX_ERR_NOTSUP:
 		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
 		return SBX_ERR_NOTSUP;
-	} else if (derr[0] && !version[0]) {
+	default:
 		log_warn("docker", "%s: sandboxes cannot be created until dockerd answers", derr);
-	} else {
-		log_info("docker", "dockerd at unix://%s, Engine API %s", path, version);
+		break;
 	}
 	return SBX_OK;
 }

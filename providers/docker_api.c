@@ -302,6 +302,9 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 	if (e) {
 		if (e == SBX_ERR_TOOBIG)
 			seterr(err, errlen, "dockerd's answer to %s %s is too large (%s)", c->method, c->path, rs.error);
+		else if (e == SBX_ERR_TIMEOUT)
+			seterr(err, errlen, "dockerd at unix://%s did not answer %s %s in time: %s (%s)", d->socket, c->method,
+				c->path, rs.error, rs.id);
 		else
 			seterr(err, errlen, "dockerd is not reachable at unix://%s: %s (%s)", d->socket, rs.error, rs.id);
 		if (e != SBX_ERR_TOOBIG)
@@ -533,6 +536,15 @@ enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, c
 	snprintf(suffix, sizeof(suffix), "/kill?signal=%s", signal);
 	e = docker_simple(d, "POST", "kill", id, suffix, 0, &status, err, errlen);
 	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: not running */
+}
+
+enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen)
+{
+	char suffix[48];
+	long status;
+
+	snprintf(suffix, sizeof(suffix), "/stop?t=%d", secs);
+	return docker_simple(d, "POST", "stop", id, suffix, (long)(secs + 30) * 1000, &status, err, errlen);
 }
 
 enum sbx_err docker_remove(struct docker *d, const char *id, char *err, size_t errlen)

@@ -106,6 +106,9 @@ enum sbx_err docker_start(struct docker *d, const char *id, char *err, size_t er
 enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_container *c, char *err, size_t errlen);
 /* POST /containers/{id}/kill (signal: "KILL", "TERM", ...).  OK when not running. */
 enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, char *err, size_t errlen);
+/* POST /containers/{id}/stop?t=SECS: SIGTERM, SIGKILL after secs.  OK when
+ * not running. */
+enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen);
 /* DELETE /containers/{id}?force=1&v=1.  OK when already gone. */
 enum sbx_err docker_remove(struct docker *d, const char *id, char *err, size_t errlen);
 /* GET /containers/json?all=1 filtered by every label of labels ("key=value"):

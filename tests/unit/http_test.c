@@ -323,8 +323,8 @@ static void on_listed(const struct docker_container *c, void *arg)
 
 static void test_docker_api(void)
 {
-	char r[8][1024], id[DOCKER_ID_LEN + 1], ver[16], err[DOCKER_ERR_LEN];
-	struct canned c = { .n_replies = 6 };
+	char r[9][1024], id[DOCKER_ID_LEN + 1], ver[16], err[DOCKER_ERR_LEN];
+	struct canned c = { .n_replies = 8 };
 	struct docker *d = docker_new(sock_path, 2000);
 	struct docker_container ct;
 	struct docker_mount m[] = { { "/state/ws", "/mnt/user-data/workspace", false } };
@@ -344,6 +344,8 @@ static void test_docker_api(void)
 		"[{\"Id\":\"aa\",\"Names\":[\"/sbxfs-1\"],\"State\":\"running\",\"Labels\":{\"org.sbxfs.state_id\":\"abcd1234\"}},"
 		"{\"Id\":\"bb\",\"Names\":[\"/sbxfs-2\"],\"State\":\"exited\",\"Labels\":null}]");
 	c.replies[5] = reply(r[5], sizeof(r[5]), 200, "{\"Id\":\"x\",\"Name\":\"/n\",\"Config\":{}}");
+	c.replies[6] = reply(r[6], sizeof(r[6]), 304, "");
+	c.replies[7] = reply(r[7], sizeof(r[7]), 404, "{\"message\":\"No such container: gone\"}");
 	canned_start(&c, canned_unix_listener(sock_path));
 	CHECK(docker_negotiate(d, ver, sizeof(ver), err, sizeof(err)) == SBX_OK && !strcmp(ver, "1.41"));
 	CHECK(docker_create(d, &spec, id, err, sizeof(err)) == SBX_OK && !strncmp(id, "0123456789abcdef", 16));
@@ -357,7 +359,11 @@ static void test_docker_api(void)
 	      !strcmp(l.names[0], "sbxfs-1") && !strcmp(l.state_ids[0], "abcd1234") && !l.state_ids[1][0]);
 	/* the checked decoder names what is missing */
 	CHECK(docker_inspect(d, "n", &ct, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "State"));
-	CHECK(c.n_requests == 6);
+	CHECK(docker_stop(d, "x", 5, err, sizeof(err)) == SBX_OK);     /* 304: not running */
+	CHECK(docker_remove(d, "gone", err, sizeof(err)) == SBX_OK);  /* 404: already gone */
+	CHECK(c.n_requests == 8);
+	CHECK(c.n_requests == 8 && !strncmp(c.requests[6], "POST /v1.41/containers/x/stop?t=5 ", 34) &&
+	      !strncmp(c.requests[7], "DELETE /v1.41/containers/gone?force=1&v=1 ", 42));
 	CHECK(c.n_requests >= 2 && !strncmp(c.requests[0], "GET /version ", 13) &&
 	      !strncmp(c.requests[1], "POST /v1.41/containers/create?name=sbxfs-dc977b840cb8638e HTTP/1.1",
 			   strlen("POST /v1.41/containers/create?name=sbxfs-dc977b840cb8638e HTTP/1.1")));
@@ -379,7 +385,7 @@ static void test_docker_api(void)
 
 	/* an API older than 1.41 is refused */
 	d = docker_new(sock_path, 2000);
-	struct canned old = { .replies = { reply(r[6], sizeof(r[6]), 200, "{\"ApiVersion\":\"1.40\"}") }, .n_replies = 1 };
+	struct canned old = { .replies = { reply(r[8], sizeof(r[8]), 200, "{\"ApiVersion\":\"1.40\"}") }, .n_replies = 1 };
 	canned_start(&old, canned_unix_listener(sock_path));
 	CHECK(docker_negotiate(d, ver, sizeof(ver), err, sizeof(err)) == SBX_ERR_NOTSUP && strstr(err, "1.40"));
 	canned_stop(&old);
