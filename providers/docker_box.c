@@ -420,6 +420,14 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		send_text(conn, "error cannot prepare the job");
 		return 1;
 	}
+	/* every signal blocked across the fork: the child inherits our SIG_IGN
+	 * dispositions until it resets them, and a kill sent that early must
+	 * stay pending until then, not be ignored */
+	{
+		sigset_t all;
+		sigfillset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+	}
 	s.job = fork();
 	if (s.job == 0) {
 		sigset_t none;
@@ -437,6 +445,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		dprintf(2, "sbxfs: cannot run /bin/sh in the sandbox: %s\n", strerror(errno));
 		_exit(127);
 	}
+	sigprocmask(SIG_SETMASK, &mask, NULL); /* back to SIGCHLD only */
 	if (s.job < 0) {
 		dprintf(FD_STDERR, "sbxfs: cannot start the job: %s\n", strerror(errno));
 		s.state = "failed";
