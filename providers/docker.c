@@ -237,6 +237,12 @@ static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 		cfg_fail(x, "image", "the docker provider needs an image (any image with /bin/sh; never pulled)");
 		return -1;
 	}
+	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0]) {
+		/* an existing AIO sandbox reached over HTTP, no docker: the remote mode */
+		cfg_fail(x, "base_url", "the aio provider here makes its own containers; an existing AIO sandbox at a "
+					"base_url is the remote provider's mode, not built into this sbxfs");
+		return -1;
+	}
 	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
 		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
 		return -1;

@@ -159,3 +159,12 @@ def test_deerflow_class_path_and_config_yaml(sbxfs, case_label):
     t = acquire(m)
     code, out, _ = J.run_job(t, "a", "echo deerflow")
     assert code == 0 and out == "deerflow\n"
+
+
+def test_configuration_refused(sbxfs):
+    for bad, rule in [({"base_url": "http://127.0.0.1:8080"}, "base_url: the aio provider here makes its own"),
+                      ({"aio": {"user": "root"}}, "aio.user: must be sandbox or image"),
+                      ({"aio": {"port": 0}}, "aio.port: must be an integer between 1 and 65535")]:
+        b = sbxfs(config=bad, start=False)
+        rc, log = b.run_expect_exit(timeout=10)
+        assert rc not in (0, None) and rule in log, (bad, log)
