@@ -1,6 +1,6 @@
 # sbxfs - a FUSE filesystem of code-execution sandboxes for AI agents.
 #
-#   make            build ./sbxfs and ./sbxfs-exec (with -Werror)
+#   make            build ./sbxfs and its helpers sbxfs-exec, sbxfs-init, sbxfs-box (with -Werror)
 #   make run        install missing packages, build, mount /sbx with mount.conf (foreground)
 #   make test       install missing packages, build, run the pytest suite
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
@@ -40,10 +40,11 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
-COMMON := common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
-	  common/idrange.o
+COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
+	  common/idrange.o common/http.o common/netns.o common/udir.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o
+	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
@@ -56,11 +57,11 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
 	       dpkg-dev meson ninja-build debian-archive-keyring \
 	       passt nftables libnftables-dev iproute2 curl openssl \
-	       libsystemd-dev mandoc systemd python3-prometheus-client
+	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static
 
 .PHONY: all run test unit asan bench bench-network deps clean distclean install uninstall check-style check-man
 
-all: sbxfs sbxfs-exec sbxfs-init
+all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
 
 # FUSE_CFLAGS, FUSE_LIBS, FUSE_PASSTHROUGH (after `all`, the default goal)
 include mk/libfuse.mk
@@ -81,6 +82,10 @@ sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
+# pid 1 and job supervisor of docker sandboxes: runs on any image, so static
+sbxfs-box: providers/docker_box.c
+	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
+
 %.o: %.c $(HDRS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
@@ -99,6 +104,7 @@ run: deps all
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o \
 	net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
@@ -125,18 +131,24 @@ NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o
+
+tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
 	./tests/unit/net_glue_test
+	./tests/unit/http_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -182,6 +194,7 @@ install: all $(GENERATED)
 	install -D -m 0755 sbxfs $(DESTDIR)$(BINDIR)/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(HELPERDIR)/sbxfs-init
+	install -D -m 0755 sbxfs-box $(DESTDIR)$(HELPERDIR)/sbxfs-box
 	install -D -m 0644 man/sbxfs.8 $(DESTDIR)$(MANDIR)/man8/sbxfs.8
 	install -D -m 0644 man/sbxfs.conf.5 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
 	install -D -m 0644 build/install/sbxfs.service $(DESTDIR)$(UNITDIR)/sbxfs.service
@@ -201,7 +214,8 @@ install: all $(GENERATED)
 
 # Configuration and sandbox data stay: remove them by hand if wanted.
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/sbxfs $(DESTDIR)$(HELPERDIR)/sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-init
+	rm -f $(DESTDIR)$(BINDIR)/sbxfs $(DESTDIR)$(HELPERDIR)/sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-init \
+		$(DESTDIR)$(HELPERDIR)/sbxfs-box
 	-rmdir $(DESTDIR)$(HELPERDIR) 2>/dev/null
 	rm -f $(DESTDIR)$(MANDIR)/man8/sbxfs.8 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
 	rm -f $(DESTDIR)$(UNITDIR)/sbxfs.service
@@ -224,8 +238,8 @@ check-style:
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
-	rm -f sbxfs sbxfs-exec sbxfs-init tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
+	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
+		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
 
 distclean: clean
 	rm -rf build

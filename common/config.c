@@ -223,6 +223,45 @@ int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **
 	return get_abs_path(x, key, ynode(n), out);
 }
 
+static int strv_add(struct cfg_ctx *x, const char *key, const char *s, char ***out, size_t *count)
+{
+	char **v = realloc(*out, (*count + 1) * sizeof(*v));
+
+	if (v)
+		*out = v;
+	if (!v || !(v[*count] = strdup(s))) {
+		cfg_fail(x, key, "out of memory");
+		return -1;
+	}
+	(*count)++;
+	return 0;
+}
+
+int cfg_strv(struct cfg_ctx *x, const char *key, struct cfg_node *node, char ***out, size_t *count)
+{
+	yaml_node_t *n = ynode(node);
+
+	if (scalar_is_null(n))
+		return 0;
+	if (scalar(n))
+		return strv_add(x, key, scalar(n), out, count);
+	if (n->type != YAML_SEQUENCE_NODE) {
+		cfg_fail(x, key, "must be a list of strings");
+		return -1;
+	}
+	for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+		const char *s = scalar(yaml_document_get_node(x->doc, *it));
+
+		if (!s) {
+			cfg_fail(x, key, "must be a list of strings");
+			return -1;
+		}
+		if (strv_add(x, key, s, out, count))
+			return -1;
+	}
+	return 0;
+}
+
 /* Fail on the first key given twice in mapping n (named sect; NULL at the
  * top level). */
 static int mapping_check_dups(struct cfg_ctx *x, const char *sect, yaml_node_t *n)
@@ -512,6 +551,7 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 		c->n_users++;
 	}
 }
+
 
 static bool domain_valid(const char *d)
 {

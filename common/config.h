@@ -90,6 +90,7 @@ struct sbx_config {
 	bool users_passwd; /* users: passwd */
 	struct config_user *users;
 	size_t n_users;
+	struct config_resources res;
 	/* network: */
 	enum net_mode net_mode;
 	char **allow_domains;
@@ -97,7 +98,6 @@ struct sbx_config {
 	bool approval_prompt;
 	long temporary_grant_ttl;
 	long approval_wait;
-	struct config_resources res;
 	bool allow_private; /* network.allow_private_destinations */
 	struct config_host *net_hosts;
 	size_t n_net_hosts;
@@ -127,6 +127,9 @@ int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, l
 int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out);
 int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
 int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
+/* A list of strings (a scalar counts as a list of one): *out (malloc'd,
+ * strings too) and *n.  0 or -1 after cfg_fail. */
+int cfg_strv(struct cfg_ctx *x, const char *key, struct cfg_node *n, char ***out, size_t *count);
 /* A mapping named sect: fn(x, arg, key, "sect.key", value) for each pair
  * (a duplicate key fails the parse).  0 or -1. */
 int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,

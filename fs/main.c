@@ -377,8 +377,11 @@ static void *reload_main(void *arg)
 			log_err("config", "reload refused: use: provider '%s' is not built in", next->use);
 			config_put(next);
 			next = NULL;
+		} else if (pool_reload(next, err, sizeof(err))) {
+			log_err("config", "reload refused, keeping the old configuration: %s", err);
+			config_put(next);
+			next = NULL;
 		} else {
-			pool_reload(next);
 			log_info("config", "configuration reloaded from %s", next->path);
 			config_put(next);
 		}

@@ -4,5 +4,7 @@
 
 const struct sbx_provider *const sbx_builtin_providers[] = {
 	&provider_local,
+	&provider_docker,
+	&provider_aio,
 	NULL,
 };

@@ -849,14 +849,23 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-void pool_reload(struct sbx_config *cfg)
+int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct sbx_provider *prov = provider_find(cfg->use), *old;
 	struct sbx_config *oldcfg;
 	struct sbx *victim;
 
-	if (!prov)
-		return;
+	if (!prov) {
+		snprintf(err, errlen, "use: provider '%s' is not built in", cfg->use);
+		return -1;
+	}
+	pthread_mutex_lock(&pool.lock);
+	old = pool.prov;
+	pthread_mutex_unlock(&pool.lock);
+	/* a provider never used so far gets its start of day first (the
+	 * reload thread is the only writer of pool.prov: no race with this) */
+	if (prov != old && prov->ops->init(cfg, err, errlen))
+		return -1;
 	pthread_mutex_lock(&pool.lock);
 	old = pool.prov;
 	oldcfg = pool.cfg;
@@ -866,7 +875,7 @@ void pool_reload(struct sbx_config *cfg)
 	pthread_mutex_unlock(&pool.lock);
 	config_put(oldcfg);
 	if (old == prov)
-		return;
+		return 0;
 	/* The old provider's warm sandboxes go now; active ones on release. */
 	for (;;) {
 		pthread_mutex_lock(&pool.lock);
@@ -883,6 +892,7 @@ void pool_reload(struct sbx_config *cfg)
 		pool_destroy_held(victim, "provider changed by reload");
 		pthread_mutex_unlock(&victim->scope);
 	}
+	return 0;
 }
 
 /* Shutdown worker: destroy sandboxes until none is left.  A few of these

@@ -137,8 +137,9 @@ int pool_kill_all(struct sbx *s);
 void pool_stats(struct pool_stats *st);
 /* Record a failure for /sbx/.status and the error counter. */
 void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* SIGHUP: switch to cfg for new acquires (takes a reference). */
-void pool_reload(struct sbx_config *cfg);
+/* SIGHUP: switch to cfg for new acquires (takes a reference).  A new
+ * provider is initialised first; 0, or -1 with err (nothing changed). */
+int pool_reload(struct sbx_config *cfg, char *err, size_t errlen);
 struct sbx_config *pool_config(void); /* referenced; config_put() it */
 /* The config an active sandbox was created with, referenced, or NULL. */
 struct sbx_config *pool_sbx_config(struct sbx *s);

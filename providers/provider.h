@@ -39,28 +39,9 @@
 #include <sys/types.h>
 
 #include "../common/config.h"
+#include "../common/err.h"
 
-enum sbx_err {
-	SBX_OK = 0,
-	SBX_ERR_IO,      /* anything else: EIO */
-	SBX_ERR_TIMEOUT, /* ETIMEDOUT */
-	SBX_ERR_NOSPC,   /* ENOSPC */
-	SBX_ERR_ACCESS,  /* EACCES */
-	SBX_ERR_NOMEM,   /* ENOMEM */
-	SBX_ERR_GONE,    /* the sandbox (or path) no longer exists: ENOENT */
-	SBX_ERR_INVAL,   /* EINVAL */
-	SBX_ERR_BUSY,    /* EBUSY */
-	SBX_ERR_NOTSUP,  /* EOPNOTSUPP: the provider cannot do this */
-	SBX_ERR_EXIST,   /* EEXIST */
-	SBX_ERR_QUOTA,   /* EDQUOT */
-	SBX_ERR_TOOBIG,  /* EFBIG */
-	SBX_ERR_PERM,    /* EPERM */
-	SBX_ERR_COUNT
-};
-
-int sbx_err_errno(enum sbx_err e);
-const char *sbx_err_name(enum sbx_err e);
-enum sbx_err sbx_err_from_errno(int err);
+/* enum sbx_err and its errno mapping: common/err.h (the HTTP layer maps to it too). */
 
 /* ---- what the pool hands a provider ---------------------------------------- */
 

@@ -9,6 +9,8 @@
 #include "provider.h"
 
 extern const struct sbx_provider provider_local;
+extern const struct sbx_provider provider_docker;
+extern const struct sbx_provider provider_aio;
 extern const struct sbx_provider *const sbx_builtin_providers[];
 
 #endif

@@ -261,6 +261,11 @@ static enum sbx_err fault_exec_signal(struct sbx_exec *x, int sig)
 	if (sig > 0 && sig < 65)
 		__atomic_add_fetch(&fault.signals[sig], 1, __ATOMIC_RELAXED);
 	fx->sig = sig;
+	if (fault.signal_delay_ms) { /* a slow backend (a tree walk, an HTTP call) still uses the handle */
+		usleep((useconds_t)fault.signal_delay_ms * 1000);
+		if (__atomic_load_n(&fx->sig, __ATOMIC_RELAXED) != sig)
+			return SBX_ERR_IO;
+	}
 	return SBX_OK;
 }
 

@@ -32,6 +32,7 @@ struct fault_knobs {
 	bool signal_notsup; /* only SIGKILL can be sent */
 	bool reattach_ok;   /* a restarted daemon finds the job still running */
 	bool ignore_term;   /* FAULT_EXEC_SIGNAL ends only on SIGKILL */
+	int signal_delay_ms; /* exec_signal returns this long after delivering (the job may end meanwhile) */
 	/* counters */
 	int creates, destroys, adopts, healths;
 	int live_boxes, live_execs;

@@ -395,6 +395,17 @@ static struct sbx *job_sandbox(struct buf *jobs_dir)
 	return s;
 }
 
+/* *v == want within ms (an atomic counter of the fault provider). */
+static bool wait_until_ms(int *v, int want, int ms)
+{
+	for (int i = 0; i < ms / 10; i++) {
+		if (__atomic_load_n(v, __ATOMIC_RELAXED) == want)
+			return true;
+		usleep(10000);
+	}
+	return __atomic_load_n(v, __ATOMIC_RELAXED) == want;
+}
+
 static bool wait_state(struct job *j, bool (*pred)(enum job_state), int ms)
 {
 	for (int t = 0; t < ms; t += 10) {
@@ -475,6 +486,20 @@ static void test_jobs(void)
 	CHECK(job_ctl(j, "kill", 4) == ESRCH);
 	job_put(j);
 	fault.ignore_term = false;
+
+	/* the job ends while its kill is still being delivered: the handle
+	 * outlives the signaller, which frees it (once) */
+	fault.signal_delay_ms = 300;
+	{
+		int before = fault.live_execs;
+		j = new_job(s, jd.ptr, "slowkill");
+		CHECK(j && start_job(j, "x") == 0);
+		CHECK(job_ctl(j, "kill KILL", 9) == 0);
+		CHECK(wait_state(j, job_state_ended, 3000) && job_state(j) == J_KILLED);
+		CHECK(wait_until_ms(&fault.live_execs, before, 3000));
+		job_put(j);
+	}
+	fault.signal_delay_ms = 0;
 
 	/* a backend that can only interrupt: other signals are EOPNOTSUPP */
 	fault.signal_notsup = true;

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * err.c - the one translation between enum sbx_err and errno (err.h).
+ */
+#include "err.h"
+
+#include <errno.h>
+
+int sbx_err_errno(enum sbx_err e)
+{
+	switch (e) {
+	case SBX_OK:
+		return 0;
+	case SBX_ERR_TIMEOUT:
+		return ETIMEDOUT;
+	case SBX_ERR_NOSPC:
+		return ENOSPC;
+	case SBX_ERR_ACCESS:
+		return EACCES;
+	case SBX_ERR_NOMEM:
+		return ENOMEM;
+	case SBX_ERR_GONE:
+		return ENOENT;
+	case SBX_ERR_INVAL:
+		return EINVAL;
+	case SBX_ERR_BUSY:
+		return EBUSY;
+	case SBX_ERR_NOTSUP:
+		return EOPNOTSUPP;
+	case SBX_ERR_EXIST:
+		return EEXIST;
+	case SBX_ERR_QUOTA:
+		return EDQUOT;
+	case SBX_ERR_TOOBIG:
+		return EFBIG;
+	case SBX_ERR_PERM:
+		return EPERM;
+	default:
+		return EIO;
+	}
+}
+
+enum sbx_err sbx_err_from_errno(int err)
+{
+	switch (err) {
+	case 0:
+		return SBX_OK;
+	case ETIMEDOUT:
+		return SBX_ERR_TIMEOUT;
+	case ENOSPC:
+		return SBX_ERR_NOSPC;
+	case EACCES:
+		return SBX_ERR_ACCESS;
+	case ENOMEM:
+	case EAGAIN:
+		return SBX_ERR_NOMEM;
+	case ENOENT:
+	case ESRCH:
+		return SBX_ERR_GONE;
+	case EINVAL:
+		return SBX_ERR_INVAL;
+	case EBUSY:
+		return SBX_ERR_BUSY;
+	case EOPNOTSUPP:
+		return SBX_ERR_NOTSUP;
+	case EEXIST:
+		return SBX_ERR_EXIST;
+	case EDQUOT:
+		return SBX_ERR_QUOTA;
+	case EFBIG:
+		return SBX_ERR_TOOBIG;
+	case EPERM:
+		return SBX_ERR_PERM;
+	default:
+		return SBX_ERR_IO;
+	}
+}
+
+const char *sbx_err_name(enum sbx_err e)
+{
+	static const char *names[SBX_ERR_COUNT] = { "ok", "io", "timeout", "nospc", "access", "nomem", "gone", "inval",
+		"busy", "notsup", "exist", "quota", "toobig", "perm" };
+
+	return (unsigned)e < SBX_ERR_COUNT ? names[e] : "io";
+}

@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http.c - the libcurl layer every HTTP client module shares (see http.h).
+ *
+ * One easy handle per request, attached to one process-wide share: an easy
+ * handle costs little to make, while the connections it uses are what is
+ * worth keeping, and those live in the share's connection cache (curl
+ * matches a cached connection on scheme, host, port and unix socket path).
+ * Per-thread handles would also reuse connections but keep one idle socket
+ * per thread and endpoint; the share keeps a few for the whole daemon.
+ *
+ * Connections made inside another network namespace bypass the cache in
+ * both directions (FRESH_CONNECT + FORBID_REUSE): the cache keys on the
+ * address, and 127.0.0.1:8080 in one container is not 127.0.0.1:8080 in
+ * the next.
+ */
+#define _GNU_SOURCE
+#include "http.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "log.h"
+#include "netns.h"
+#include "util.h"
+
+static struct {
+	pthread_once_t once;
+	int ready; /* 1 once init succeeded, -1 when it failed */
+	CURLSH *share;
+	pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
+	unsigned long next_id; /* atomic */
+} http = { .once = PTHREAD_ONCE_INIT };
+
+static void http_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
+{
+	(void)h;
+	(void)access; /* one mutex per kind: curl's shared caches are small and rarely contended */
+	(void)arg;
+	if ((unsigned)data < CURL_LOCK_DATA_LAST)
+		pthread_mutex_lock(&http.locks[data]);
+}
+
+static void http_unlock(CURL *h, curl_lock_data data, void *arg)
+{
+	(void)h;
+	(void)arg;
+	if ((unsigned)data < CURL_LOCK_DATA_LAST)
+		pthread_mutex_unlock(&http.locks[data]);
+}
+
+static void http_init_once(void)
+{
+	CURLSHcode sc = CURLSHE_OK;
+
+	http.ready = -1;
+	if (curl_global_init(CURL_GLOBAL_DEFAULT))
+		return;
+	for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&http.locks[i], NULL);
+	http.share = curl_share_init();
+	if (!http.share)
+		return;
+	sc |= curl_share_setopt(http.share, CURLSHOPT_LOCKFUNC, http_lock);
+	sc |= curl_share_setopt(http.share, CURLSHOPT_UNLOCKFUNC, http_unlock);
+	sc |= curl_share_setopt(http.share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+	sc |= curl_share_setopt(http.share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	sc |= curl_share_setopt(http.share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	if (sc != CURLSHE_OK) {
+		curl_share_cleanup(http.share);
+		http.share = NULL;
+		return;
+	}
+	http.ready = 1;
+}
+
+int http_init(void)
+{
+	pthread_once(&http.once, http_init_once);
+	return http.ready == 1 ? 0 : -1;
+}
+
+void http_cleanup(void)
+{
+	if (http.ready != 1)
+		return;
+	curl_share_cleanup(http.share);
+	http.share = NULL;
+	curl_global_cleanup();
+	http.ready = 0;
+}
+
+enum sbx_err http_status_err(long status)
+{
+	if (status >= 200 && status < 400)
+		return SBX_OK;
+	switch (status) {
+	case 400:
+	case 405:
+	case 422:
+		return SBX_ERR_INVAL;
+	case 401:
+	case 403:
+		return SBX_ERR_ACCESS;
+	case 404:
+	case 410:
+		return SBX_ERR_GONE;
+	case 408:
+	case 504:
+		return SBX_ERR_TIMEOUT;
+	case 409:
+		return SBX_ERR_EXIST;
+	case 413:
+		return SBX_ERR_TOOBIG;
+	case 429:
+	case 503:
+		return SBX_ERR_BUSY;
+	case 507:
+		return SBX_ERR_NOSPC;
+	default:
+		return SBX_ERR_IO;
+	}
+}
+
+void http_header_for_log(const struct http_header *h, char *out, size_t len)
+{
+	snprintf(out, len, "%s: %s", h->name, h->secret ? "***" : h->value);
+}
+
+void http_url_for_log(const char *url, char *out, size_t len)
+{
+	const char *q = strchr(url, '?');
+
+	if (q)
+		snprintf(out, len, "%.*s?...", (int)(q - url), url);
+	else
+		snprintf(out, len, "%s", url);
+}
+
+/* ---- one transfer ------------------------------------------------------------------ */
+
+struct http_xfer {
+	const struct http_request *rq;
+	struct http_response *rs;
+	bool toobig;    /* the body passed rq->out's cap */
+	bool nomem;     /* rq->out could not grow */
+	bool sink_stop; /* the sink asked to stop */
+	int netns_err;  /* errno of a failed socket in the namespace */
+};
+
+static size_t http_write(char *data, size_t size, size_t n, void *arg)
+{
+	struct http_xfer *x = arg;
+	size_t len = size * n;
+
+	if (x->rq->sink) {
+		if (!x->rq->sink(data, len, x->rq->sink_arg)) {
+			x->sink_stop = true;
+			return 0;
+		}
+		return len;
+	}
+	if (buf_add(x->rq->out, data, len)) {
+		if (errno == E2BIG)
+			x->toobig = true;
+		else
+			x->nomem = true;
+		return 0;
+	}
+	return len;
+}
+
+static size_t http_read_fd(char *data, size_t size, size_t n, void *arg)
+{
+	const struct http_request *rq = arg;
+	ssize_t r;
+
+	do
+		r = read(rq->body_fd, data, size * n);
+	while (r < 0 && errno == EINTR);
+	return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
+}
+
+static int http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
+{
+	struct http_xfer *x = arg;
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	if (x->rq->cancel && __atomic_load_n(x->rq->cancel, __ATOMIC_RELAXED)) {
+		x->rs->cancelled = true;
+		return 1;
+	}
+	return 0;
+}
+
+static curl_socket_t http_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+	struct http_xfer *x = arg;
+	int fd;
+
+	(void)purpose;
+	fd = netns_socket(x->rq->netns_fd, addr->family, addr->socktype, addr->protocol);
+	if (fd < 0) {
+		x->netns_err = errno;
+		return CURL_SOCKET_BAD;
+	}
+	return fd;
+}
+
+static enum sbx_err http_curl_err(CURLcode c, struct http_xfer *x)
+{
+	switch (c) {
+	case CURLE_OK:
+		return SBX_OK;
+	case CURLE_OPERATION_TIMEDOUT:
+		return SBX_ERR_TIMEOUT;
+	case CURLE_OUT_OF_MEMORY:
+		return SBX_ERR_NOMEM;
+	case CURLE_WRITE_ERROR:
+		if (x->sink_stop)
+			return SBX_OK;
+		return x->toobig ? SBX_ERR_TOOBIG : x->nomem ? SBX_ERR_NOMEM : SBX_ERR_IO;
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		return SBX_ERR_INVAL;
+	default:
+		return SBX_ERR_IO;
+	}
+}
+
+enum sbx_err http_perform(const struct http_request *rq, struct http_response *rs)
+{
+	struct http_xfer x = { .rq = rq, .rs = rs };
+	struct curl_slist *hdrs = NULL, *tmp;
+	char errbuf[CURL_ERROR_SIZE] = "", line[1024], logurl[512];
+	char *json_text = NULL;
+	const char *ctype = NULL;
+	enum sbx_err result = SBX_ERR_INVAL;
+	CURLcode c = CURLE_OK;
+	CURL *h = NULL;
+	long status = 0;
+	double total = 0;
+
+	memset(rs, 0, sizeof(*rs));
+	snprintf(rs->id, sizeof(rs->id), "h%lu", __atomic_add_fetch(&http.next_id, 1, __ATOMIC_RELAXED));
+	http_url_for_log(rq->url ? rq->url : "", logurl, sizeof(logurl));
+	if (!rq->url || !rq->method || (!rq->out == !rq->sink)) {
+		snprintf(rs->error, sizeof(rs->error), "malformed request (url, method, one response target)");
+		goto out;
+	}
+	if (http_init()) {
+		snprintf(rs->error, sizeof(rs->error), "libcurl cannot be initialised");
+		result = SBX_ERR_IO;
+		goto out;
+	}
+	result = SBX_ERR_NOMEM;
+	h = curl_easy_init();
+	if (!h)
+		goto out;
+	c |= curl_easy_setopt(h, CURLOPT_URL, rq->url);
+	c |= curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	c |= curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	c |= curl_easy_setopt(h, CURLOPT_SHARE, http.share);
+	c |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_write);
+	c |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+	c |= curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+		rq->connect_timeout_ms > 0 ? rq->connect_timeout_ms : (long)HTTP_CONNECT_TIMEOUT_MS);
+	if (rq->timeout_ms > 0)
+		c |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, rq->timeout_ms);
+	if (rq->stall_ms > 0) {
+		c |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		c |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (rq->stall_ms + 999) / 1000);
+	}
+	if (rq->cancel) {
+		c |= curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, http_progress);
+		c |= curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
+		c |= curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	}
+	if (rq->unix_socket)
+		c |= curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, rq->unix_socket);
+	if (rq->netns_fd >= 0) {
+		c |= curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, http_open_socket);
+		c |= curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &x);
+		c |= curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+		c |= curl_easy_setopt(h, CURLOPT_FORBID_REUSE, 1L);
+	}
+	if (rq->unix_socket || rq->netns_fd >= 0)
+		c |= curl_easy_setopt(h, CURLOPT_NOPROXY, "*"); /* never through a proxy of the environment */
+
+	/* method and body (the body options make curl say POST: the method is set after them) */
+	if (!strcmp(rq->method, "HEAD"))
+		c |= curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	if (rq->json) {
+		json_text = json_dumps(rq->json, JSON_COMPACT);
+		if (!json_text)
+			goto out;
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, json_text);
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(json_text));
+		ctype = "application/json";
+	} else if (rq->body) {
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+		ctype = rq->content_type;
+	} else if (rq->body_fd >= 0) {
+		c |= curl_easy_setopt(h, CURLOPT_POST, 1L);
+		c |= curl_easy_setopt(h, CURLOPT_READFUNCTION, http_read_fd);
+		c |= curl_easy_setopt(h, CURLOPT_READDATA, rq);
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_size);
+		ctype = rq->content_type;
+	} else if (!strcmp(rq->method, "POST") || !strcmp(rq->method, "PUT") || !strcmp(rq->method, "PATCH")) {
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+	}
+	if (strcmp(rq->method, "GET") && strcmp(rq->method, "HEAD"))
+		c |= curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
+
+	/* headers: ours, then the caller's */
+	if (ctype) {
+		if (str_fmt(line, sizeof(line), "Content-Type: %s", ctype) || !(tmp = curl_slist_append(hdrs, line)))
+			goto out;
+		hdrs = tmp;
+	}
+	if (!(tmp = curl_slist_append(hdrs, "Expect:"))) /* no 100-continue round trip */
+		goto out;
+	hdrs = tmp;
+	if (str_fmt(line, sizeof(line), "X-Request-Id: sbxfs-%d-%s", (int)getpid(), rs->id) ||
+	    !(tmp = curl_slist_append(hdrs, line)))
+		goto out;
+	hdrs = tmp;
+	for (size_t i = 0; i < rq->n_headers; i++) {
+		if (str_fmt(line, sizeof(line), "%s: %s", rq->headers[i].name, rq->headers[i].value)) {
+			snprintf(rs->error, sizeof(rs->error), "header %s too long", rq->headers[i].name);
+			result = SBX_ERR_INVAL;
+			goto out;
+		}
+		if (!(tmp = curl_slist_append(hdrs, line)))
+			goto out;
+		hdrs = tmp;
+	}
+	c |= curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+	if (c != CURLE_OK) {
+		snprintf(rs->error, sizeof(rs->error), "cannot set up the request: %s", curl_easy_strerror(c));
+		result = SBX_ERR_INVAL;
+		goto out;
+	}
+
+	c = curl_easy_perform(h);
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &total);
+	rs->status = status;
+	rs->seconds = total;
+	{
+		char *ct = NULL;
+		if (curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct) == CURLE_OK && ct)
+			snprintf(rs->content_type, sizeof(rs->content_type), "%s", ct);
+	}
+	x.rs->aborted = x.sink_stop;
+	result = http_curl_err(c, &x);
+	if (c == CURLE_ABORTED_BY_CALLBACK && rs->cancelled)
+		snprintf(rs->error, sizeof(rs->error), "cancelled");
+	else if (x.netns_err)
+		snprintf(rs->error, sizeof(rs->error), "cannot open a socket in the network namespace: %s",
+			strerror(x.netns_err));
+	else if (result == SBX_ERR_TOOBIG)
+		snprintf(rs->error, sizeof(rs->error), "response larger than %zu bytes", rq->out->max);
+	else if (result && c != CURLE_OK)
+		snprintf(rs->error, sizeof(rs->error), "%s", errbuf[0] ? errbuf : curl_easy_strerror(c));
+	if (result == SBX_OK && status == 0 && !rs->aborted) {
+		snprintf(rs->error, sizeof(rs->error), "no HTTP response");
+		result = SBX_ERR_IO;
+	}
+out:
+	if (result == SBX_OK)
+		log_debug(rq->scope ? rq->scope : "http", "%s %s %s -> %ld%s (%.1f ms)", rs->id, rq->method, logurl,
+			rs->status, rs->aborted ? ", stopped by the reader" : "", rs->seconds * 1000);
+	else
+		log_debug(rq->scope ? rq->scope : "http", "%s %s %s failed: %s (%s)", rs->id, rq->method ? rq->method : "?",
+			logurl, sbx_err_name(result), rs->error);
+	curl_slist_free_all(hdrs);
+	free(json_text);
+	if (h)
+		curl_easy_cleanup(h);
+	return result;
+}

@@ -1,0 +1,779 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * aio.c - jobs in aio sandboxes, through the AIO HTTP API (aio_api.c)
+ * inside the container's network namespace, and the readiness and health
+ * checks of the AIO server.  The container itself is docker.c's.
+ *
+ * A job: the daemon copies the command (and stdin) into the job's run
+ * directory, thread_dir/aio-jobs/NAME, which the container sees at
+ * /run/sbxfs/jobs/NAME (the AIO server runs `sh -c COMMAND` as a host
+ * process, so the command text goes through a file, never an argv), then
+ *   POST /v1/bash/exec {command: "( exec <STDIN; . CMD )", session_id (one
+ *        per job), exec_dir: the workspace, env: the job's environment,
+ *        async_mode, hard_timeout: bash_command_timeout}
+ * and a thread per running job long-polls POST /v1/bash/output {offset,
+ * stderr_offset, wait} and appends the new stdout and stderr to the job's
+ * files as they arrive.  Images without /v1/bash (older than 1.9.3) answer
+ * 404: the box latches the shell API (/v1/shell/exec, view, wait, kill),
+ * which merges stderr into stdout.
+ *
+ * Surviving a daemon restart: the AIO server keeps a command's whole
+ * output, so job_dir/aio.json records the session, command and the offsets
+ * already appended together with the job files' sizes at that moment.  A
+ * new daemon trims the files back to those sizes (an append whose offsets
+ * were not recorded is fetched again, never twice) and resumes polling from
+ * the recorded offsets: output produced while no daemon ran arrives then,
+ * and the job gets its real result.
+ *
+ * Signals: the API knows SIGTERM, SIGKILL and SIGINT (to the command's
+ * process group); other signals are EOPNOTSUPP (the provider does not
+ * declare SBX_CAP_SIGNALS).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../common/buf.h"
+#include "../common/json.h"
+#include "../common/layout.h"
+#include "../common/log.h"
+#include "../common/udir.h"
+#include "../common/util.h"
+#include "aio_api.h"
+#include "docker_int.h"
+#include "provider_int.h"
+
+#define AIO_POLL_WAIT_S 5.0
+#define AIO_SHELL_POLL_US 200000
+#define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
+#define AIO_ENV_MAX (2 * 1024 * 1024)
+
+struct ajob {
+	struct sbx_exec base; /* first: fd is an eventfd the pump signals at the end */
+	struct dbox *db;      /* referenced */
+	char *job_dir;
+	char name[72];
+	char session[128];
+	char command[128];
+	bool shell;           /* the shell API (no /v1/bash) */
+	long long offset, stderr_offset;
+	long long out_size, err_size; /* the job files' sizes when the offsets were recorded */
+	long timeout;
+	uint64_t output_max;
+	bool over;            /* output past output_max arrived (and was dropped) */
+	int sent_sig;         /* atomic: the last signal the daemon sent */
+	int cancel;           /* atomic: exec_free at exit stops the pump */
+	pthread_t pump;
+	bool pumping;
+	char base_url[64];
+};
+
+static struct ajob *ajob(struct sbx_exec *x)
+{
+	if (!x || x->prov != &provider_aio)
+		abort(); /* a handle given to the wrong provider is a programming error */
+	return (struct ajob *)x;
+}
+
+static void aio_target_init(struct aio_target *t, struct dbox *db, char *url, size_t len, int nsfd, const int *cancel)
+{
+	snprintf(url, len, "http://127.0.0.1:%ld", db->port);
+	memset(t, 0, sizeof(*t));
+	t->base_url = url;
+	t->netns_fd = nsfd;
+	t->api_key = docker_conf_of(db->cfg)->api_key;
+	t->timeout_ms = (long)db->cfg->request_timeout * 1000;
+	t->scope = db->name;
+	t->cancel = cancel;
+}
+
+/* ---- readiness and health --------------------------------------------------------------------- */
+
+enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
+{
+	uint64_t start = util_now_ms(), deadline = start + (uint64_t)timeout_s * 1000;
+	useconds_t pause = 20000; /* 20 ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
+	struct aio_target t;
+	struct aio_info info;
+	char url[64], err[AIO_ERR_LEN] = "no answer";
+	int nsfd = dbox_netns(db);
+
+	if (nsfd < 0) {
+		log_err(scope, "aio: the container %s ended before its API answered", db->name);
+		return SBX_ERR_IO;
+	}
+	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	for (;;) {
+		uint64_t now = util_now_ms();
+		enum sbx_err e;
+
+		t.timeout_ms = deadline > now + 3000 ? 3000 : deadline > now ? (long)(deadline - now) : 1;
+		e = aio_sandbox(&t, &info, err, sizeof(err));
+		if (e == SBX_OK) {
+			log_info(scope, "aio: the AIO server (version %s) answered after %llu ms", info.version[0] ? info.version : "?",
+				(unsigned long long)(util_now_ms() - start));
+			close(nsfd);
+			return SBX_OK;
+		}
+		if (e == SBX_ERR_ACCESS || util_now_ms() >= deadline || util_proc_starttime(db->init_pid) != db->init_start)
+			break;
+		usleep(pause);
+		pause = pause < 500000 ? pause * 2 : 500000;
+	}
+	close(nsfd);
+	if (util_proc_starttime(db->init_pid) != db->init_start) {
+		log_err(scope, "aio: the container %s ended before its API answered (%s)", db->name, err);
+		return SBX_ERR_IO;
+	}
+	if (strstr(err, "answered 401") || strstr(err, "answered 403")) {
+		log_err(scope, "aio: the AIO server in %s refuses the API key (aio.api_key): %s", db->name, err);
+		return SBX_ERR_ACCESS;
+	}
+	log_err(scope, "aio: the AIO server in %s was not ready within ready_timeout (%ld s): %s", db->name, timeout_s, err);
+	return SBX_ERR_TIMEOUT;
+}
+
+enum sbx_err aio_health(struct dbox *db)
+{
+	struct aio_target t;
+	struct aio_info info;
+	char url[64], err[AIO_ERR_LEN];
+	int nsfd = dbox_netns(db);
+	enum sbx_err e;
+
+	if (nsfd < 0)
+		return SBX_ERR_GONE;
+	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	t.timeout_ms = 3000;
+	e = aio_sandbox(&t, &info, err, sizeof(err));
+	close(nsfd);
+	if (e)
+		log_warn(db->name, "health check: %s", err);
+	return e ? SBX_ERR_GONE : SBX_OK;
+}
+
+/* ---- records ---------------------------------------------------------------------------------- */
+
+static int ajob_save(struct ajob *j)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i}", "mode", j->shell ? "shell" : "bash", "session",
+		j->session, "command", j->command, "offset", (json_int_t)j->offset, "stderr_offset",
+		(json_int_t)j->stderr_offset, "out_size", (json_int_t)j->out_size, "err_size", (json_int_t)j->err_size,
+		"timeout", (int)j->timeout);
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	int r = -1;
+
+	if (text && !buf_addf(&p, "%s/aio.json", j->job_dir))
+		r = util_write_atomic(p.ptr, text, strlen(text), 0600);
+	free(text);
+	json_decref(o);
+	buf_free(&p);
+	return r;
+}
+
+static int ajob_load(struct ajob *j)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = buf_addf(&p, "%s/aio.json", j->job_dir) ? NULL : json_read_file(p.ptr);
+	const char *mode = json_string_value(json_object_get(o, "mode"));
+	const char *sess = json_string_value(json_object_get(o, "session"));
+	const char *cmd = json_string_value(json_object_get(o, "command"));
+	int r = -1;
+
+	if (mode && sess && cmd && json_is_integer(json_object_get(o, "offset")) &&
+	    json_is_integer(json_object_get(o, "out_size"))) {
+		j->shell = !strcmp(mode, "shell");
+		snprintf(j->session, sizeof(j->session), "%s", sess);
+		snprintf(j->command, sizeof(j->command), "%s", cmd);
+		j->offset = json_integer_value(json_object_get(o, "offset"));
+		j->stderr_offset = json_integer_value(json_object_get(o, "stderr_offset"));
+		j->out_size = json_integer_value(json_object_get(o, "out_size"));
+		j->err_size = json_integer_value(json_object_get(o, "err_size"));
+		j->timeout = (long)json_integer_value(json_object_get(o, "timeout"));
+		r = 0;
+	}
+	json_decref(o);
+	buf_free(&p);
+	return r;
+}
+
+static int job_stream_open(const char *job_dir, const char *name)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int fd = buf_addf(&p, "%s/%s", job_dir, name) ? -1 :
+						      open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+	buf_free(&p);
+	return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* ---- the pump ------------------------------------------------------------------------------------- */
+
+static void ajob_end(struct ajob *j, const char *state, int code, int sig, const char *reason)
+{
+	char text[256];
+
+	snprintf(text, sizeof(text), "{\"state\": \"%s\", \"exit\": %d, \"signal\": %d, \"ended_at\": %.3f%s%s%s}", state,
+		code, sig, util_wall_now(), reason ? ", \"reason\": \"" : "", reason ? reason : "", reason ? "\"" : "");
+	if (!docker_write_result(j->job_dir, text, strlen(text), j->db->name))
+		docker_write_lost(j->job_dir, "the job's result could not be recorded");
+}
+
+static void ajob_end_status(struct ajob *j, enum aio_status st, bool has_exit, int exit_code, const char *reason)
+{
+	int sig = __atomic_load_n(&j->sent_sig, __ATOMIC_RELAXED);
+
+	if (reason) /* over the output limit: killed by us */
+		ajob_end(j, "killed", 137, SIGKILL, reason);
+	else if (st == AIO_COMPLETED)
+		ajob_end(j, "exited", has_exit && exit_code >= 0 && exit_code <= 255 ? exit_code : 255,
+			has_exit && exit_code > 128 && exit_code < 128 + 65 ? exit_code - 128 : 0, NULL);
+	else if (st == AIO_TIMED_OUT)
+		ajob_end(j, "timed_out", 128 + SIGKILL, SIGKILL, NULL);
+	else if (st == AIO_KILLED)
+		ajob_end(j, "killed", 128 + (sig ? sig : SIGKILL), sig ? sig : SIGKILL, NULL);
+	else
+		docker_write_lost(j->job_dir, "the AIO server left the command in an unknown state");
+}
+
+struct pump_files {
+	int out, err;
+};
+
+/* Append new output and record how far we are. */
+static int ajob_append(struct ajob *j, struct pump_files *f, const char *out, size_t olen, const char *err,
+	size_t elen, long long off, long long eoff)
+{
+	if (j->output_max) { /* keep output_max bytes in all: the rest is dropped, the job killed */
+		uint64_t have = (uint64_t)(j->out_size + j->err_size), room = have < j->output_max ? j->output_max - have : 0;
+		if (olen > room) {
+			olen = (size_t)room;
+			j->over = true;
+		}
+		room -= olen;
+		if (elen > room) {
+			elen = (size_t)room;
+			j->over = true;
+		}
+	}
+	if ((olen && write_all(f->out, out, olen)) || (elen && write_all(f->err, err, elen)))
+		return -1;
+	j->out_size += (long long)olen;
+	j->err_size += (long long)elen;
+	j->offset = off;
+	j->stderr_offset = eoff;
+	if ((olen || elen) && ajob_save(j))
+		log_warn(j->db->name, "%s: cannot record the output offsets: %s", j->name, strerror(errno));
+	return 0;
+}
+
+/* The job's shell among the container's processes (its command line names
+ * its run directory), into job_dir/pgid for the job's status: the AIO API
+ * does not say which process runs a command.  Best effort: a command that
+ * has ended already is not found (its status then has no pid). */
+static void ajob_find_pid(struct ajob *j)
+{
+	char needle[128], text[32];
+	pid_t pids[4096];
+	int n;
+
+	if (str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->name) || !j->db->init_pid)
+		return;
+	n = docker_children(j->db->init_pid, pids, 4096, 0);
+	for (int i = 0; i < n; i++)
+		n = docker_children(pids[i], pids, 4096, n);
+	for (int i = 0; i < n; i++) {
+		struct buf cmd = BUF_INIT(64 * 1024);
+		char path[64];
+		bool hit = !str_fmt(path, sizeof(path), "/proc/%d/cmdline", (int)pids[i]) && !util_read_file(path, &cmd) &&
+			   memmem(cmd.ptr ? cmd.ptr : "", cmd.len, needle, strlen(needle));
+		buf_free(&cmd);
+		if (hit) {
+			struct buf p = BUF_INIT(BUF_CAP_PATH);
+			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
+			if (!buf_addf(&p, "%s/pgid", j->job_dir))
+				util_write_atomic(p.ptr, text, strlen(text), 0600);
+			buf_free(&p);
+			return;
+		}
+	}
+}
+
+static void *ajob_pump(void *arg)
+{
+	struct ajob *j = arg;
+	struct pump_files f = { job_stream_open(j->job_dir, "stdout"), job_stream_open(j->job_dir, "stderr") };
+	struct aio_target t;
+	char url[64], err[AIO_ERR_LEN], scope[256];
+	uint64_t failing_since = 0, started = util_now_ms();
+	const char *reason = NULL;
+	unsigned polls = 0;
+	int nsfd = -1;
+
+	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->name);
+	if (f.out < 0 || f.err < 0) {
+		log_err(scope, "cannot open the job's output files: %s", strerror(errno));
+		docker_write_lost(j->job_dir, "the job's output files cannot be opened");
+		goto done;
+	}
+	while (!__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+		enum aio_status st = AIO_UNKNOWN;
+		bool has_exit = false;
+		int code = -1;
+		enum sbx_err e;
+
+		if (nsfd < 0)
+			nsfd = dbox_netns(j->db);
+		if (nsfd < 0) {
+			docker_write_lost(j->job_dir, "the sandbox's container ended while the job ran");
+			goto done;
+		}
+		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->cancel);
+		t.timeout_ms = (long)(AIO_POLL_WAIT_S * 1000) + 15000;
+		if (!j->shell) {
+			struct aio_bash_result r;
+			e = aio_bash_output(&t, j->session, j->command, j->offset, j->stderr_offset, AIO_POLL_WAIT_S, &r, err,
+				sizeof(err));
+			if (!e) {
+				if (ajob_append(j, &f, r.out, r.out_len, r.err, r.err_len, r.offset, r.stderr_offset))
+					log_warn(scope, "cannot append the output: %s", strerror(errno));
+				st = r.status;
+				has_exit = r.has_exit;
+				code = r.exit_code;
+			}
+			aio_bash_result_clear(&r);
+		} else {
+			struct aio_shell_result r;
+			/* the shell API has no long-poll for output (its wait takes
+			 * whole seconds): a view of what is there, every 200 ms */
+			if (polls++)
+				usleep(AIO_SHELL_POLL_US);
+			e = aio_shell_view(&t, j->session, &r, err, sizeof(err));
+			if (!e && (long long)r.output_len > j->offset &&
+			    ajob_append(j, &f, r.output + j->offset, r.output_len - (size_t)j->offset, NULL, 0,
+				    (long long)r.output_len, 0))
+				log_warn(scope, "cannot append the output: %s", strerror(errno));
+			st = r.status;
+			has_exit = r.has_exit;
+			code = r.exit_code;
+			aio_shell_result_clear(&r);
+		}
+		if (e == SBX_ERR_GONE || e == SBX_ERR_NOTSUP) {
+			log_warn(scope, "the AIO server no longer knows the command: %s", err);
+			docker_write_lost(j->job_dir, "the AIO server no longer knows the command");
+			goto done;
+		}
+		if (e) {
+			if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED))
+				break;
+			if (!failing_since) {
+				failing_since = util_now_ms();
+				log_warn(scope, "polling the job's output: %s", err);
+			}
+			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS) {
+				docker_write_lost(j->job_dir, "the AIO server stopped answering");
+				goto done;
+			}
+			close(nsfd);
+			nsfd = -1;
+			usleep(500000);
+			continue;
+		}
+		failing_since = 0;
+		if (j->over && !reason) {
+			char kerr[AIO_ERR_LEN];
+			reason = "output";
+			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->output_max);
+			if (j->shell)
+				aio_shell_kill(&t, j->session, kerr, sizeof(kerr));
+			else
+				aio_bash_kill(&t, j->session, "SIGKILL", kerr, sizeof(kerr));
+		}
+		/* a server that ignores hard_timeout: ours, 10 s later */
+		if (j->timeout > 0 && st == AIO_RUNNING && util_now_ms() - started > (uint64_t)(j->timeout + 10) * 1000) {
+			char kerr[AIO_ERR_LEN];
+			log_warn(scope, "the AIO server let the job run past its timeout: killing it");
+			if (j->shell ? aio_shell_kill(&t, j->session, kerr, sizeof(kerr)) :
+				       aio_bash_kill(&t, j->session, "SIGKILL", kerr, sizeof(kerr)))
+				log_warn(scope, "kill: %s", kerr);
+			ajob_end(j, "timed_out", 128 + SIGKILL, SIGKILL, NULL);
+			goto done;
+		}
+		if (st != AIO_RUNNING && st != AIO_PENDING && st != AIO_UNKNOWN) {
+			ajob_end_status(j, st, has_exit, code, reason);
+			if (!j->shell) {
+				char cerr[AIO_ERR_LEN];
+				aio_bash_close(&t, j->session, cerr, sizeof(cerr));
+			}
+			goto done;
+		}
+	}
+	/* cancelled: the daemon is exiting; the command goes on, a later daemon resumes */
+	goto out;
+done:
+	{
+		uint64_t one = 1;
+		if (write(j->base.fd, &one, sizeof(one)) < 0)
+			log_warn(scope, "cannot signal the job's end: %s", strerror(errno));
+	}
+out:
+	if (nsfd >= 0)
+		close(nsfd);
+	if (f.out >= 0)
+		close(f.out);
+	if (f.err >= 0)
+		close(f.err);
+	return NULL;
+}
+
+static struct ajob *ajob_new(struct dbox *db, const char *job_dir, const char *name)
+{
+	struct ajob *j = calloc(1, sizeof(*j));
+
+	if (!j || !(j->job_dir = strdup(job_dir))) {
+		free(j);
+		return NULL;
+	}
+	j->base.prov = &provider_aio;
+	j->base.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (j->base.fd < 0) {
+		free(j->job_dir);
+		free(j);
+		return NULL;
+	}
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	j->db = db;
+	sbx_box_get(&db->base);
+	j->output_max = db->output_max;
+	return j;
+}
+
+static enum sbx_err ajob_start_pump(struct ajob *j)
+{
+	if (pthread_create(&j->pump, NULL, ajob_pump, j))
+		return SBX_ERR_NOMEM;
+	j->pumping = true;
+	return SBX_OK;
+}
+
+/* ---- start ---------------------------------------------------------------------------------------- */
+
+/* The job's environment (NUL-separated KEY=VALUE) as aio_env entries
+ * pointing into text. */
+static struct aio_env *ajob_env(struct buf *text, size_t *n)
+{
+	struct aio_env *env;
+	size_t k = 0, cap = 1;
+
+	for (size_t i = 0; i < text->len; i++)
+		cap += text->ptr[i] == '\0';
+	env = calloc(cap, sizeof(*env));
+	if (!env)
+		return NULL;
+	for (size_t i = 0; i < text->len;) {
+		char *kv = text->ptr + i, *eq = strchr(kv, '=');
+		size_t len = strlen(kv);
+
+		if (eq && eq != kv) {
+			*eq = '\0';
+			env[k].key = kv;
+			env[k].value = eq + 1;
+			k++;
+		}
+		i += len + 1;
+	}
+	*n = k;
+	return env;
+}
+
+/* '...' for sh, with ' as '\'' */
+static int sh_quote(struct buf *b, const char *s)
+{
+	int r = buf_adds(b, "'");
+
+	for (; *s && !r; s++)
+		r = *s == '\'' ? buf_adds(b, "'\\''") : buf_add(b, s, 1);
+	return r || buf_adds(b, "'");
+}
+
+/* thread_dir/aio-jobs/NAME with cmd, stdin (when any) and, for the shell
+ * API, env.sh (export lines: that API takes no environment). */
+static int ajob_run_dir(struct dbox *db, const struct sbx_exec_spec *spec, struct buf *envtext, bool shell,
+	bool *has_stdin)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
+	int run = -1, dir = -1, src = -1, r = -1;
+
+	*has_stdin = false;
+	if (buf_addf(&p, "%s/aio-jobs", db->thread_dir) || (run = udir_open(p.ptr)) < 0)
+		goto out;
+	if (udir_remove(run, spec->job_name)) /* a stale one of an earlier slot of that name */
+		goto out;
+	dir = udir_mkdir(run, spec->job_name, 0700, db->base.uid, db->base.gid);
+	if (dir < 0)
+		goto out;
+	buf_reset(&p);
+	if (buf_addf(&p, "%s/cmd", spec->job_dir) || (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    udir_copy(dir, "cmd", src, 0600, db->base.uid, db->base.gid))
+		goto out;
+	close(src);
+	buf_reset(&p);
+	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
+		if (udir_copy(dir, "stdin", src, 0600, db->base.uid, db->base.gid))
+			goto out;
+		*has_stdin = true;
+	}
+	if (shell) {
+		int bad = 0;
+		for (size_t i = 0; i < envtext->len && !bad; i += strlen(envtext->ptr + i) + 1) {
+			const char *kv = envtext->ptr + i, *eq = strchr(kv, '=');
+			if (!eq)
+				continue;
+			bad |= buf_addf(&sh, "export %.*s=", (int)(eq - kv), kv) || sh_quote(&sh, eq + 1) || buf_adds(&sh, "\n");
+		}
+		if (bad || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, db->base.uid, db->base.gid))
+			goto out;
+	}
+	r = 0;
+out:
+	if (src >= 0)
+		close(src);
+	if (dir >= 0)
+		close(dir);
+	if (run >= 0)
+		close(run);
+	buf_free(&p);
+	buf_free(&sh);
+	return r;
+}
+
+enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
+{
+	struct dbox *db = dbox(b);
+	struct buf p = BUF_INIT(BUF_CAP_PATH), envtext = BUF_INIT(AIO_ENV_MAX), command = BUF_INIT(BUF_CAP_PATH * 2);
+	struct aio_env *env = NULL;
+	struct aio_target t;
+	struct ajob *j = NULL;
+	char url[64], err[AIO_ERR_LEN] = "", scope[160];
+	unsigned char rnd[6];
+	enum sbx_err e = SBX_ERR_IO;
+	size_t n_env = 0;
+	bool has_stdin, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
+	int nsfd = -1;
+
+	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
+	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start)
+		return SBX_ERR_GONE;
+	if (!(j = ajob_new(db, spec->job_dir, spec->job_name)) || getentropy(rnd, sizeof(rnd))) {
+		e = SBX_ERR_NOMEM;
+		goto out;
+	}
+	if (spec->output_max > 0)
+		j->output_max = (uint64_t)spec->output_max;
+	j->timeout = spec->timeout;
+	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", db->token, spec->job_name, rnd[0],
+		rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+	if (buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &envtext) ||
+	    ajob_run_dir(db, spec, &envtext, true, &has_stdin)) {
+		snprintf(err, sizeof(err), "cannot prepare the job's run directory: %s", strerror(errno));
+		goto out;
+	}
+	env = ajob_env(&envtext, &n_env);
+	nsfd = dbox_netns(db);
+	if (!env || nsfd < 0) {
+		snprintf(err, sizeof(err), "%s", !env ? "out of memory" : "the container has ended");
+		e = !env ? SBX_ERR_NOMEM : SBX_ERR_GONE;
+		goto out;
+	}
+	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		/* a subshell: an `exit` in the command ends it, not the server's shell */
+		buf_reset(&command);
+		if (shell && buf_addf(&command, "( . " DOCKER_RUN_PATH "/%s/env.sh; ", spec->job_name))
+			goto out;
+		if (!shell && buf_adds(&command, "( "))
+			goto out;
+		if (has_stdin ? buf_addf(&command, "exec <" DOCKER_RUN_PATH "/%s/stdin; ", spec->job_name) :
+				buf_adds(&command, "exec </dev/null; "))
+			goto out;
+		if (buf_addf(&command, ". " DOCKER_RUN_PATH "/%s/cmd )", spec->job_name))
+			goto out;
+		if (!shell) {
+			struct aio_bash_request rq = { .command = command.ptr, .session_id = j->session,
+				.exec_dir = LAYOUT_SANDBOX_WORKSPACE, .env = env, .n_env = n_env, .async = true,
+				.hard_timeout = (double)spec->timeout };
+			struct aio_bash_result r;
+			e = aio_bash_exec(&t, &rq, &r, err, sizeof(err));
+			if (!e) {
+				snprintf(j->command, sizeof(j->command), "%s", r.command_id);
+				if (r.session_id[0])
+					snprintf(j->session, sizeof(j->session), "%s", r.session_id);
+			}
+			aio_bash_result_clear(&r);
+			if (e == SBX_ERR_NOTSUP) {
+				log_warn(db->name, "aio: the image has no /v1/bash API (older than 1.9.3): jobs use the shell "
+						   "API, stderr merged into stdout");
+				__atomic_store_n(&db->shell_only, 1, __ATOMIC_RELAXED);
+				shell = true;
+				continue;
+			}
+		} else {
+			struct aio_shell_result r;
+			e = aio_shell_exec(&t, command.ptr, LAYOUT_SANDBOX_WORKSPACE, (double)spec->timeout, &r, err, sizeof(err));
+			if (!e)
+				snprintf(j->session, sizeof(j->session), "%s", r.session_id);
+			aio_shell_result_clear(&r);
+		}
+		break;
+	}
+	if (e)
+		goto out;
+	j->shell = shell;
+	if (ajob_save(j)) {
+		snprintf(err, sizeof(err), "cannot record the job: %s", strerror(errno));
+		e = SBX_ERR_IO;
+		goto out;
+	}
+	ajob_find_pid(j); /* while it runs (a command that ends at once may be gone) */
+	e = ajob_start_pump(j);
+	if (e)
+		goto out;
+	*out = &j->base;
+	j = NULL;
+out:
+	if (e)
+		log_err(scope, "cannot start the job: %s", err[0] ? err : sbx_err_name(e));
+	if (j)
+		aio_jobs_free(&j->base);
+	if (nsfd >= 0)
+		close(nsfd);
+	free(env);
+	buf_free(&p);
+	buf_free(&envtext);
+	buf_free(&command);
+	return e;
+}
+
+enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
+{
+	struct dbox *db = dbox(b);
+	const char *slash = strrchr(job_dir, '/');
+	struct ajob *j = ajob_new(db, job_dir, slash ? slash + 1 : job_dir);
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+
+	if (!j)
+		return SBX_ERR_NOMEM;
+	if (ajob_load(j)) {
+		aio_jobs_free(&j->base);
+		docker_write_lost(job_dir, "no record of the command in the AIO server");
+		return SBX_ERR_GONE;
+	}
+	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start) {
+		aio_jobs_free(&j->base);
+		docker_write_lost(job_dir, "the sandbox's container ended while no daemon watched the job");
+		return SBX_ERR_GONE;
+	}
+	/* output appended after the offsets were last recorded is fetched again */
+	if (buf_addf(&p, "%s/stdout", job_dir) || truncate(p.ptr, j->out_size) ||
+	    (buf_reset(&p), buf_addf(&p, "%s/stderr", job_dir)) || truncate(p.ptr, j->err_size))
+		log_warn(db->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->name, strerror(errno));
+	buf_free(&p);
+	if (ajob_start_pump(j)) {
+		aio_jobs_free(&j->base);
+		return SBX_ERR_NOMEM;
+	}
+	*out = &j->base;
+	return SBX_OK;
+}
+
+enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig)
+{
+	struct ajob *j = ajob(x);
+	const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGKILL ? "SIGKILL" : sig == SIGINT ? "SIGINT" : NULL;
+	struct aio_target t;
+	char url[64], err[AIO_ERR_LEN];
+	int nsfd;
+	enum sbx_err e;
+
+	if (!name)
+		return SBX_ERR_NOTSUP;
+	nsfd = dbox_netns(j->db);
+	if (nsfd < 0)
+		return SBX_ERR_GONE;
+	aio_target_init(&t, j->db, url, sizeof(url), nsfd, NULL);
+	__atomic_store_n(&j->sent_sig, sig, __ATOMIC_RELAXED);
+	e = j->shell ? aio_shell_kill(&t, j->session, err, sizeof(err)) : aio_bash_kill(&t, j->session, name, err, sizeof(err));
+	close(nsfd);
+	if (e)
+		log_warn(j->db->name, "%s: kill: %s", j->name, err);
+	/* "No running command": it has ended */
+	return e == SBX_ERR_IO && strstr(err, "No running") ? SBX_ERR_GONE : e;
+}
+
+void aio_jobs_finish(struct sbx_exec *x)
+{
+	struct ajob *j = ajob(x);
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+
+	if (j->pumping) {
+		pthread_join(j->pump, NULL);
+		j->pumping = false;
+	}
+	if (!buf_addf(&p, "%s/result", j->job_dir) && access(p.ptr, F_OK))
+		docker_write_lost(j->job_dir, "the job ended without a result");
+	buf_free(&p);
+}
+
+void aio_jobs_free(struct sbx_exec *x)
+{
+	struct ajob *j = ajob(x);
+
+	if (j->pumping) {
+		__atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED);
+		pthread_join(j->pump, NULL);
+	}
+	close(j->base.fd);
+	sbx_box_put(&j->db->base);
+	free(j->job_dir);
+	free(j);
+}
+
+void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
+{
+	struct dbox *db = dbox(b);
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int run;
+
+	(void)job_dir;
+	if (!buf_addf(&p, "%s/aio-jobs", db->thread_dir) && (run = udir_open(p.ptr)) >= 0) {
+		if (udir_remove(run, job_name))
+			log_warn(db->name, "cannot remove the run directory of job %s: %s", job_name, strerror(errno));
+		close(run);
+	}
+	buf_free(&p);
+}

@@ -1,0 +1,1038 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * docker.c - the docker and aio providers: one container per scope, made and
+ * watched through the Docker Engine API (docker_api.c), never the CLI.
+ *
+ * Both providers share everything about the container here: its name
+ * (<container_prefix>-<scope token>, so any sbxfs finds it again), its
+ * labels (provider, user, thread, scope, state_id: discovery after a crash
+ * finds exactly this daemon's containers and never touches another's), the
+ * thread's data bind-mounted from state_dir, skills read-only, the
+ * configured mounts, resources mapped to the container's limits, no
+ * capabilities, no-new-privileges, Docker's default seccomp profile, no
+ * published port, and a network of "none" unless network.mode is open.
+ * They differ in what runs inside and how jobs run:
+ *   docker  any image; pid 1 is sbxfs-box (docker_box.c), bind-mounted
+ *           read-only, running as the sandbox uid; jobs start through it
+ *           (or the Engine exec API) and are supervised by it (docker_jobs.c);
+ *   aio     the AIO sandbox image with its own entrypoint; the daemon waits
+ *           for GET /v1/sandbox and runs jobs through the AIO HTTP API
+ *           (aio.c, aio_api.c), reaching it inside the container's network
+ *           namespace (common/netns.h): no port is published.
+ *
+ * Why the sandbox uid and not the image's user: files the sandbox writes in
+ * the bind-mounted workspace then belong to the uid the FUSE layer maps to
+ * the user, in both directions (DESIGN §5); `aio.user: image` runs an image
+ * that needs its own user (root for the real AIO image's services), and the
+ * sandbox's status says so.
+ *
+ * Failures leave nothing: a create that fails after the container exists
+ * removes it; a removal that fails (dockerd gone) is retried at the next
+ * create and at exit, and a container still there at the next start is
+ * found by its labels (discover) and removed.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../common/buf.h"
+#include "../common/http.h"
+#include "../common/json.h"
+#include "../common/layout.h"
+#include "../common/log.h"
+#include "../common/names.h"
+#include "../common/netns.h"
+#include "../common/util.h"
+#include "docker_int.h"
+#include "provider_int.h"
+#include "uidpool.h"
+
+#define DOCKER_DEFAULT_SOCKET "/var/run/docker.sock"
+#define DOCKER_MAX_CLIENTS 8
+#define DOCKER_MAX_MOUNTS 64
+#define DOCKER_MAX_LABELS 40
+#define AIO_DEFAULT_IMAGE "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest"
+
+char docker_box_helper[4096];
+
+/* uids: a range apart from the local provider's, so a reload from one to the
+ * other never hands one uid to two threads */
+static const struct docker_conf docker_defaults = { .uid_base = 1880096768, .uid_count = 60000, .port = 8080 };
+
+struct pending {
+	struct docker *api;
+	char id[128]; /* container id, or name */
+};
+
+static struct {
+	pthread_mutex_t lock;
+	struct {
+		char *path;
+		struct docker *api;
+	} clients[DOCKER_MAX_CLIENTS]; /* protected by lock; never freed before exit (boxes point at them) */
+	int n_clients;
+	struct pending pending[64]; /* protected by lock: removals that failed, retried later */
+	int n_pending;
+	struct uidpool *uids; /* made by the first init */
+} dk = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+struct dbox *dbox(struct sbx_box *b)
+{
+	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio))
+		abort(); /* a box handed to the wrong provider is a programming error */
+	return (struct dbox *)b;
+}
+
+const struct docker_conf *docker_conf_of(const struct sbx_config *cfg)
+{
+	return cfg->prov ? cfg->prov : &docker_defaults;
+}
+
+static bool is_aio(const struct sbx_config *cfg)
+{
+	return !strcmp(cfg->use, "aio");
+}
+
+/* ---- configuration: the docker: and aio: sections ---------------------------------------- */
+
+static int conf_label(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
+{
+	struct docker_conf *dc = arg;
+	struct docker_label *l;
+	char *val = NULL;
+
+	if (cfg_str(x, full, v, &val))
+		return -1;
+	if (!strncmp(key, "org.sbxfs.", 10) && strncmp(key, "org.sbxfs.test", 14)) {
+		cfg_fail(x, full, "labels under org.sbxfs. are sbxfs's own");
+		free(val);
+		return -1;
+	}
+	l = realloc(dc->labels, (dc->n_labels + 1) * sizeof(*l));
+	if (!l || !(l[dc->n_labels].key = strdup(key))) {
+		if (l)
+			dc->labels = l;
+		free(val);
+		cfg_fail(x, full, "out of memory");
+		return -1;
+	}
+	dc->labels = l;
+	l[dc->n_labels].value = val;
+	dc->n_labels++;
+	return 0;
+}
+
+struct conf_walk {
+	struct docker_conf *dc;
+	bool aio;
+};
+
+static int conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
+{
+	struct conf_walk *w = arg;
+	struct docker_conf *dc = w->dc;
+	long l;
+
+	if (!strcmp(key, "socket"))
+		return cfg_abs_path(x, full, v, &dc->socket);
+	if (!strcmp(key, "labels"))
+		return cfg_each(x, full, v, conf_label, dc);
+	if (!strcmp(key, "uid_base") || !strcmp(key, "uid_count")) {
+		if (cfg_long(x, full, v, key[4] == 'b' ? 1000 : 1, key[4] == 'b' ? 4000000000L : 1000000, &l))
+			return -1;
+		if (key[4] == 'b')
+			dc->uid_base = (uid_t)l;
+		else
+			dc->uid_count = (unsigned)l;
+		return 0;
+	}
+	if (!w->aio && !strcmp(key, "exec")) {
+		char *s = NULL;
+		if (cfg_str(x, full, v, &s))
+			return -1;
+		if (strcmp(s, "init") && strcmp(s, "engine")) {
+			cfg_fail(x, full, "must be init or engine (got '%s')", s);
+			free(s);
+			return -1;
+		}
+		dc->exec_engine = !strcmp(s, "engine");
+		free(s);
+		return 0;
+	}
+	if (w->aio && !strcmp(key, "port")) {
+		if (cfg_long(x, full, v, 1, 65535, &l))
+			return -1;
+		dc->port = l;
+		return 0;
+	}
+	if (w->aio && !strcmp(key, "user")) {
+		char *s = NULL;
+		if (cfg_str(x, full, v, &s))
+			return -1;
+		if (strcmp(s, "sandbox") && strcmp(s, "image")) {
+			cfg_fail(x, full, "must be sandbox or image (got '%s')", s);
+			free(s);
+			return -1;
+		}
+		dc->user_image = !strcmp(s, "image");
+		free(s);
+		return 0;
+	}
+	if (w->aio && !strcmp(key, "cap_add"))
+		return cfg_strv(x, full, v, &dc->cap_add, &dc->n_cap_add);
+	if (w->aio && !strcmp(key, "command"))
+		return cfg_strv(x, full, v, &dc->command, &dc->n_command);
+	if (w->aio && !strcmp(key, "api_key")) {
+		char name[128];
+		const char *val;
+
+		if (cfg_str(x, full, v, &dc->api_key))
+			return -1;
+		/* $VAR or ${VAR}: from the daemon's environment (a missing one is "") */
+		if (dc->api_key[0] != '$')
+			return 0;
+		snprintf(name, sizeof(name), "%s", dc->api_key + 1 + (dc->api_key[1] == '{'));
+		name[strcspn(name, "}")] = '\0';
+		val = getenv(name);
+		free(dc->api_key);
+		dc->api_key = strdup(val ? val : "");
+		if (!dc->api_key) {
+			cfg_fail(x, full, "out of memory");
+			return -1;
+		}
+		return 0;
+	}
+	log_warn("config", "%s: unknown key, ignored", full);
+	return 0;
+}
+
+static int docker_config_key(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v)
+{
+	struct conf_walk w = { .dc = cfg->prov, .aio = !strcmp(key, "aio") };
+
+	if (!w.dc) {
+		w.dc = calloc(1, sizeof(*w.dc));
+		if (!w.dc) {
+			cfg_fail(x, key, "out of memory");
+			return -1;
+		}
+		*w.dc = docker_defaults;
+		cfg->prov = w.dc;
+	}
+	return cfg_each(x, key, v, conf_key, &w);
+}
+
+static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
+{
+	if (!is_aio(cfg) && (!cfg->image || !cfg->image[0])) {
+		cfg_fail(x, "image", "the docker provider needs an image (any image with /bin/sh; never pulled)");
+		return -1;
+	}
+	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0]) {
+		/* an existing AIO sandbox reached over HTTP, no docker: the remote mode */
+		cfg_fail(x, "base_url", "the aio provider here makes its own containers; an existing AIO sandbox at a "
+					"base_url is the remote provider's mode, not built into this sbxfs");
+		return -1;
+	}
+	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
+		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
+		return -1;
+	}
+	return 0;
+}
+
+static void docker_config_show(const struct sbx_config *cfg, struct json_t *out)
+{
+	const struct docker_conf *dc = docker_conf_of(cfg);
+	json_t *o = json_object(), *labels = json_object();
+
+	for (size_t i = 0; i < dc->n_labels; i++)
+		json_object_set_new(labels, dc->labels[i].key, json_string(dc->labels[i].value));
+	json_object_set_new(o, "socket", dc->socket ? json_string(dc->socket) : json_null());
+	json_object_set_new(o, "labels", labels);
+	json_object_set_new(o, "uid_base", json_integer(dc->uid_base));
+	json_object_set_new(o, "uid_count", json_integer(dc->uid_count));
+	if (is_aio(cfg)) {
+		json_t *caps = json_array(), *cmd = json_array();
+		for (size_t i = 0; i < dc->n_cap_add; i++)
+			json_array_append_new(caps, json_string(dc->cap_add[i]));
+		for (size_t i = 0; i < dc->n_command; i++)
+			json_array_append_new(cmd, json_string(dc->command[i]));
+		json_object_set_new(o, "port", json_integer(dc->port));
+		json_object_set_new(o, "user", json_string(dc->user_image ? "image" : "sandbox"));
+		json_object_set_new(o, "cap_add", caps);
+		json_object_set_new(o, "command", cmd);
+		json_object_set_new(o, "api_key", dc->api_key && dc->api_key[0] ? json_string("***") : json_null());
+		if (!cfg->image)
+			json_object_set_new((json_t *)out, "image", json_string(AIO_DEFAULT_IMAGE));
+	} else {
+		json_object_set_new(o, "exec", json_string(dc->exec_engine ? "engine" : "init"));
+	}
+	json_object_set_new((json_t *)out, is_aio(cfg) ? "aio" : "docker", o);
+}
+
+static void docker_config_free(void *prov)
+{
+	struct docker_conf *dc = prov;
+
+	if (!dc)
+		return;
+	for (size_t i = 0; i < dc->n_labels; i++) {
+		free(dc->labels[i].key);
+		free(dc->labels[i].value);
+	}
+	for (size_t i = 0; i < dc->n_cap_add; i++)
+		free(dc->cap_add[i]);
+	for (size_t i = 0; i < dc->n_command; i++)
+		free(dc->command[i]);
+	free(dc->labels);
+	free(dc->cap_add);
+	free(dc->command);
+	free(dc->api_key);
+	free(dc->socket);
+	free(dc);
+}
+
+/* ---- the dockerd a configuration names ------------------------------------------------------ */
+
+/* The socket: docker.socket, else $DOCKER_HOST (unix:// only), else the default. */
+static int docker_socket_of(const struct sbx_config *cfg, char *out, size_t len, char *err, size_t errlen)
+{
+	const char *host = getenv("DOCKER_HOST");
+
+	if (docker_conf_of(cfg)->socket)
+		return str_fmt(out, len, "%s", docker_conf_of(cfg)->socket);
+	if (host && *host) {
+		if (strncmp(host, "unix://", 7) || host[7] != '/') {
+			snprintf(err, errlen,
+				"DOCKER_HOST=%s: sbxfs talks to dockerd over its unix socket only (unix:///path, or %s.socket)",
+				host, is_aio(cfg) ? "aio" : "docker");
+			return -1;
+		}
+		return str_fmt(out, len, "%s", host + 7);
+	}
+	return str_fmt(out, len, "%s", DOCKER_DEFAULT_SOCKET);
+}
+
+static struct docker *docker_client(const char *path)
+{
+	struct docker *api = NULL;
+
+	pthread_mutex_lock(&dk.lock);
+	for (int i = 0; i < dk.n_clients && !api; i++)
+		if (!strcmp(dk.clients[i].path, path))
+			api = dk.clients[i].api;
+	if (!api && dk.n_clients < DOCKER_MAX_CLIENTS && (dk.clients[dk.n_clients].path = strdup(path))) {
+		api = docker_new(path, 30000);
+		if (api)
+			dk.clients[dk.n_clients++].api = api;
+		else
+			free(dk.clients[dk.n_clients].path);
+	}
+	pthread_mutex_unlock(&dk.lock);
+	return api;
+}
+
+static struct docker *docker_client_of(const struct sbx_config *cfg)
+{
+	char path[PATH_MAX], err[256];
+
+	if (docker_socket_of(cfg, path, sizeof(path), err, sizeof(err)))
+		return NULL;
+	return docker_client(path);
+}
+
+/* Retry the removals that failed (dockerd was away). */
+static void docker_flush_pending(void)
+{
+	struct pending todo[64];
+	int n;
+
+	pthread_mutex_lock(&dk.lock);
+	n = dk.n_pending;
+	memcpy(todo, dk.pending, sizeof(todo[0]) * (size_t)n);
+	dk.n_pending = 0;
+	pthread_mutex_unlock(&dk.lock);
+	for (int i = 0; i < n; i++) {
+		char err[DOCKER_ERR_LEN];
+		if (docker_remove(todo[i].api, todo[i].id, err, sizeof(err)) == SBX_OK) {
+			log_info("docker", "container %.12s removed (its removal had failed before)", todo[i].id);
+			continue;
+		}
+		pthread_mutex_lock(&dk.lock);
+		if (dk.n_pending < 64)
+			dk.pending[dk.n_pending++] = todo[i];
+		pthread_mutex_unlock(&dk.lock);
+	}
+}
+
+static void docker_remember_removal(struct docker *api, const char *id)
+{
+	pthread_mutex_lock(&dk.lock);
+	if (dk.n_pending < 64) {
+		dk.pending[dk.n_pending].api = api;
+		snprintf(dk.pending[dk.n_pending].id, sizeof(dk.pending[0].id), "%s", id);
+		dk.n_pending++;
+	}
+	pthread_mutex_unlock(&dk.lock);
+}
+
+/* ---- start of day ------------------------------------------------------------------------------ */
+
+static int docker_find_helper(const char *dir, char *out, size_t len)
+{
+	if (!str_fmt(out, len, "%s/sbxfs-box", dir) && !access(out, X_OK))
+		return 0;
+	if (!str_fmt(out, len, "%s/../libexec/sbxfs/sbxfs-box", dir) && !access(out, X_OK))
+		return 0;
+	return -1;
+}
+
+static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	const struct docker_conf *dc = docker_conf_of(cfg);
+	char path[PATH_MAX], self[PATH_MAX], version[16] = "", derr[DOCKER_ERR_LEN] = "", *slash;
+	struct docker *api;
+	ssize_t n;
+
+	if (http_init()) {
+		snprintf(err, errlen, "%s provider: libcurl cannot be initialised", cfg->use);
+		return SBX_ERR_IO;
+	}
+	if (docker_socket_of(cfg, path, sizeof(path), err, errlen))
+		return SBX_ERR_INVAL;
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n < 0) {
+		snprintf(err, errlen, "%s provider: cannot find own executable: %s", cfg->use, strerror(errno));
+		return SBX_ERR_IO;
+	}
+	self[n] = '\0';
+	slash = strrchr(self, '/');
+	*slash = '\0';
+	if (!is_aio(cfg) && docker_find_helper(self, docker_box_helper, sizeof(docker_box_helper))) {
+		snprintf(err, errlen, "docker provider: sbxfs-box not found next to %s or in %s/../libexec/sbxfs", self,
+			self);
+		return SBX_ERR_INVAL;
+	}
+	pthread_mutex_lock(&dk.lock);
+	if (!dk.uids)
+		dk.uids = uidpool_new(dc->uid_base, dc->uid_count);
+	pthread_mutex_unlock(&dk.lock);
+	if (!dk.uids) {
+		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
+		return SBX_ERR_NOMEM;
+	}
+	uidpool_scan(dk.uids, cfg->state_dir);
+	api = docker_client(path);
+	if (!api) {
+		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
+		return SBX_ERR_NOMEM;
+	}
+	/* dockerd may come later (or come back): sandboxes fail until it answers */
+	switch (docker_negotiate(api, version, sizeof(version), derr, sizeof(derr))) {
+	case SBX_OK:
+		log_info("docker", "dockerd at unix://%s, Engine API %s", path, version);
+		break;
+	case SBX_ERR_NOTSUP:
+		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
+		return SBX_ERR_NOTSUP;
+	default:
+		log_warn("docker", "%s: sandboxes cannot be created until dockerd answers", derr);
+		break;
+	}
+	return SBX_OK;
+}
+
+/* ---- records ---------------------------------------------------------------------------------- */
+
+static int docker_save(struct dbox *db)
+{
+	json_t *o = json_pack("{s:s,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "id", db->id, "init_pid",
+		(int)db->init_pid, "init_start", (json_int_t)db->init_start, "uid", (int)db->base.uid, "gid",
+		(int)db->base.gid);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	int r = -1;
+
+	if (text && !layout_file(&path, db->thread_dir, "docker.json"))
+		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
+	free(text);
+	json_decref(o);
+	buf_free(&path);
+	return r;
+}
+
+static void docker_unsave(const char *thread_dir)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+
+	if (!layout_file(&path, thread_dir, "docker.json"))
+		unlink(path.ptr);
+	buf_free(&path);
+}
+
+static unsigned long long ns_inode(pid_t pid, const char *ns)
+{
+	char path[64];
+	struct stat st;
+
+	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
+		return 0;
+	return (unsigned long long)st.st_ino;
+}
+
+static struct dbox *dbox_new(const struct sbx_spec *s, struct docker *api)
+{
+	const struct docker_conf *dc = docker_conf_of(s->cfg);
+	struct dbox *db = calloc(1, sizeof(*db));
+
+	if (!db)
+		return NULL;
+	if (!(db->thread_dir = strdup(s->dirs.thread_dir)) ||
+	    str_fmt(db->name, sizeof(db->name), "%s-%s", s->cfg->container_prefix, s->token)) {
+		free(db->thread_dir);
+		free(db);
+		return NULL;
+	}
+	sbx_box_init(&db->base, is_aio(s->cfg) ? &provider_aio : &provider_docker);
+	snprintf(db->token, sizeof(db->token), "%s", s->token);
+	db->cfg = config_get((struct sbx_config *)s->cfg);
+	db->api = api;
+	db->aio = is_aio(s->cfg);
+	db->exec_engine = dc->exec_engine;
+	db->port = dc->port;
+	db->output_max = s->cfg->res.output;
+	return db;
+}
+
+static void dbox_free(struct dbox *db)
+{
+	if (!db)
+		return;
+	config_put(db->cfg);
+	free(db->thread_dir);
+	free(db);
+}
+
+int dbox_netns(struct dbox *db)
+{
+	return netns_open_pid(db->init_pid, db->init_start);
+}
+
+/* What the sandbox's status says beyond the facts (box->note). */
+static void docker_note(struct dbox *db)
+{
+	const struct docker_conf *dc = docker_conf_of(db->cfg);
+	const char *net = db->cfg->net_mode == NET_OPEN ?
+				  "network open: Docker bridge; private/metadata addresses not blocked yet" :
+			  db->cfg->net_mode == NET_ALLOWLIST ?
+				  "network allowlist: no egress until the approval proxy exists" :
+				  "";
+
+	if (str_fmt(db->base.note, sizeof(db->base.note), "%s%s%s", db->aio && dc->user_image ? "runs as the image's user" : "",
+		    db->aio && dc->user_image && net[0] ? "; " : "", net))
+		log_debug(db->name, "status note truncated");
+}
+
+/* ---- create ---------------------------------------------------------------------------------- */
+
+struct create_ctx {
+	struct docker_mount mounts[DOCKER_MAX_MOUNTS];
+	size_t n_mounts;
+	struct docker_kv labels[DOCKER_MAX_LABELS];
+	size_t n_labels;
+	const char *env[512];
+	struct buf envtext[512];
+	size_t n_env;
+	const char *cmd[64];
+	const char *caps[64];
+	char user[32], hostname[64], runpath[PATH_MAX];
+};
+
+static void ctx_mount(struct create_ctx *c, const char *src, const char *dst, bool ro)
+{
+	if (c->n_mounts < DOCKER_MAX_MOUNTS)
+		c->mounts[c->n_mounts++] = (struct docker_mount){ src, dst, ro };
+}
+
+static void ctx_label(struct create_ctx *c, const char *k, const char *v)
+{
+	if (c->n_labels < DOCKER_MAX_LABELS)
+		c->labels[c->n_labels++] = (struct docker_kv){ k, v };
+}
+
+static void ctx_free(struct create_ctx *c)
+{
+	for (size_t i = 0; i < c->n_env; i++)
+		buf_free(&c->envtext[i]);
+}
+
+static int docker_spec(struct create_ctx *c, struct docker_create_spec *d, const struct sbx_spec *s, struct dbox *db,
+	uid_t uid, gid_t gid)
+{
+	const struct sbx_config *cfg = s->cfg;
+	const struct docker_conf *dc = docker_conf_of(cfg);
+	static const char *const entry[] = { DOCKER_BOX_PATH, "init", NULL };
+
+	memset(d, 0, sizeof(*d));
+	ctx_mount(c, s->dirs.workspace, LAYOUT_SANDBOX_WORKSPACE, false);
+	ctx_mount(c, s->dirs.uploads, LAYOUT_SANDBOX_USER_DATA "/uploads", false);
+	ctx_mount(c, s->dirs.outputs, LAYOUT_SANDBOX_USER_DATA "/outputs", false);
+	ctx_mount(c, s->dirs.skills, cfg->skills_container_path, true);
+	for (size_t i = 0; i < cfg->n_mounts; i++)
+		ctx_mount(c, cfg->mounts[i].host_path, cfg->mounts[i].container_path, cfg->mounts[i].read_only);
+	if (db->aio) {
+		ctx_mount(c, c->runpath, DOCKER_RUN_PATH, false);
+	} else {
+		ctx_mount(c, docker_box_helper, DOCKER_BOX_PATH, true);
+		d->entrypoint = entry;
+	}
+	if (c->n_mounts >= DOCKER_MAX_MOUNTS)
+		return -1;
+	ctx_label(c, DOCKER_LABEL_PROVIDER, cfg->use);
+	ctx_label(c, DOCKER_LABEL_USER, s->user);
+	ctx_label(c, DOCKER_LABEL_THREAD, s->thread);
+	ctx_label(c, DOCKER_LABEL_SCOPE, s->token);
+	ctx_label(c, DOCKER_LABEL_STATE_ID, s->state_id);
+	for (size_t i = 0; i < dc->n_labels; i++)
+		ctx_label(c, dc->labels[i].key, dc->labels[i].value);
+	if (c->n_labels >= DOCKER_MAX_LABELS)
+		return -1;
+	if (db->aio) {
+		/* the AIO server and its shells see the configured environment (DeerFlow's -e) */
+		for (size_t i = 0; i < cfg->n_env && i < 511; i++) {
+			buf_init(&c->envtext[c->n_env], 64 * 1024);
+			if (buf_addf(&c->envtext[c->n_env], "%s=%s", cfg->env[i].key, cfg->env[i].value))
+				return -1;
+			c->env[c->n_env] = c->envtext[c->n_env].ptr;
+			c->n_env++;
+		}
+		c->env[c->n_env] = NULL;
+		d->env = c->env;
+		for (size_t i = 0; i < dc->n_command && i < 63; i++)
+			c->cmd[i] = dc->command[i];
+		c->cmd[dc->n_command < 63 ? dc->n_command : 63] = NULL;
+		d->cmd = dc->n_command ? c->cmd : NULL;
+		for (size_t i = 0; i < dc->n_cap_add && i < 63; i++)
+			c->caps[i] = dc->cap_add[i];
+		c->caps[dc->n_cap_add < 63 ? dc->n_cap_add : 63] = NULL;
+		d->cap_add = dc->n_cap_add ? c->caps : NULL;
+	}
+	snprintf(c->user, sizeof(c->user), "%u:%u", (unsigned)uid, (unsigned)gid);
+	snprintf(c->hostname, sizeof(c->hostname), "sbx-%s", s->token);
+	d->name = db->name;
+	d->image = cfg->image ? cfg->image : AIO_DEFAULT_IMAGE;
+	d->user = db->aio && dc->user_image ? NULL : c->user;
+	d->hostname = c->hostname;
+	d->workdir = LAYOUT_SANDBOX_WORKSPACE;
+	d->labels = c->labels;
+	d->n_labels = c->n_labels;
+	d->mounts = c->mounts;
+	d->n_mounts = c->n_mounts;
+	d->network_mode = cfg->net_mode == NET_OPEN ? "bridge" : "none";
+	d->memory = (long long)cfg->res.memory;
+	d->nano_cpus = (long long)(cfg->res.cpus * 1e9);
+	d->pids_limit = (long long)cfg->res.pids;
+	d->tmp_size = (long long)cfg->res.tmp_size;
+	return 0;
+}
+
+/* The aio run directory (commands and stdin of jobs, read by the AIO
+ * server's shells): thread_dir/aio-jobs, the sandbox uid's. */
+static int aio_run_dir(const char *thread_dir, uid_t uid, gid_t gid, char *out, size_t len)
+{
+	if (str_fmt(out, len, "%s/aio-jobs", thread_dir))
+		return -1;
+	if (mkdir(out, 0700) && errno != EEXIST)
+		return -1;
+	return lchown(out, uid, gid);
+}
+
+static bool docker_ours(const struct docker_container *c, const char *state_id, const char *token)
+{
+	const char *sid = docker_label(c, DOCKER_LABEL_STATE_ID), *scope = docker_label(c, DOCKER_LABEL_SCOPE);
+
+	return sid && !strcmp(sid, state_id) && scope && !strcmp(scope, token);
+}
+
+/* Container the name: a fresh one; a leftover of ours under that name
+ * (a destroy that could not finish) is removed first. */
+static enum sbx_err docker_make(struct dbox *db, const struct docker_create_spec *d, const struct sbx_spec *s,
+	const char *scope)
+{
+	char err[DOCKER_ERR_LEN];
+	struct docker_container old;
+	enum sbx_err e;
+
+	for (int attempt = 0;; attempt++) {
+		e = docker_create(db->api, d, db->id, err, sizeof(err));
+		if (e != SBX_ERR_EXIST || attempt)
+			break;
+		if (docker_inspect(db->api, db->name, &old, err, sizeof(err)) == SBX_OK && docker_ours(&old, s->state_id, s->token)) {
+			log_warn(scope, "%s: removing a leftover container %s of this sbxfs", s->cfg->use, db->name);
+			e = docker_remove(db->api, old.id, err, sizeof(err));
+			docker_container_clear(&old);
+			if (e)
+				break;
+			continue;
+		}
+		docker_container_clear(&old);
+		log_err(scope, "%s: the container name %s is taken by a container this sbxfs did not make (another "
+			       "state_dir, or not sbxfs): left alone; change container_prefix",
+			s->cfg->use, db->name);
+		return SBX_ERR_IO;
+	}
+	if (e == SBX_ERR_GONE)
+		log_err(scope, "%s: image '%s' not found in dockerd (%s); sbxfs never pulls: docker pull or build it",
+			s->cfg->use, d->image, err);
+	else if (e)
+		log_err(scope, "%s: cannot create the container: %s", s->cfg->use, err);
+	return e;
+}
+
+static enum sbx_err docker_wait_init(struct dbox *db, const char *scope, long timeout_s)
+{
+	uint64_t deadline = util_now_ms() + (uint64_t)timeout_s * 1000;
+	useconds_t pause = 2000;
+	char reply[32];
+
+	for (;;) {
+		if (djobs_ask_init(db, "ping", reply, sizeof(reply), 2000) == SBX_OK && !strcmp(reply, "pong"))
+			return SBX_OK;
+		if (util_now_ms() >= deadline) {
+			log_err(scope, "docker: the container's init (sbxfs-box) did not answer within %ld s", timeout_s);
+			return SBX_ERR_TIMEOUT;
+		}
+		usleep(pause);
+		pause = pause < 200000 ? pause * 2 : pause;
+	}
+}
+
+static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box **out)
+{
+	struct create_ctx *c = calloc(1, sizeof(*c));
+	struct docker_create_spec d;
+	struct docker_container info = { 0 };
+	struct docker *api = docker_client_of(s->cfg);
+	struct dbox *db = NULL;
+	char scope[NAMES_SCOPE_MAX], err[DOCKER_ERR_LEN];
+	enum sbx_err e = SBX_ERR_NOMEM;
+	bool made = false;
+	uid_t uid;
+	gid_t gid;
+	int r;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (!c || !api || !(db = dbox_new(s, api)))
+		goto out;
+	docker_flush_pending();
+	r = uidpool_assign(dk.uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
+	if (!r && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
+		r = errno == ENOSPC ? ENOSPC : EIO;
+	if (!r && db->aio && aio_run_dir(s->dirs.thread_dir, uid, gid, c->runpath, sizeof(c->runpath)))
+		r = errno == ENOSPC ? ENOSPC : EIO;
+	if (r) {
+		log_err(scope, "%s: cannot prepare the sandbox's files: %s", s->cfg->use, strerror(r));
+		e = sbx_err_from_errno(r);
+		goto out;
+	}
+	db->base.uid = uid;
+	db->base.gid = gid;
+	if (docker_spec(c, &d, s, db, uid, gid)) {
+		log_err(scope, "%s: too many mounts, labels or environment entries", s->cfg->use);
+		e = SBX_ERR_INVAL;
+		goto out;
+	}
+	e = docker_make(db, &d, s, scope);
+	if (e)
+		goto out;
+	made = true;
+	e = docker_start(api, db->id, err, sizeof(err));
+	if (!e)
+		e = docker_inspect(api, db->id, &info, err, sizeof(err));
+	if (e) {
+		log_err(scope, "%s: cannot start the container %s: %s", s->cfg->use, db->name, err);
+		goto out;
+	}
+	if (!info.running || info.pid <= 0) {
+		log_err(scope, "%s: the container %s ended at once (%s, exit code %d)", s->cfg->use, db->name, info.status,
+			info.exit_code);
+		e = SBX_ERR_IO;
+		goto out;
+	}
+	db->init_pid = info.pid;
+	db->init_start = util_proc_starttime(info.pid);
+	db->pidns = ns_inode(info.pid, "pid");
+	e = db->aio ? aio_wait_ready(db, scope, s->cfg->ready_timeout) : docker_wait_init(db, scope, s->cfg->ready_timeout);
+	if (e)
+		goto out;
+	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
+	docker_note(db);
+	if (docker_save(db)) {
+		log_err(scope, "%s: cannot record the container: %s", s->cfg->use, strerror(errno));
+		e = SBX_ERR_IO;
+		goto out;
+	}
+	*out = &db->base;
+	db = NULL;
+	e = SBX_OK;
+out:
+	if (e && made && docker_remove(api, db->id, err, sizeof(err))) {
+		log_warn(scope, "%s: cannot remove the failed container %s now (%s): retried later", s->cfg->use,
+			db->name, err);
+		docker_remember_removal(api, db->id);
+	}
+	docker_container_clear(&info);
+	if (c)
+		ctx_free(c);
+	free(c);
+	dbox_free(db);
+	return e;
+}
+
+/* ---- health, destroy, adopt, discover ------------------------------------------------------- */
+
+static enum sbx_err docker_health(struct sbx_box *b)
+{
+	struct dbox *db = dbox(b);
+	struct docker_container info;
+	char err[DOCKER_ERR_LEN], reply[32];
+	enum sbx_err e = docker_inspect(db->api, db->id[0] ? db->id : db->name, &info, err, sizeof(err));
+	bool alive;
+
+	if (e) {
+		log_warn(db->name, "health check: %s", err);
+		return SBX_ERR_GONE;
+	}
+	if (!db->init_pid && info.running && docker_label(&info, DOCKER_LABEL_STATE_ID)) {
+		/* adopted while dockerd was away: learn the container now */
+		snprintf(db->id, sizeof(db->id), "%s", info.id);
+		db->init_pid = info.pid;
+		db->init_start = util_proc_starttime(info.pid);
+		db->pidns = ns_inode(info.pid, "pid");
+	}
+	alive = info.running && info.pid == db->init_pid && util_proc_starttime(info.pid) == db->init_start;
+	docker_container_clear(&info);
+	if (!alive)
+		return SBX_ERR_GONE;
+	if (db->aio)
+		return aio_health(db);
+	return djobs_ask_init(db, "ping", reply, sizeof(reply), 3000) == SBX_OK && !strcmp(reply, "pong") ? SBX_OK :
+														  SBX_ERR_GONE;
+}
+
+static enum sbx_err docker_destroy(struct sbx_box *b)
+{
+	struct dbox *db = dbox(b);
+	char err[DOCKER_ERR_LEN];
+	enum sbx_err e = docker_remove(db->api, db->id[0] ? db->id : db->name, err, sizeof(err));
+
+	if (e) {
+		log_err(db->name, "cannot remove the container: %s; retried later", err);
+		docker_remember_removal(db->api, db->id[0] ? db->id : db->name);
+	}
+	docker_unsave(db->thread_dir);
+	db->init_pid = 0;
+	return e;
+}
+
+static void docker_box_free(struct sbx_box *b)
+{
+	dbox_free(dbox(b));
+}
+
+static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
+{
+	struct docker *api = docker_client_of(s->cfg);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct docker_container info = { 0 };
+	struct dbox *db = NULL;
+	json_t *rec = NULL;
+	char err[DOCKER_ERR_LEN], scope[NAMES_SCOPE_MAX];
+	enum sbx_err e = SBX_ERR_NOMEM;
+	uid_t uid;
+	gid_t gid;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (!api || !(db = dbox_new(s, api)) || layout_file(&path, s->dirs.thread_dir, "docker.json"))
+		goto out;
+	rec = json_read_file(path.ptr);
+	if (rec && json_is_string(json_object_get(rec, "name")))
+		snprintf(db->name, sizeof(db->name), "%s", json_string_value(json_object_get(rec, "name")));
+	if (!uidpool_recorded(s->dirs.thread_dir, &uid, &gid)) {
+		db->base.uid = uid;
+		db->base.gid = gid;
+	}
+	e = docker_inspect(api, db->name, &info, err, sizeof(err));
+	if (e == SBX_ERR_GONE) {
+		docker_unsave(s->dirs.thread_dir);
+		goto out;
+	}
+	if (e) {
+		/* dockerd away: keep what the record says; the health check decides */
+		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, db->name, err);
+		if (rec && json_is_string(json_object_get(rec, "id")))
+			snprintf(db->id, sizeof(db->id), "%s", json_string_value(json_object_get(rec, "id")));
+	} else if (!docker_ours(&info, s->state_id, s->token)) {
+		log_warn(scope, "%s: the container %s is not this sbxfs's (labels): left alone", s->cfg->use, db->name);
+		e = SBX_ERR_GONE;
+		goto out;
+	} else {
+		snprintf(db->id, sizeof(db->id), "%s", info.id);
+		if (info.running) {
+			db->init_pid = info.pid;
+			db->init_start = util_proc_starttime(info.pid);
+			db->pidns = ns_inode(info.pid, "pid");
+		}
+	}
+	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id[0] ? db->id : db->name);
+	docker_note(db);
+	*out = &db->base;
+	db = NULL;
+	e = SBX_OK;
+out:
+	docker_container_clear(&info);
+	json_decref(rec);
+	buf_free(&path);
+	dbox_free(db);
+	return e;
+}
+
+struct discover_ctx {
+	void (*found)(const char *user, const char *thread, void *arg);
+	void *arg;
+};
+
+static void discover_one(const struct docker_container *c, void *arg)
+{
+	struct discover_ctx *d = arg;
+	const char *user = docker_label(c, DOCKER_LABEL_USER), *thread = docker_label(c, DOCKER_LABEL_THREAD);
+
+	if (user && thread && names_valid(user) && names_valid(thread))
+		d->found(user, thread, d->arg);
+}
+
+static enum sbx_err docker_discover(const struct sbx_config *cfg, const char *state_id,
+	void (*found)(const char *user, const char *thread, void *arg), void *arg)
+{
+	struct docker *api = docker_client_of(cfg);
+	struct discover_ctx d = { found, arg };
+	char l1[128], l2[128], err[DOCKER_ERR_LEN];
+	const char *labels[] = { l1, l2, NULL };
+	enum sbx_err e;
+
+	if (!api)
+		return SBX_ERR_NOMEM;
+	snprintf(l1, sizeof(l1), "%s=%s", DOCKER_LABEL_STATE_ID, state_id);
+	snprintf(l2, sizeof(l2), "%s=%s", DOCKER_LABEL_PROVIDER, cfg->use);
+	e = docker_list(api, labels, discover_one, &d, err, sizeof(err));
+	if (e)
+		log_warn("docker", "discovery of this sbxfs's containers failed: %s", err);
+	return e;
+}
+
+static void docker_shutdown(void)
+{
+	/* what could not be removed while dockerd was away: one more try.
+	 * The clients stay: exec handles still running at exit point at them. */
+	docker_flush_pending();
+	pthread_mutex_lock(&dk.lock);
+	for (int i = 0; i < dk.n_pending; i++)
+		log_warn("docker", "container %.12s could not be removed (dockerd away?): the next start removes it",
+			dk.pending[i].id);
+	pthread_mutex_unlock(&dk.lock);
+}
+
+static void docker_box_status(struct sbx_box *b, struct json_t *out)
+{
+	struct dbox *db = dbox(b);
+	json_t *o = (json_t *)out;
+
+	if (db->init_pid > 0)
+		json_object_set_new(o, "init_pid", json_integer(db->init_pid));
+	json_object_set_new(o, "container", json_string(db->name));
+	json_object_set_new(o, "image", json_string(db->cfg->image ? db->cfg->image : AIO_DEFAULT_IMAGE));
+	json_object_set_new(o, "exec", json_string(db->aio ? (__atomic_load_n(&db->shell_only, __ATOMIC_RELAXED) ? "aio-shell" : "aio-bash") :
+					      db->exec_engine ? "engine" : "init"));
+}
+
+static enum sbx_err aio_kill_all(struct sbx_box *b)
+{
+	(void)b;
+	return SBX_ERR_NOTSUP; /* the AIO server shares the sandbox uid: no way to end "all but the server" */
+}
+
+/* ---- the descriptors -------------------------------------------------------------------------- */
+
+static const struct sbx_provider_ops docker_ops = {
+	.config_key = docker_config_key,
+	.config_check = docker_config_check,
+	.config_show = docker_config_show,
+	.config_free = docker_config_free,
+	.init = docker_init,
+	.discover = docker_discover,
+	.shutdown = docker_shutdown,
+	.create = docker_create_box,
+	.health = docker_health,
+	.destroy = docker_destroy,
+	.box_free = docker_box_free,
+	.adopt = docker_adopt,
+	.kill_all = djobs_kill_all,
+	.box_status = docker_box_status,
+	.exec_start = djobs_start,
+	.exec_reattach = djobs_reattach,
+	.exec_signal = djobs_signal,
+	.exec_finish = djobs_finish,
+	.exec_free = djobs_free,
+};
+
+static const struct sbx_provider_ops aio_ops = {
+	.config_key = docker_config_key,
+	.config_check = docker_config_check,
+	.config_show = docker_config_show,
+	.config_free = docker_config_free,
+	.init = docker_init,
+	.discover = docker_discover,
+	.shutdown = docker_shutdown,
+	.create = docker_create_box,
+	.health = docker_health,
+	.destroy = docker_destroy,
+	.box_free = docker_box_free,
+	.adopt = docker_adopt,
+	.kill_all = aio_kill_all,
+	.box_status = docker_box_status,
+	.exec_start = aio_jobs_start,
+	.exec_reattach = aio_jobs_reattach,
+	.exec_signal = aio_jobs_signal,
+	.exec_finish = aio_jobs_finish,
+	.exec_free = aio_jobs_free,
+	.exec_cleanup = aio_jobs_cleanup,
+};
+
+static const char *const docker_keys[] = { "docker", NULL };
+static const char *const aio_keys[] = { "aio", NULL };
+static const char *const aio_aliases[] = { "deerflow.community.aio_sandbox:AioSandboxProvider", NULL };
+
+const struct sbx_provider provider_docker = {
+	.name = "docker",
+	.config_keys = docker_keys,
+	.caps = SBX_CAP_EXEC | SBX_CAP_SIGNALS,
+	.ops = &docker_ops,
+};
+
+const struct sbx_provider provider_aio = {
+	.name = "aio",
+	.aliases = aio_aliases,
+	.config_keys = aio_keys,
+	.caps = SBX_CAP_EXEC, /* the AIO API sends SIGTERM, SIGKILL and SIGINT only */
+	.ops = &aio_ops,
+};

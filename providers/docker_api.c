@@ -1,0 +1,861 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * docker_api.c - the Docker Engine API client (see docker_api.h).
+ *
+ * Each call is one request through common/http (its shared connection cache
+ * keeps the unix-socket connection to dockerd open between calls), and each
+ * answer goes through one checked decoder (decode_*), so what dockerd says
+ * is validated in one place and the providers only see C structs.
+ */
+#define _GNU_SOURCE
+#include "docker_api.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "../common/buf.h"
+#include "../common/http.h"
+#include "../common/log.h"
+
+#define DOCKER_HOSTNAME "http://docker"
+
+struct docker {
+	char *socket;
+	long timeout_ms;
+	pthread_mutex_t lock;
+	char version[16]; /* protected by lock: "" until negotiated */
+};
+
+struct docker *docker_new(const char *socket_path, long timeout_ms)
+{
+	struct docker *d = calloc(1, sizeof(*d));
+
+	if (!d || !(d->socket = strdup(socket_path))) {
+		free(d);
+		return NULL;
+	}
+	d->timeout_ms = timeout_ms > 0 ? timeout_ms : 30000;
+	pthread_mutex_init(&d->lock, NULL);
+	return d;
+}
+
+void docker_free(struct docker *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_destroy(&d->lock);
+	free(d->socket);
+	free(d);
+}
+
+const char *docker_socket_path(const struct docker *d)
+{
+	return d->socket;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- checked decoders ---------------------------------------------------------------- */
+
+/* A string member into out: 0, or -1 naming the field in err. */
+static int dec_str(json_t *o, const char *key, char *out, size_t len, bool required, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v)) {
+		if (required) {
+			seterr(err, errlen, "dockerd's answer has no '%s'", key);
+			return -1;
+		}
+		out[0] = '\0';
+		return 0;
+	}
+	if (!json_is_string(v) || str_fmt(out, len, "%s", json_string_value(v))) {
+		seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
+		return -1;
+	}
+	return 0;
+}
+
+static int dec_int(json_t *o, const char *key, long long *out, bool required, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!v || json_is_null(v)) {
+		if (required) {
+			seterr(err, errlen, "dockerd's answer has no '%s'", key);
+			return -1;
+		}
+		*out = 0;
+		return 0;
+	}
+	if (!json_is_integer(v)) {
+		seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
+		return -1;
+	}
+	*out = json_integer_value(v);
+	return 0;
+}
+
+static int dec_bool(json_t *o, const char *key, bool *out, char *err, size_t errlen)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (!json_is_boolean(v)) {
+		seterr(err, errlen, "dockerd's answer has no boolean '%s'", key);
+		return -1;
+	}
+	*out = json_is_true(v);
+	return 0;
+}
+
+static int dec_labels(json_t *labels, struct docker_container *c, char *err, size_t errlen)
+{
+	const char *k;
+	json_t *v;
+
+	if (!labels || json_is_null(labels))
+		return 0;
+	if (!json_is_object(labels)) {
+		seterr(err, errlen, "dockerd's answer has bad 'Labels'");
+		return -1;
+	}
+	c->labels = calloc(json_object_size(labels) + 1, sizeof(*c->labels));
+	if (!c->labels) {
+		seterr(err, errlen, "out of memory");
+		return -1;
+	}
+	json_object_foreach (labels, k, v) {
+		if (!json_is_string(v))
+			continue;
+		c->labels[c->n_labels].key = strdup(k);
+		c->labels[c->n_labels].value = strdup(json_string_value(v));
+		if (!c->labels[c->n_labels].key || !c->labels[c->n_labels].value) {
+			free(c->labels[c->n_labels].key);
+			free(c->labels[c->n_labels].value);
+			seterr(err, errlen, "out of memory");
+			return -1;
+		}
+		c->n_labels++;
+	}
+	return 0;
+}
+
+static int dec_name(const char *name, char *out, size_t len)
+{
+	return str_fmt(out, len, "%s", name[0] == '/' ? name + 1 : name);
+}
+
+/* GET /containers/{id}/json */
+static int decode_inspect(json_t *o, struct docker_container *c, char *err, size_t errlen)
+{
+	json_t *state = json_object_get(o, "State"), *config = json_object_get(o, "Config");
+	char name[sizeof(c->name) + 1];
+	long long pid, code;
+
+	memset(c, 0, sizeof(*c));
+	if (!json_is_object(o) || !json_is_object(state) || !json_is_object(config)) {
+		seterr(err, errlen, "dockerd's container inspection lacks State or Config");
+		return -1;
+	}
+	if (dec_str(o, "Id", c->id, sizeof(c->id), true, err, errlen) ||
+	    dec_str(o, "Name", name, sizeof(name), true, err, errlen) ||
+	    dec_str(state, "Status", c->status, sizeof(c->status), true, err, errlen) ||
+	    dec_bool(state, "Running", &c->running, err, errlen) || dec_int(state, "Pid", &pid, true, err, errlen) ||
+	    dec_int(state, "ExitCode", &code, false, err, errlen) ||
+	    dec_str(config, "Image", c->image, sizeof(c->image), false, err, errlen) ||
+	    dec_labels(json_object_get(config, "Labels"), c, err, errlen))
+		return -1;
+	if (dec_name(name, c->name, sizeof(c->name))) {
+		seterr(err, errlen, "dockerd's answer has a bad 'Name'");
+		return -1;
+	}
+	c->pid = c->running ? (pid_t)pid : 0;
+	c->exit_code = (int)code;
+	return 0;
+}
+
+/* one entry of GET /containers/json */
+static int decode_summary(json_t *o, struct docker_container *c, char *err, size_t errlen)
+{
+	json_t *names = json_object_get(o, "Names");
+
+	memset(c, 0, sizeof(*c));
+	if (!json_is_object(o) || !json_is_array(names) || !json_is_string(json_array_get(names, 0))) {
+		seterr(err, errlen, "dockerd's container list has an entry without Names");
+		return -1;
+	}
+	if (dec_str(o, "Id", c->id, sizeof(c->id), true, err, errlen) ||
+	    dec_str(o, "State", c->status, sizeof(c->status), true, err, errlen) ||
+	    dec_str(o, "Image", c->image, sizeof(c->image), false, err, errlen) ||
+	    dec_labels(json_object_get(o, "Labels"), c, err, errlen))
+		return -1;
+	if (dec_name(json_string_value(json_array_get(names, 0)), c->name, sizeof(c->name))) {
+		seterr(err, errlen, "dockerd's answer has a bad 'Names'");
+		return -1;
+	}
+	c->running = !strcmp(c->status, "running");
+	return 0;
+}
+
+static int decode_exec_inspect(json_t *o, struct docker_exec_info *x, char *err, size_t errlen)
+{
+	long long pid, code;
+
+	memset(x, 0, sizeof(*x));
+	if (!json_is_object(o) || dec_bool(o, "Running", &x->running, err, errlen) ||
+	    dec_int(o, "Pid", &pid, false, err, errlen) || dec_int(o, "ExitCode", &code, false, err, errlen))
+		return -1;
+	x->pid = (pid_t)pid;
+	x->exit_code = (int)code;
+	return 0;
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static void docker_version_get(struct docker *d, char *out, size_t len)
+{
+	pthread_mutex_lock(&d->lock);
+	snprintf(out, len, "%s", d->version);
+	pthread_mutex_unlock(&d->lock);
+}
+
+static void docker_version_set(struct docker *d, const char *v)
+{
+	pthread_mutex_lock(&d->lock);
+	snprintf(d->version, sizeof(d->version), "%s", v);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* "1.41" >= "1.41"? */
+static bool docker_version_ok(const char *v)
+{
+	unsigned maj = 0, min = 0, wmaj = 0, wmin = 0;
+
+	if (sscanf(v, "%u.%u", &maj, &min) != 2 || sscanf(DOCKER_MIN_API, "%u.%u", &wmaj, &wmin) != 2)
+		return false;
+	return maj > wmaj || (maj == wmaj && min >= wmin);
+}
+
+struct docker_call {
+	const char *method;
+	const char *path;   /* after the version prefix, e.g. "/containers/json" */
+	bool unversioned;   /* GET /version */
+	const json_t *body;
+	struct buf *out;    /* the answer (capped), or NULL with sink */
+	http_sink_fn sink;
+	void *sink_arg;
+	long timeout_ms;    /* 0: the client's */
+	long stall_ms;
+};
+
+/* One request; SBX_OK with *status, or a transport error in err (the
+ * version is negotiated again next time: dockerd may have been replaced). */
+static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, long *status, char *err, size_t errlen)
+{
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
+	char version[16];
+	enum sbx_err e;
+
+	*status = 0;
+	docker_version_get(d, version, sizeof(version));
+	if (c->unversioned)
+		e = buf_addf(&url, DOCKER_HOSTNAME "%s", c->path) ? SBX_ERR_NOMEM : SBX_OK;
+	else
+		e = buf_addf(&url, DOCKER_HOSTNAME "/v%s%s", version, c->path) ? SBX_ERR_NOMEM : SBX_OK;
+	if (e) {
+		seterr(err, errlen, "request path too long");
+		buf_free(&url);
+		return SBX_ERR_INVAL;
+	}
+	rq.method = c->method;
+	rq.url = url.ptr;
+	rq.unix_socket = d->socket;
+	rq.json = c->body;
+	rq.out = c->out;
+	rq.sink = c->sink;
+	rq.sink_arg = c->sink_arg;
+	rq.timeout_ms = c->timeout_ms ? c->timeout_ms : d->timeout_ms;
+	rq.stall_ms = c->stall_ms;
+	rq.connect_timeout_ms = 3000;
+	rq.scope = "docker";
+	e = http_perform(&rq, &rs);
+	buf_free(&url);
+	if (e) {
+		if (e == SBX_ERR_TOOBIG)
+			seterr(err, errlen, "dockerd's answer to %s %s is too large (%s)", c->method, c->path, rs.error);
+		else if (e == SBX_ERR_TIMEOUT)
+			seterr(err, errlen, "dockerd at unix://%s did not answer %s %s in time: %s (%s)", d->socket, c->method,
+				c->path, rs.error, rs.id);
+		else
+			seterr(err, errlen, "dockerd is not reachable at unix://%s: %s (%s)", d->socket, rs.error, rs.id);
+		if (e != SBX_ERR_TOOBIG)
+			docker_version_set(d, "");
+		return e == SBX_ERR_TOOBIG ? SBX_ERR_IO : e;
+	}
+	*status = rs.status;
+	return SBX_OK;
+}
+
+/* dockerd's {"message": ...} of a failed call into err; the status's meaning. */
+static enum sbx_err docker_status_err(long status, const struct buf *out, const char *what, char *err, size_t errlen)
+{
+	json_t *o = out && out->len ? json_loadb(out->ptr, out->len, 0, NULL) : NULL;
+	const char *msg = json_string_value(json_object_get(o, "message"));
+
+	seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
+	json_decref(o);
+	if (status >= 200 && status < 300)
+		return SBX_ERR_IO; /* a success status where another was expected */
+	return http_status_err(status);
+}
+
+enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
+	struct docker_call c = { .method = "GET", .path = "/version", .unversioned = true, .out = &out };
+	char v[16];
+	json_t *o = NULL;
+	long status;
+	enum sbx_err e;
+
+	docker_version_get(d, v, sizeof(v));
+	if (v[0]) {
+		snprintf(version, vlen, "%s", v);
+		return SBX_OK;
+	}
+	e = docker_call(d, &c, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 200) {
+		e = docker_status_err(status, &out, "GET /version", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (!o || dec_str(o, "ApiVersion", v, sizeof(v), true, err, errlen))
+		goto out;
+	if (!docker_version_ok(v)) {
+		seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket, v,
+			DOCKER_MIN_API);
+		e = SBX_ERR_NOTSUP;
+		goto out;
+	}
+	docker_version_set(d, v);
+	snprintf(version, vlen, "%s", v);
+	e = SBX_OK;
+out:
+	json_decref(o);
+	buf_free(&out);
+	return e;
+}
+
+/* A versioned call with an answer into out (JSON, capped).  Negotiates first. */
+static enum sbx_err docker_json_call(struct docker *d, const char *method, const char *path, const json_t *body,
+	struct buf *out, long timeout_ms, long *status, char *err, size_t errlen)
+{
+	struct docker_call c = { .method = method, .path = path, .body = body, .out = out, .timeout_ms = timeout_ms };
+	char v[16];
+	enum sbx_err e = docker_negotiate(d, v, sizeof(v), err, errlen);
+
+	return e ? e : docker_call(d, &c, status, err, errlen);
+}
+
+/* ---- containers -------------------------------------------------------------------------- */
+
+static json_t *jstrv(const char *const *v)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && v && v[i]; i++)
+		if (json_array_append_new(a, json_string(v[i]))) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+static json_t *docker_create_body(const struct docker_create_spec *s)
+{
+	json_t *o = json_object(), *hc = json_object(), *labels = json_object(), *mounts = json_array(), *tmpfs;
+	char opts[128];
+	int r = 0;
+
+	if (!o || !hc || !labels || !mounts)
+		goto fail;
+	r |= json_object_set_new(o, "Image", json_string(s->image));
+	if (s->user)
+		r |= json_object_set_new(o, "User", json_string(s->user));
+	if (s->hostname)
+		r |= json_object_set_new(o, "Hostname", json_string(s->hostname));
+	if (s->workdir)
+		r |= json_object_set_new(o, "WorkingDir", json_string(s->workdir));
+	if (s->entrypoint)
+		r |= json_object_set_new(o, "Entrypoint", jstrv(s->entrypoint));
+	if (s->cmd)
+		r |= json_object_set_new(o, "Cmd", jstrv(s->cmd));
+	if (s->env)
+		r |= json_object_set_new(o, "Env", jstrv(s->env));
+	for (size_t i = 0; i < s->n_labels; i++)
+		r |= json_object_set_new(labels, s->labels[i].key, json_string(s->labels[i].value));
+	r |= json_object_set(o, "Labels", labels);
+	r |= json_object_set_new(o, "AttachStdin", json_false());
+	r |= json_object_set_new(o, "AttachStdout", json_false());
+	r |= json_object_set_new(o, "AttachStderr", json_false());
+	r |= json_object_set_new(o, "OpenStdin", json_false());
+	r |= json_object_set_new(o, "Tty", json_false());
+	for (size_t i = 0; i < s->n_mounts; i++)
+		r |= json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:b,s:{s:s}}", "Type", "bind", "Source",
+							   s->mounts[i].source, "Target", s->mounts[i].target, "ReadOnly",
+							   s->mounts[i].read_only, "BindOptions", "Propagation", "rprivate"));
+	r |= json_object_set(hc, "Mounts", mounts);
+	r |= json_object_set_new(hc, "NetworkMode", json_string(s->network_mode ? s->network_mode : "none"));
+	r |= json_object_set_new(hc, "CapDrop", json_pack("[s]", "ALL"));
+	if (s->cap_add)
+		r |= json_object_set_new(hc, "CapAdd", jstrv(s->cap_add));
+	r |= json_object_set_new(hc, "SecurityOpt", json_pack("[s]", "no-new-privileges"));
+	r |= json_object_set_new(hc, "IpcMode", json_string("private"));
+	r |= json_object_set_new(hc, "Init", json_false());
+	r |= json_object_set_new(hc, "PublishAllPorts", json_false());
+	r |= json_object_set_new(hc, "RestartPolicy", json_pack("{s:s}", "Name", "no"));
+	r |= json_object_set_new(hc, "LogConfig", json_pack("{s:s,s:{s:s,s:s}}", "Type", "json-file", "Config",
+						   "max-size", "1m", "max-file", "1"));
+	if (s->memory > 0) {
+		r |= json_object_set_new(hc, "Memory", json_integer(s->memory));
+		r |= json_object_set_new(hc, "MemorySwap", json_integer(s->memory));
+	}
+	if (s->nano_cpus > 0)
+		r |= json_object_set_new(hc, "NanoCpus", json_integer(s->nano_cpus));
+	if (s->pids_limit > 0)
+		r |= json_object_set_new(hc, "PidsLimit", json_integer(s->pids_limit));
+	if (s->tmp_size > 0) {
+		snprintf(opts, sizeof(opts), "rw,nosuid,nodev,mode=1777,size=%lld", s->tmp_size);
+		tmpfs = json_pack("{s:s}", "/tmp", opts);
+		r |= json_object_set_new(hc, "Tmpfs", tmpfs);
+	}
+	r |= json_object_set(o, "HostConfig", hc);
+	json_decref(hc);
+	json_decref(labels);
+	json_decref(mounts);
+	if (r) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+fail:
+	json_decref(o);
+	json_decref(hc);
+	json_decref(labels);
+	json_decref(mounts);
+	return NULL;
+}
+
+enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s, char id[DOCKER_ID_LEN + 1],
+	char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	json_t *body = docker_create_body(s), *o = NULL;
+	char name[300];
+	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
+
+	if (!body || docker_query_escape(s->name, name, sizeof(name)) ||
+	    buf_addf(&path, "/containers/create?name=%s", name)) {
+		seterr(err, errlen, "cannot build the create request");
+		goto out;
+	}
+	e = docker_json_call(d, "POST", path.ptr, body, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 201) {
+		e = docker_status_err(status, &out, "create", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
+		e = SBX_OK;
+out:
+	json_decref(body);
+	json_decref(o);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+/* A call on one container: POST/DELETE PATHFMT(id) with no answer but a status. */
+static enum sbx_err docker_simple(struct docker *d, const char *method, const char *what, const char *id,
+	const char *suffix, long timeout_ms, long *status, char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	enum sbx_err e;
+
+	if (buf_addf(&path, "/containers/%s%s", id, suffix)) {
+		buf_free(&path);
+		return SBX_ERR_INVAL;
+	}
+	e = docker_json_call(d, method, path.ptr, NULL, &out, timeout_ms, status, err, errlen);
+	if (!e && (*status < 200 || *status >= 300) && *status != 304)
+		e = docker_status_err(*status, &out, what, err, errlen);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+enum sbx_err docker_start(struct docker *d, const char *id, char *err, size_t errlen)
+{
+	long status;
+
+	return docker_simple(d, "POST", "start", id, "/start", 0, &status, err, errlen);
+}
+
+enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, char *err, size_t errlen)
+{
+	char suffix[48];
+	long status;
+	enum sbx_err e;
+
+	snprintf(suffix, sizeof(suffix), "/kill?signal=%s", signal);
+	e = docker_simple(d, "POST", "kill", id, suffix, 0, &status, err, errlen);
+	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: not running */
+}
+
+enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen)
+{
+	char suffix[48];
+	long status;
+
+	snprintf(suffix, sizeof(suffix), "/stop?t=%d", secs);
+	return docker_simple(d, "POST", "stop", id, suffix, (long)(secs + 30) * 1000, &status, err, errlen);
+}
+
+enum sbx_err docker_remove(struct docker *d, const char *id, char *err, size_t errlen)
+{
+	long status;
+	enum sbx_err e = docker_simple(d, "DELETE", "remove", id, "?force=1&v=1", 60000, &status, err, errlen);
+
+	return e == SBX_ERR_GONE ? SBX_OK : e;
+}
+
+enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_container *c, char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = NULL;
+	enum sbx_err e = SBX_ERR_INVAL;
+	long status;
+
+	memset(c, 0, sizeof(*c));
+	if (buf_addf(&path, "/containers/%s/json", id))
+		goto out;
+	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 200) {
+		e = docker_status_err(status, &out, "inspect", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (!o)
+		seterr(err, errlen, "dockerd's inspection of %s is not JSON", id);
+	else if (!decode_inspect(o, c, err, errlen))
+		e = SBX_OK;
+	else
+		docker_container_clear(c);
+out:
+	json_decref(o);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+enum sbx_err docker_list(struct docker *d, const char *const *labels,
+	void (*fn)(const struct docker_container *c, void *arg), void *arg, char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	json_t *filters = json_pack("{s:[]}", "label"), *o = NULL, *item;
+	char *ftext = NULL, esc[2048];
+	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
+	size_t i;
+
+	for (i = 0; filters && labels && labels[i]; i++)
+		if (json_array_append_new(json_object_get(filters, "label"), json_string(labels[i])))
+			goto out;
+	if (!filters || !(ftext = json_dumps(filters, JSON_COMPACT)) || docker_query_escape(ftext, esc, sizeof(esc)) ||
+	    buf_addf(&path, "/containers/json?all=1&filters=%s", esc))
+		goto out;
+	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 200) {
+		e = docker_status_err(status, &out, "list", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (!json_is_array(o)) {
+		seterr(err, errlen, "dockerd's container list is not a JSON array");
+		goto out;
+	}
+	e = SBX_OK;
+	json_array_foreach (o, i, item) {
+		struct docker_container c;
+
+		if (decode_summary(item, &c, err, errlen)) {
+			docker_container_clear(&c);
+			e = SBX_ERR_IO;
+			break;
+		}
+		fn(&c, arg);
+		docker_container_clear(&c);
+	}
+out:
+	json_decref(filters);
+	json_decref(o);
+	free(ftext);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+enum sbx_err docker_image_exists(struct docker *d, const char *image, char *user, size_t ulen, char *err,
+	size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	char esc[600];
+	json_t *o = NULL;
+	enum sbx_err e = SBX_ERR_INVAL;
+	long status;
+
+	if (docker_query_escape(image, esc, sizeof(esc)) || buf_addf(&path, "/images/%s/json", esc))
+		goto out;
+	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 200) {
+		e = docker_status_err(status, &out, "image", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (!json_is_object(o) || !json_is_object(json_object_get(o, "Config"))) {
+		seterr(err, errlen, "dockerd's image inspection of %s lacks Config", image);
+		goto out;
+	}
+	if (user && dec_str(json_object_get(o, "Config"), "User", user, ulen, false, err, errlen))
+		goto out;
+	e = SBX_OK;
+out:
+	json_decref(o);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+const char *docker_label(const struct docker_container *c, const char *key)
+{
+	for (size_t i = 0; i < c->n_labels; i++)
+		if (!strcmp(c->labels[i].key, key))
+			return c->labels[i].value;
+	return NULL;
+}
+
+void docker_container_clear(struct docker_container *c)
+{
+	for (size_t i = 0; i < c->n_labels; i++) {
+		free(c->labels[i].key);
+		free(c->labels[i].value);
+	}
+	free(c->labels);
+	c->labels = NULL;
+	c->n_labels = 0;
+}
+
+/* ---- exec ----------------------------------------------------------------------------------- */
+
+enum sbx_err docker_exec_create(struct docker *d, const char *container, const struct docker_exec_spec *s,
+	char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	json_t *body = json_pack("{s:b,s:b,s:b,s:b,s:o}", "AttachStdin", 0, "AttachStdout", s->attach, "AttachStderr",
+		      s->attach, "Tty", 0, "Cmd", jstrv(s->argv)),
+	       *o = NULL;
+	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
+
+	if (!body || (s->user && json_object_set_new(body, "User", json_string(s->user))) ||
+	    (s->workdir && json_object_set_new(body, "WorkingDir", json_string(s->workdir))) ||
+	    json_object_set_new(body, "Env", json_array()) || buf_addf(&path, "/containers/%s/exec", container))
+		goto out;
+	e = docker_json_call(d, "POST", path.ptr, body, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 201) {
+		e = docker_status_err(status, &out, "exec", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
+		e = SBX_OK;
+out:
+	json_decref(body);
+	json_decref(o);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+bool docker_demux_feed(struct docker_demux *dm, const char *data, size_t len, docker_stream_fn fn, void *arg)
+{
+	while (len && !dm->stopped) {
+		if (dm->left == 0) {
+			size_t n = 8 - dm->have;
+			if (n > len)
+				n = len;
+			memcpy(dm->hdr + dm->have, data, n);
+			dm->have += n;
+			data += n;
+			len -= n;
+			if (dm->have < 8)
+				break;
+			dm->have = 0;
+			dm->stream = dm->hdr[0];
+			dm->left = (size_t)dm->hdr[4] << 24 | (size_t)dm->hdr[5] << 16 | (size_t)dm->hdr[6] << 8 |
+				   (size_t)dm->hdr[7];
+			continue;
+		}
+		size_t n = dm->left < len ? dm->left : len;
+		if (!fn(dm->stream, data, n, arg))
+			dm->stopped = true;
+		dm->left -= n;
+		data += n;
+		len -= n;
+	}
+	return !dm->stopped;
+}
+
+struct exec_stream {
+	struct docker_demux dm;
+	docker_stream_fn fn;
+	void *arg;
+};
+
+static bool exec_sink(const char *data, size_t len, void *arg)
+{
+	struct exec_stream *x = arg;
+
+	return docker_demux_feed(&x->dm, data, len, x->fn, x->arg);
+}
+
+enum sbx_err docker_exec_start(struct docker *d, const char *id, docker_stream_fn fn, void *arg, long stall_ms,
+	char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	struct exec_stream xs = { .dm = DOCKER_DEMUX_INIT, .fn = fn, .arg = arg };
+	json_t *body = json_pack("{s:b,s:b}", "Detach", fn == NULL, "Tty", 0);
+	struct docker_call c = { .method = "POST", .body = body };
+	char v[16];
+	enum sbx_err e = SBX_ERR_NOMEM;
+	long status = 0;
+
+	if (!body || buf_addf(&path, "/exec/%s/start", id))
+		goto out;
+	c.path = path.ptr;
+	if (fn) {
+		c.sink = exec_sink;
+		c.sink_arg = &xs;
+		c.timeout_ms = -1; /* the stream lasts as long as the exec */
+		c.stall_ms = stall_ms;
+	} else {
+		c.out = &out;
+	}
+	e = docker_negotiate(d, v, sizeof(v), err, errlen);
+	if (!e)
+		e = docker_call(d, &c, &status, err, errlen);
+	if (e == SBX_ERR_TIMEOUT)
+		seterr(err, errlen, "exec %.12s: no output for %ld ms", id, stall_ms);
+	if (!e && (status < 200 || status >= 300))
+		e = docker_status_err(status, &out, "exec start", err, errlen);
+out:
+	json_decref(body);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker_exec_info *info, char *err,
+	size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = NULL;
+	enum sbx_err e = SBX_ERR_INVAL;
+	long status;
+
+	if (buf_addf(&path, "/exec/%s/json", id))
+		goto out;
+	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
+	if (e)
+		goto out;
+	if (status != 200) {
+		e = docker_status_err(status, &out, "exec inspect", err, errlen);
+		goto out;
+	}
+	e = SBX_ERR_IO;
+	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+	if (o && !decode_exec_inspect(o, info, err, errlen))
+		e = SBX_OK;
+out:
+	json_decref(o);
+	buf_free(&out);
+	buf_free(&path);
+	return e;
+}
+
+int docker_query_escape(const char *s, char *out, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = 0;
+
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		bool plain = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+			     ch == '-' || ch == '_' || ch == '.' || ch == '~';
+		if (n + (plain ? 1 : 3) >= len) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		if (plain) {
+			out[n++] = (char)ch;
+		} else {
+			out[n++] = '%';
+			out[n++] = hex[ch >> 4];
+			out[n++] = hex[ch & 15];
+		}
+	}
+	if (n >= len) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	out[n] = '\0';
+	return 0;
+}

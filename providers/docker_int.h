@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * docker_int.h - what the docker and aio providers share (docker.c owns the
+ * container lifecycle of both; docker_jobs.c runs jobs in docker
+ * sandboxes; aio.c runs them through the AIO HTTP API).
+ *
+ * A sandbox is one container named <container_prefix>-<scope token>,
+ * labelled with its provider, user, thread, scope token and the daemon's
+ * state_id; its record is thread_dir/docker.json (container id, init pid and
+ * start time, uid).  Boxes are reference counted by the pool and by exec
+ * handles (provider.h); their fields are immutable after create/adopt
+ * except where noted.
+ */
+#ifndef SBX_DOCKER_INT_H
+#define SBX_DOCKER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "docker_api.h"
+#include "provider.h"
+
+#define DOCKER_LABEL_PROVIDER "org.sbxfs.provider"
+#define DOCKER_LABEL_USER "org.sbxfs.user"
+#define DOCKER_LABEL_THREAD "org.sbxfs.thread"
+#define DOCKER_LABEL_SCOPE "org.sbxfs.scope"
+#define DOCKER_LABEL_STATE_ID "org.sbxfs.state_id"
+
+#define DOCKER_BOX_PATH "/run/sbxfs/sbxfs-box" /* the in-container helper (docker_box.c) */
+#define DOCKER_RUN_PATH "/run/sbxfs/jobs"      /* aio: the job run directory */
+#define DOCKER_BOX_SOCKET "sbxfs-box"          /* the helper's abstract socket */
+
+/* The docker: or aio: section of mount.conf (cfg->prov). */
+struct docker_conf {
+	char *socket;     /* NULL: $DOCKER_HOST (unix://) or /var/run/docker.sock */
+	bool exec_engine; /* docker: jobs started through the Engine exec API (else by the box's init) */
+	struct docker_label *labels; /* extra labels on every container */
+	size_t n_labels;
+	uid_t uid_base;
+	unsigned uid_count;
+	/* aio: */
+	long port;            /* the AIO API's port inside the container */
+	bool user_image;      /* run as the image's user, not the sandbox uid */
+	char **cap_add;       /* capabilities the image needs (after dropping ALL) */
+	size_t n_cap_add;
+	char **command;       /* the container's Cmd (arguments of the image's entrypoint) */
+	size_t n_command;
+	char *api_key;        /* sent as X-AIO-API-Key (secret) */
+};
+
+struct dbox {
+	struct sbx_box base; /* first: see dbox() */
+	char name[128];      /* container name */
+	char id[DOCKER_ID_LEN + 1];
+	pid_t init_pid;      /* host pid of the container's first process; 0 = unknown or dead */
+	unsigned long long init_start;
+	unsigned long long pidns; /* inode of the container's pid namespace */
+	char token[24];
+	char *thread_dir;
+	struct sbx_config *cfg; /* referenced: the config it lives with */
+	struct docker *api;     /* the client of its dockerd (owned by docker.c, never freed before exit) */
+	uint64_t output_max;
+	bool aio;
+	bool exec_engine;
+	long port;
+	int shell_only; /* aio: atomic; 1 once the bash routes answered 404 (an image older than 1.9.3) */
+};
+
+struct dbox *dbox(struct sbx_box *b);
+/* An fd on the container's network namespace, checked against pid reuse; -1. */
+int dbox_netns(struct dbox *db);
+/* The section of the config a box lives with (defaults when absent). */
+const struct docker_conf *docker_conf_of(const struct sbx_config *cfg);
+
+/* docker_jobs.c: the exec slots of the docker provider, and the box init's
+ * request channel. */
+enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+enum sbx_err djobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out);
+enum sbx_err djobs_signal(struct sbx_exec *x, int sig);
+void djobs_finish(struct sbx_exec *x);
+void djobs_free(struct sbx_exec *x);
+/* The direct children of host process pid (all its threads'), appended to
+ * out[n..max); the new count. */
+int docker_children(pid_t pid, pid_t *out, int max, int n);
+/* A request to the box's init ("ping", "killall"): the answer in reply. */
+enum sbx_err djobs_ask_init(struct dbox *db, const char *req, char *reply, size_t len, int timeout_ms);
+enum sbx_err djobs_kill_all(struct sbx_box *b);
+/* The helper binary on the host (set by docker.c at init). */
+extern char docker_box_helper[4096];
+
+/* aio.c: readiness and the exec slots of the aio provider. */
+enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s);
+enum sbx_err aio_health(struct dbox *db);
+enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out);
+enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig);
+void aio_jobs_finish(struct sbx_exec *x);
+void aio_jobs_free(struct sbx_exec *x);
+void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
+
+/* Both: turn what the job's end reported (JSON text) into job_dir/result:
+ * a checked decode; "killed" when the daemon had asked for the kill
+ * (job_dir/kill-requested).  false when text is not a result. */
+bool docker_write_result(const char *job_dir, const char *text, size_t len, const char *scope);
+/* job_dir/result of a job whose end nobody saw (state lost, exit 255). */
+void docker_write_lost(const char *job_dir, const char *why);
+
+#endif

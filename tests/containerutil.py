@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: MIT
+"""Fixtures and helpers for the tests of the container providers (docker,
+aio): a test module opts in with
+
+    from containerutil import docker_images, provider, sbxfs, case_label  # noqa: F401
+
+and then every fixture built on `sbxfs` (mnt, sandbox, ws) mounts an sbxfs
+whose provider is `provider` ("docker" or "aio", or whatever the module
+parametrises), with a locally built image, network.mode isolated (Docker's
+"none": this machine's dockerd may have no usable bridge), a container_prefix
+and labels unique to the test, so concurrent runs never meet.
+
+After the test every daemon it started is stopped (the conftest's cleanup),
+then every container carrying the test's label is removed (docker rm -f,
+bounded); containers left over by the daemon are reported in the teardown.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
+import dockerutil  # noqa: E402
+from conftest_docker_example import docker_images  # noqa: E402,F401
+
+CASE_LABEL = "org.sbxfs.testcase"
+PROVIDERS = ("docker", "aio")
+_seq = [0]
+
+
+def case_id(nodeid):
+    return hashlib.sha256(f"{dockerutil.RUN_ID}:{nodeid}".encode()).hexdigest()[:12]
+
+
+def provider_config(provider, case, extra=None):
+    """The mount.conf of a container-provider test, merged with extra (the
+    test's own keys win; network and the provider section merge)."""
+    _seq[0] += 1
+    cfg = {
+        "use": provider,
+        "image": dockerutil.IMAGES["busybox" if provider == "docker" else "aio"],
+        "container_prefix": f"sbxt-{case}-{_seq[0]}",
+        "ready_timeout": 30,
+        "network": {"mode": "isolated"},
+        provider if provider in ("docker", "aio") else "docker": {
+            "labels": {dockerutil.TEST_LABEL: dockerutil.RUN_ID, CASE_LABEL: case},
+        },
+    }
+    for k, v in (extra or {}).items():
+        if k in ("network", "docker", "aio") and isinstance(v, dict) and isinstance(cfg.get(k), dict):
+            merged = dict(cfg[k])
+            merged.update(v)
+            cfg[k] = merged
+        else:
+            cfg[k] = v
+    return cfg
+
+
+@pytest.fixture
+def case_label(request):
+    """The label value every container of this test carries."""
+    return case_id(request.node.nodeid)
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request):
+    return request.param
+
+
+@pytest.fixture
+def sbxfs(request, sbxfs, provider, docker_images, case_label):  # noqa: F811 - overrides conftest's
+    """conftest's factory with the container provider's configuration."""
+    made = []
+
+    def make(config=None, **kw):
+        inst = sbxfs(config=provider_config(provider, case_label, config), start=False,
+                     **{k: v for k, v in kw.items() if k != "start"})
+        made.append(inst)
+        if kw.get("start", True):
+            inst.start()
+        return inst
+
+    yield make
+    rep = getattr(request.node, "rep_call", None)
+    for inst in made:
+        if rep is not None and rep.failed:
+            print(f"---- sbxfs log ({inst.log_path}) ----\n{inst.log[-8000:]}")
+        inst.cleanup()
+    left = containers(case_label)
+    if left:
+        dockerutil.remove_containers(f"{CASE_LABEL}={case_label}")
+
+
+def containers(case, all_states=True):
+    """[{id, name, state, labels}] of the containers of a test case."""
+    args = ["ps", "--no-trunc", "--format", "{{json .}}", "--filter", f"label={CASE_LABEL}={case}"]
+    if all_states:
+        args.insert(1, "-a")
+    r = dockerutil.docker(*args, timeout=60)
+    out = []
+    for line in r.stdout.splitlines():
+        if line.strip():
+            d = json.loads(line)
+            out.append({"id": d["ID"], "name": d["Names"], "state": d["State"], "ports": d.get("Ports", "")})
+    return out
+
+
+def wait_containers(case, n, timeout=20):
+    """Wait until the test case has n containers (any state); returns them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        c = containers(case)
+        if len(c) == n or time.monotonic() >= deadline:
+            return c
+        time.sleep(0.2)
+
+
+def inspect(name):
+    r = dockerutil.docker("inspect", name, timeout=60)
+    return json.loads(r.stdout)[0]
+
+
+def needs(provider, *what):
+    """Skip what a provider declares it cannot do (provider.h caps and the
+    AIO API's limits)."""
+    cannot = {
+        "aio": {
+            "signals": "the AIO API sends SIGTERM, SIGKILL and SIGINT only (no SBX_CAP_SIGNALS)",
+            "escaped": "the AIO API kills a command's process group: processes that setsid() away survive",
+            "big_output": "the AIO fake keeps a command's whole output in memory",
+            "python": None,
+        },
+        "docker": {
+            "python": "the busybox test image has no python3",
+        },
+    }
+    for w in what:
+        reason = cannot.get(provider, {}).get(w)
+        if reason:
+            pytest.skip(f"{provider}: {reason}")
+
+
+def free_name():
+    return f"sbxt-{os.getpid()}-{time.monotonic_ns() % 10**9}"

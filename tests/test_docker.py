@@ -1,0 +1,358 @@
+# SPDX-License-Identifier: MIT
+"""The docker provider (DESIGN §5, issue 10): jobs through the Engine exec
+API, a sandbox's workspace mounted into a second real container, the job's
+command and environment on no host argv or environ, the failure paths
+(dockerd stopped mid-run with a private dockerd this module starts, an image
+that does not exist, a container name taken by a stranger, a job that kills
+its own supervisor), network modes, configuration errors.  Every container
+carries the test's label and is removed after the test."""
+
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import dockerutil
+import sbxutil
+import test_jobs as J
+from containerutil import (CASE_LABEL, case_label, containers, docker_images, inspect,  # noqa: F401
+                           provider_config, sbxfs, wait_containers)
+from sbxutil import expect_errno, read_json, read_text, wait_until
+
+
+@pytest.fixture
+def provider():
+    return "docker"
+
+
+def acquire(m, user="alice", thread="t"):
+    d = m.mnt / user / thread
+    os.makedirs(d)
+    m.init_pid(d)
+    return d
+
+
+# --------------------------------------------------------------------------
+# jobs through the Engine exec API
+
+
+@pytest.mark.timeout_s(120)
+def test_jobs_through_the_engine_exec_api(sbxfs, case_label):
+    m = sbxfs(config={"docker": {"exec": "engine"}, "bash_command_timeout": 3})
+    t = acquire(m)
+    assert sbxutil.status(t)["exec"] == "engine"
+    code, out, err = J.run_job(t, "a", "echo out; echo err >&2; id -u; exit 4")
+    assert code == 4 and out.splitlines()[0] == "out" and err == "err\n"
+    assert out.splitlines()[1] == str(sbxutil.status(t)["uid"])
+    # a running job is an exec of the container; kill reaches it
+    j = J.mkjob(t, "k")
+    J.start_ready(j)
+    [c] = containers(case_label)
+    assert inspect(c["id"])["ExecIDs"], "the job is not an Engine exec"
+    J.write_ctl(j / "ctl", "kill")
+    assert J.wait_exit(j, 10) == 143 and J.jstatus(j)["state"] == "killed"
+    # the timeout
+    j = J.mkjob(t, "slow")
+    J.start(j, "echo started; sleep 30")
+    assert J.wait_exit(j, 20) > 128 and J.jstatus(j)["state"] == "timed_out"
+    # a job that runs on while the daemon is down gets its real result
+    j = J.mkjob(t, "through")
+    J.start(j, "echo start; sleep 2; echo finished; exit 6")
+    assert wait_until(lambda: J.jstatus(j)["stdout_bytes"] >= 6, 10)
+    m.kill9()
+    m.umount(lazy=True)
+    m.restart()
+    os.makedirs(t, exist_ok=True)
+    assert J.wait_exit(j, 20) == 6 and read_text(j / "stdout") == "start\nfinished\n"
+
+
+# --------------------------------------------------------------------------
+# the job's command and environment are on no host process's argv/environ
+
+
+@pytest.mark.timeout_s(60)
+def test_command_and_environment_on_no_host_argv_or_environ(sandbox):
+    m, t = sandbox
+    cmd_marker = f"cmdmark{random.randint(10**8, 10**9)}"
+    env_marker = f"envmark{random.randint(10**8, 10**9)}"
+    uid = sbxutil.status(t)["uid"]
+    j = J.mkjob(t, "secret")
+    J.start(j, f"echo ready; X={cmd_marker}; sleep 30", env=f"SECRET_THING={env_marker}\n")
+    assert wait_until(lambda: J.jstatus(j)["stdout_bytes"] >= 6, 10)
+    with_cmd, with_env = [], []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if cmd_marker.encode() in Path(f"/proc/{d}/cmdline").read_bytes():
+                with_cmd.append((d, sbxutil.proc_cmdline(int(d))))
+            if env_marker.encode() in Path(f"/proc/{d}/environ").read_bytes():
+                with_env.append(int(d))
+        except OSError:
+            pass
+    assert not with_cmd, f"the job's command is on a host argv: {with_cmd}"
+    # only the job's own processes (the sandbox uid, not the supervisor) carry its environment
+    assert with_env, "the job does not have its environment"
+    for pid in with_env:
+        assert J.uid_of(pid) == uid and "sbxfs-box" not in (sbxutil.proc_cmdline(pid) or ""), \
+            (pid, sbxutil.proc_cmdline(pid))
+    J.write_ctl(j / "ctl", "kill KILL")
+    J.wait_exit(j)
+
+
+@pytest.mark.timeout_s(60)
+def test_job_cannot_reach_the_job_files_or_its_supervisor(sandbox):
+    m, t = sandbox
+    code, out, err = J.run_job(t, "probe",
+                               "f=/proc/$$/fd/1; (cat $f) </dev/null >/dev/null 2>&1 && echo reopened-stdout; "
+                               "ls /proc/$PPID/fd >/dev/null 2>&1 && echo saw-supervisor-fds; "
+                               "cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-supervisor-env; "
+                               "kill -TERM $PPID && echo signalled; sleep 0.2; "
+                               "ls /run/sbxfs; echo done")
+    assert code == 0, err
+    assert "reopened-stdout" not in out and "saw-supervisor-fds" not in out and "read-supervisor-env" not in out, out
+    assert out.endswith("done\n") and "sbxfs-box" in out
+    # SIGTERM from the job: the supervisor ignores it and reports the real end
+    assert J.jstatus(t / "jobs" / "probe")["state"] == "exited"
+
+
+@pytest.mark.timeout_s(60)
+def test_a_job_that_kills_its_supervisor_is_lost_and_harms_nothing(sandbox):
+    m, t = sandbox
+    j = J.mkjob(t, "rogue")
+    J.start(j, "kill -KILL $PPID; sleep 1; echo still here")
+    assert J.wait_exit(j, 15) == 255
+    st = J.jstatus(j)
+    assert st["state"] == "lost", st
+    code, out, _ = J.run_job(t, "next", "echo fine")
+    assert code == 0 and out == "fine\n"
+
+
+# --------------------------------------------------------------------------
+# a sandbox's workspace in another container
+
+
+@pytest.mark.timeout_s(120)
+def test_workspace_mounted_into_a_second_container(sbxfs, case_label):
+    m = sbxfs(config={"allow_other": True})
+    t = acquire(m, "alice", "t1")
+    acquire(m, "alice", "t2")
+    (t / "workspace" / "f.txt").write_text("from the mount\n")
+    (t / "uploads" / "secret.txt").write_text("uploads secret\n")
+    (m.mnt / "alice" / "t2" / "workspace" / "other.txt").write_text("other sandbox\n")
+    # the sandbox plants symlinks pointing out of its workspace
+    code, _, err = J.run_job(t, "plant", "ln -s ../uploads/secret.txt up; ln -s /etc/shadow abs; "
+                                         "ln -s ../../../../../../../../etc/shadow rel; "
+                                         "ln -s ../../t2/workspace/other.txt sib")
+    assert code == 0, err
+    host_shadow = Path("/etc/shadow").read_text().splitlines()[0]
+    script = ("ls -a /w | sort | tr '\\n' ' '; echo; cat /w/f.txt; echo from-second > /w/g.txt; "
+              "for l in up abs rel sib; do echo \"== $l\"; cat /w/$l 2>&1 | head -1; done")
+    r = dockerutil.docker("run", "--rm", "--network", "none", "--label", dockerutil.RUN_LABEL,
+                          "--label", f"{CASE_LABEL}={case_label}", "-v", f"{t / 'workspace'}:/w",
+                          dockerutil.IMAGES["busybox"], "sh", "-c", script, timeout=60)
+    out = r.stdout
+    assert out.splitlines()[0].split() == [".", "..", "abs", "f.txt", "rel", "sib", "up"], out
+    assert "from the mount" in out
+    assert "uploads secret" not in out and "other sandbox" not in out, out
+    assert host_shadow not in out, "the second container followed a planted symlink to the host's /etc/shadow"
+    # what it wrote is the sandbox's, and nothing else changed
+    assert (t / "workspace" / "g.txt").read_text() == "from-second\n"
+    code, out, _ = J.run_job(t, "see", "cat g.txt")
+    assert code == 0 and out == "from-second\n"
+    assert sorted(os.listdir(m.mnt / "alice" / "t2" / "workspace")) == ["other.txt"]
+    assert sorted(os.listdir(t / "uploads")) == ["secret.txt"]
+
+
+# --------------------------------------------------------------------------
+# failure paths
+
+
+class PrivateDockerd:
+    """A dockerd of this test only: own socket, data and exec roots, no
+    bridge, no iptables; stopped and started by its pid."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix=f"sbxfs-dockerd-{os.getpid()}-", dir="/tmp"))
+        self.sock = self.dir / "docker.sock"
+        self.proc = None
+
+    def env(self):
+        return {**os.environ, "DOCKER_HOST": f"unix://{self.sock}"}
+
+    def docker(self, *args, timeout=60, check=True, input=None):
+        r = subprocess.run([dockerutil.docker_bin(), *args], capture_output=True, text=True, timeout=timeout,
+                           env=self.env(), input=input)
+        if check and r.returncode:
+            raise RuntimeError(f"docker {args}: {r.stderr}")
+        return r
+
+    def start(self):
+        log = open(self.dir / "dockerd.log", "ab")
+        self.proc = subprocess.Popen(
+            [shutil.which("dockerd"), "-H", f"unix://{self.sock}", "--data-root", str(self.dir / "data"),
+             "--exec-root", str(self.dir / "exec"), "--pidfile", str(self.dir / "docker.pid"),
+             "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        assert wait_until(lambda: self.docker("version", check=False, timeout=10).returncode == 0, 40), \
+            (self.dir / "dockerd.log").read_text()[-3000:]
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def load(self, image):
+        img = subprocess.run([dockerutil.docker_bin(), "save", image], capture_output=True, timeout=120, check=True)
+        r = subprocess.run([dockerutil.docker_bin(), "load"], input=img.stdout, capture_output=True, timeout=120,
+                           env=self.env())
+        assert r.returncode == 0, r.stderr
+
+    def containers(self, label):
+        r = self.docker("ps", "-aq", "--filter", f"label={label}")
+        return r.stdout.split()
+
+
+@pytest.fixture
+def private_dockerd(docker_images, case_label):
+    if not shutil.which("dockerd"):
+        pytest.skip("dockerd is not installed")
+    d = PrivateDockerd()
+    d.start()
+    d.load(dockerutil.IMAGES["busybox"])
+    yield d
+    try:
+        if d.proc.poll() is None:
+            ids = d.containers(f"{CASE_LABEL}={case_label}")
+            if ids:
+                d.docker("rm", "-f", *ids, check=False, timeout=120)
+    finally:
+        d.stop()
+        subprocess.run(["rm", "-rf", str(d.dir)], capture_output=True, timeout=120)
+
+
+@pytest.mark.timeout_s(240)
+def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
+    d = private_dockerd
+    m = sbxfs(config={"docker": {"socket": str(d.sock)}})
+    t1 = acquire(m, "alice", "t1")
+    code, out, _ = J.run_job(t1, "a", "echo before")
+    assert code == 0 and out == "before\n"
+    d.stop()
+    mark = len(m.log)
+    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t2"), errno.EIO)
+    assert not (m.mnt / "alice" / "t2").exists()
+    lines = [ln for ln in m.log[mark:].splitlines() if "error" in ln]
+    named = [ln for ln in lines if "dockerd" in ln]
+    assert len(named) == 1 and str(d.sock) in named[0], lines
+    # dockerd back: sbxfs works again without a restart
+    d.start()
+    t2 = acquire(m, "alice", "t2")
+    code, out, _ = J.run_job(t2, "a", "echo after")
+    assert code == 0 and out == "after\n"
+    # t1's container ended with dockerd: its next reclaim makes a new one
+    os.rmdir(t1)
+    os.mkdir(t1)
+    assert "recreated" in sbxutil.status(t1).get("last_event", "")
+    code, out, _ = J.run_job(t1, "b", "echo again")
+    assert code == 0 and out == "again\n"
+    assert m.stop() == 0
+    assert d.containers(f"{CASE_LABEL}={case_label}") == [], "containers left behind"
+
+
+@pytest.mark.timeout_s(60)
+def test_image_that_does_not_exist(sbxfs, case_label):
+    m = sbxfs(config={"image": "sbxfs-no-such-image:404"})
+    expect_errno(lambda: os.makedirs(m.mnt / "alice" / "t"), errno.EIO)
+    assert "image 'sbxfs-no-such-image:404' not found" in m.log, m.log[-2000:]
+    assert not (m.mnt / "alice" / "t").exists()
+    assert containers(case_label) == []
+    st = read_json(m.mnt / ".status")
+    assert st["last_error"] and st["last_error"]["scope"] == "alice/t", st
+
+
+@pytest.mark.timeout_s(60)
+def test_a_container_name_taken_by_a_stranger_is_left_alone(sbxfs, case_label):
+    m = sbxfs()
+    os.mkdir(m.mnt / "alice")
+    token = sbxutil.SCOPE_TOKEN_ALICE_THREAD1
+    name = f"{m.config['container_prefix']}-{token}"
+    dockerutil.docker("run", "-d", "--network", "none", "--name", name, "--label", dockerutil.RUN_LABEL,
+                      "--label", f"{CASE_LABEL}={case_label}", dockerutil.IMAGES["busybox"], "sleep", "600")
+    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "thread-1"), errno.EIO)
+    assert "taken by a container this sbxfs did not make" in m.log
+    [c] = containers(case_label)
+    assert c["name"] == name and c["state"] == "running", "sbxfs touched a container it did not make"
+    assert m.stop() == 0
+    [c] = containers(case_label)
+    assert c["state"] == "running"
+
+
+@pytest.mark.timeout_s(90)
+def test_containers_of_another_state_dir_are_never_touched(sbxfs, case_label):
+    a = sbxfs()
+    da = acquire(a, "alice", "t")
+    b = sbxfs()   # another daemon, another state_dir, the same dockerd
+    db = acquire(b, "alice", "t")
+    assert len(containers(case_label)) == 2
+    b.kill9()
+    b.umount(lazy=True)
+    b.restart()   # its discovery sees only its own container
+    assert len(containers(case_label)) == 2
+    assert b.stop() == 0
+    left = containers(case_label)
+    assert len(left) == 1 and sbxutil.status(da)["container"] == left[0]["name"], left
+    J.run_job(da, "ok", "true")
+
+
+@pytest.mark.timeout_s(60)
+def test_network_modes(sbxfs, case_label):
+    m = sbxfs(config={"network": {"mode": "allowlist"}})
+    t = acquire(m)
+    st = sbxutil.status(t)
+    assert inspect(st["container"])["HostConfig"]["NetworkMode"] == "none"
+    assert "allowlist" in st["note"] and "no egress" in st["note"], st
+    code, out, _ = J.run_job(t, "net", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+    assert out.split() == ["lo"], out
+    assert m.stop() == 0
+    o = sbxfs(config={"network": {"mode": "open"}})
+    try:
+        os.makedirs(o.mnt / "alice" / "t")
+    except OSError:
+        if "bridge" in o.log:
+            pytest.skip("this dockerd has no usable default bridge network (open mode needs one)")
+        raise
+    st = sbxutil.status(o.mnt / "alice" / "t")
+    assert inspect(st["container"])["HostConfig"]["NetworkMode"] == "bridge"
+    assert "not blocked" in st["note"]
+
+
+def test_configuration_shown_and_refused(sbxfs, case_label):
+    m = sbxfs(config={"docker": {"exec": "engine", "uid_base": 300000}})
+    c = read_json(m.mnt / ".config")
+    assert c["docker"]["exec"] == "engine" and c["docker"]["uid_base"] == 300000
+    assert c["docker"]["labels"][CASE_LABEL] == case_label
+    assert c["resources"]["memory"] == 2 << 30
+    for bad, rule in [({"image": None}, "image: the docker provider needs an image"),
+                      ({"docker": {"exec": "fork"}}, "docker.exec: must be init or engine"),
+                      ({"docker": {"labels": {"org.sbxfs.user": "x"}}}, "sbxfs's own"),
+                      ({"resources": {"memory": "1K"}}, "resources.memory")]:
+        b = sbxfs(config=bad, start=False)
+        rc, log = b.run_expect_exit(timeout=10)
+        assert rc not in (0, None) and rule in log, (bad, log)
+    b = sbxfs(start=False, env={"DOCKER_HOST": "tcp://127.0.0.1:2375"})
+    rc, log = b.run_expect_exit(timeout=10)
+    assert rc not in (0, None) and "unix socket only" in log, log
