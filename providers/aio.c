@@ -236,12 +236,17 @@ static int write_all(int fd, const char *p, size_t n)
 
 static void ajob_end(struct ajob *j, const char *state, int code, int sig, const char *reason)
 {
-	char text[256];
+	json_t *o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at",
+		util_wall_now());
+	char *text;
 
-	snprintf(text, sizeof(text), "{\"state\": \"%s\", \"exit\": %d, \"signal\": %d, \"ended_at\": %.3f%s%s%s}", state,
-		code, sig, util_wall_now(), reason ? ", \"reason\": \"" : "", reason ? reason : "", reason ? "\"" : "");
-	if (!docker_write_result(j->job_dir, text, strlen(text), j->db->name))
+	if (o && reason)
+		json_object_set_new(o, "reason", json_string(reason));
+	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (!text || !docker_write_result(j->job_dir, text, strlen(text), j->db->name))
 		docker_write_lost(j->job_dir, "the job's result could not be recorded");
+	free(text);
+	json_decref(o);
 }
 
 static void ajob_end_status(struct ajob *j, enum aio_status st, bool has_exit, int exit_code, const char *reason)
@@ -407,7 +412,7 @@ static void *ajob_pump(void *arg)
 		failing_since = 0;
 		if (j->over && !reason) {
 			char kerr[AIO_ERR_LEN];
-			reason = "output";
+			reason = "output limit";
 			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->output_max);
 			if (j->shell)
 				aio_shell_kill(&t, j->session, kerr, sizeof(kerr));

@@ -52,6 +52,7 @@
 #include "../common/names.h"
 #include "../common/netns.h"
 #include "../common/util.h"
+#include "../net/egress.h"
 #include "docker_int.h"
 #include "provider_int.h"
 #include "uidpool.h"
@@ -532,16 +533,52 @@ int dbox_netns(struct dbox *db)
 static void docker_note(struct dbox *db)
 {
 	const struct docker_conf *dc = docker_conf_of(db->cfg);
-	const char *net = db->cfg->net_mode == NET_OPEN ?
-				  "network open: Docker bridge; private/metadata addresses not blocked yet" :
-			  db->cfg->net_mode == NET_ALLOWLIST ?
-				  "network allowlist: no egress until the approval proxy exists" :
-				  "";
 
-	if (str_fmt(db->base.note, sizeof(db->base.note), "%s%s%s", db->aio && dc->user_image ? "runs as the image's user" : "",
-		    db->aio && dc->user_image && net[0] ? "; " : "", net))
+	if (str_fmt(db->base.note, sizeof(db->base.note), "%s", db->aio && dc->user_image ? "runs as the image's user" : ""))
 		log_debug(db->name, "status note truncated");
 }
+
+/* The network policy (DESIGN §7) inside the container's own network
+ * namespace, as for local sandboxes (net/egress.h): in open mode (Docker's
+ * bridge) everything but private, link-local, metadata and the host's own
+ * addresses, DNS only to the container's resolver; isolated and allowlist
+ * (Docker's "none") loopback only, where the approval proxy listens.  The
+ * container has no capability, so it cannot change the rules.  Installed
+ * before the sandbox is ready, so before any job runs. */
+static enum sbx_err docker_egress(struct dbox *db, const char *scope)
+{
+	struct egress_rules rules = { .mode = db->cfg->net_mode, .allow_private = db->cfg->allow_private };
+	char resolv[64], dns[64], err[512];
+	int nsfd = dbox_netns(db), r;
+
+	if (nsfd < 0) {
+		log_err(scope, "%s: cannot open the container's network namespace: %s", db->cfg->use, strerror(errno));
+		return SBX_ERR_IO;
+	}
+	/* the resolver Docker wrote into the container's /etc/resolv.conf
+	 * (read through the init's root: the container's own view) */
+	if (rules.mode == NET_OPEN && !str_fmt(resolv, sizeof(resolv), "/proc/%d/root/etc/resolv.conf", (int)db->init_pid))
+		rules.dns = egress_resolver(resolv, dns, sizeof(dns));
+	r = egress_apply(nsfd, &rules, err, sizeof(err));
+	close(nsfd);
+	if (r) {
+		log_err(scope, "%s: cannot install the container's egress rules: %s", db->cfg->use, err);
+		return SBX_ERR_IO;
+	}
+	return SBX_OK;
+}
+
+/* The network capability: the daemon serves the approval proxy inside the
+ * container's network namespace. */
+static int docker_netns_fd(struct sbx_box *b)
+{
+	return dbox_netns(dbox(b));
+}
+
+static const struct sbx_net_ops docker_net_ops = {
+	.netns_fd = docker_netns_fd,
+	.enforced_by = NULL,
+};
 
 /* ---- create ---------------------------------------------------------------------------------- */
 
@@ -772,7 +809,9 @@ static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box *
 	db->init_pid = info.pid;
 	db->init_start = util_proc_starttime(info.pid);
 	db->pidns = ns_inode(info.pid, "pid");
-	e = db->aio ? aio_wait_ready(db, scope, s->cfg->ready_timeout) : docker_wait_init(db, scope, s->cfg->ready_timeout);
+	e = docker_egress(db, scope);
+	if (!e)
+		e = db->aio ? aio_wait_ready(db, scope, s->cfg->ready_timeout) : docker_wait_init(db, scope, s->cfg->ready_timeout);
 	if (e)
 		goto out;
 	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
@@ -993,6 +1032,7 @@ static const struct sbx_provider_ops docker_ops = {
 	.exec_signal = djobs_signal,
 	.exec_finish = djobs_finish,
 	.exec_free = djobs_free,
+	.net = &docker_net_ops,
 };
 
 static const struct sbx_provider_ops aio_ops = {
@@ -1016,6 +1056,7 @@ static const struct sbx_provider_ops aio_ops = {
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
 	.exec_cleanup = aio_jobs_cleanup,
+	.net = &docker_net_ops,
 };
 
 static const char *const docker_keys[] = { "docker", NULL };

@@ -288,7 +288,7 @@ static void check_output(struct sup *s)
 
 	if (!s->output_max || out + err <= (long long)s->output_max || s->reason)
 		return;
-	s->reason = "output";
+	s->reason = "output limit";
 	s->state = "killed";
 	kill_tree(s);
 	out = fd_size(FD_STDOUT) - s->out0;

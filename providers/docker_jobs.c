@@ -127,7 +127,7 @@ bool docker_write_result(const char *job_dir, const char *text, size_t len, cons
 			      strcmp(state, "failed")) ||
 	    !json_is_integer(ex) || json_integer_value(ex) < 0 || json_integer_value(ex) > 255 ||
 	    !json_is_integer(sig) || json_integer_value(sig) < 0 || json_integer_value(sig) > 64 ||
-	    (at && !json_is_number(at)) || (reason && strcmp(reason, "output"))) {
+	    (at && !json_is_number(at)) || (reason && strcmp(reason, "output limit"))) {
 		if (o)
 			log_warn(scope, "the job's supervisor reported no valid result");
 		goto out;

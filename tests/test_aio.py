@@ -20,6 +20,7 @@ import test_jobs as J
 from containerutil import (case_label, containers, docker_images, inspect, provider_config,  # noqa: F401
                            sbxfs, wait_containers)
 from sbxutil import expect_errno, read_json, read_text, wait_until
+from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
 @pytest.fixture
@@ -168,3 +169,25 @@ def test_configuration_refused(sbxfs):
         b = sbxfs(config=bad, start=False)
         rc, log = b.run_expect_exit(timeout=10)
         assert rc not in (0, None) and rule in log, (bad, log)
+
+
+@pytest.mark.timeout_s(120)
+def test_allowlist_through_the_approval_proxy(sbxfs, servers, case_label):
+    """The AIO container's jobs (started by the AIO server) get the proxy
+    variables; the daemon's proxy in the container's namespace is their
+    only way out; a denied host becomes an event a grant lets through."""
+    m = sbxfs(config=allowlist_conf(servers))
+    t = acquire(m)
+    assert inspect(sbxutil.status(t)["container"])["HostConfig"]["NetworkMode"] == "none"
+    get = ("python3 -c \"import urllib.request as u, sys; "
+           "print(u.urlopen('http://' + sys.argv[1] + '/p', timeout=10).read().decode())\" {} 2>&1; echo \" rc=$?\"")
+    code, out, _ = J.run_job(t, "ok", get.format("static.example.test"))
+    assert out.startswith("static.example.test GET /p") and out.rstrip().endswith("rc=0"), out
+    code, out, _ = J.run_job(t, "denied", get.format("api.example.test"))
+    assert "403" in out and "rc=0" not in out and not servers["api.example.test"][0].requests, out
+    ev = consume(t)
+    assert (ev["host"], ev["port"]) == ("api.example.test", 80), ev
+    write_network(t, f"allow_sandbox {ev['request_id']}")
+    code, out, _ = J.run_job(t, "granted", get.format("api.example.test"))
+    assert out.startswith("api.example.test GET /p") and out.rstrip().endswith("rc=0"), out
+    assert m.stop() == 0

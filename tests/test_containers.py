@@ -455,7 +455,7 @@ def test_output_limit(sbxfs):
     J.start(j, "i=0; while :; do echo line-$i; i=$((i+1)); done")
     code = J.wait_exit(j, 30)
     st = J.jstatus(j)
-    assert st["state"] == "killed" and st.get("reason") == "output", st
+    assert st["state"] == "killed" and st.get("reason") == "output limit", st
     assert code == 137, st
     assert st["stdout_bytes"] + st["stderr_bytes"] <= 16 * 1024 + 256, st
     assert read_text(j / "stdout").startswith("line-0\nline-1\n")

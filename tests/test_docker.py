@@ -26,6 +26,7 @@ import test_jobs as J
 from containerutil import (CASE_LABEL, case_label, containers, docker_images, inspect,  # noqa: F401
                            provider_config, sbxfs, wait_containers)
 from sbxutil import expect_errno, read_json, read_text, wait_until
+from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
 @pytest.fixture
@@ -318,16 +319,39 @@ def test_containers_of_another_state_dir_are_never_touched(sbxfs, case_label):
     J.run_job(da, "ok", "true")
 
 
-@pytest.mark.timeout_s(60)
-def test_network_modes(sbxfs, case_label):
-    m = sbxfs(config={"network": {"mode": "allowlist"}})
+@pytest.mark.timeout_s(120)
+def test_allowlist_through_the_approval_proxy(sbxfs, servers, case_label):
+    """An allowlist container (Docker's "none") has loopback only; the
+    daemon serves the approval proxy inside its network namespace, jobs get
+    the proxy variables, a denied host becomes an event, and a grant lets
+    the retry through (busybox wget honours http_proxy)."""
+    m = sbxfs(config=allowlist_conf(servers))
     t = acquire(m)
     st = sbxutil.status(t)
     assert inspect(st["container"])["HostConfig"]["NetworkMode"] == "none"
-    assert "allowlist" in st["note"] and "no egress" in st["note"], st
+    assert "note" not in st or "egress" not in st["note"], st
     code, out, _ = J.run_job(t, "net", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
     assert out.split() == ["lo"], out
+    assert read_json(t / "network")["proxy"] == "http://127.0.0.1:3128"
+    get = "wget -q -O- http://{}/p 2>&1; echo \" rc=$?\""
+    code, out, _ = J.run_job(t, "ok", get.format("static.example.test"))
+    assert out.startswith("static.example.test GET /p") and out.rstrip().endswith("rc=0"), out
+    code, out, _ = J.run_job(t, "denied", get.format("api.example.test"))
+    assert "rc=0" not in out and not servers["api.example.test"][0].requests, out
+    ev = consume(t)
+    assert (ev["host"], ev["port"], ev["method"]) == ("api.example.test", 80, "GET"), ev
+    write_network(t, f"allow_temporary {ev['request_id']}\n")
+    code, out, _ = J.run_job(t, "granted", get.format("api.example.test"))
+    assert out.startswith("api.example.test GET /p") and out.rstrip().endswith("rc=0"), out
+    # a direct connection (no proxy) has nowhere to go
+    code, out, _ = J.run_job(t, "direct", "http_proxy= wget -q -T 3 -O- http://{}/p 2>&1; echo \" rc=$?\"".format(
+        servers["static.example.test"][0].addr))
+    assert "rc=0" not in out, out
     assert m.stop() == 0
+
+
+@pytest.mark.timeout_s(60)
+def test_open_mode_on_the_bridge(sbxfs, case_label):
     o = sbxfs(config={"network": {"mode": "open"}})
     try:
         os.makedirs(o.mnt / "alice" / "t")
@@ -335,9 +359,14 @@ def test_network_modes(sbxfs, case_label):
         if "bridge" in o.log:
             pytest.skip("this dockerd has no usable default bridge network (open mode needs one)")
         raise
-    st = sbxutil.status(o.mnt / "alice" / "t")
+    t = o.mnt / "alice" / "t"
+    st = sbxutil.status(t)
     assert inspect(st["container"])["HostConfig"]["NetworkMode"] == "bridge"
-    assert "not blocked" in st["note"]
+    # the egress rules are in the container's namespace: the bridge's
+    # gateway (a private address, the host) refuses at once
+    gw = inspect(st["container"])["NetworkSettings"]["Gateway"]
+    code, out, _ = J.run_job(t, "gw", f"wget -q -T 3 -O- http://{gw}:1/ 2>&1; echo \" rc=$?\"")
+    assert "rc=0" not in out, out
 
 
 def test_configuration_shown_and_refused(sbxfs, case_label):

@@ -96,8 +96,16 @@ static enum sbx_err fault_create(const struct sbx_spec *spec, struct sbx_box **o
 	struct fault_box *fb;
 
 	__atomic_add_fetch(&fault.creates, 1, __ATOMIC_RELAXED);
-	if (fault.create_delay_ms)
+	if (fault.create_delay_ms) {
+		int now = __atomic_add_fetch(&fault.creating, 1, __ATOMIC_RELAXED);
+		int max = __atomic_load_n(&fault.max_creating, __ATOMIC_RELAXED);
+
+		while (now > max && !__atomic_compare_exchange_n(&fault.max_creating, &max, now, false, __ATOMIC_RELAXED,
+					     __ATOMIC_RELAXED))
+			;
 		fault_msleep(fault.create_delay_ms);
+		__atomic_sub_fetch(&fault.creating, 1, __ATOMIC_RELAXED);
+	}
 	if (fault.create_hang) {
 		fault_msleep((int)spec->cfg->ready_timeout * 1000 + 100);
 		return SBX_ERR_TIMEOUT;

@@ -35,6 +35,7 @@ struct fault_knobs {
 	int signal_delay_ms; /* exec_signal returns this long after delivering (the job may end meanwhile) */
 	/* counters */
 	int creates, destroys, adopts, healths;
+	int creating, max_creating; /* creates running now, and the most at once */
 	int live_boxes, live_execs;
 	int signals[65];
 };

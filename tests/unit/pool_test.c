@@ -244,12 +244,10 @@ static void test_slow_creates_run_in_parallel(void)
 {
 	struct acq a[4];
 	pthread_t t[4];
-	double t0;
 
 	if (setup("replicas: 10\n"))
 		return fail_setup();
 	fault.create_delay_ms = 400;
-	t0 = now();
 	for (int i = 0; i < 4; i++) {
 		snprintf(a[i].thread, sizeof(a[i].thread), "t%d", i);
 		pthread_create(&t[i], NULL, acquire_thread, &a[i]);
@@ -260,7 +258,9 @@ static void test_slow_creates_run_in_parallel(void)
 		if (!a[i].err)
 			pool_put(a[i].s);
 	}
-	CHECK(now() - t0 < 1.2); /* four 0.4 s creates of different scopes overlap */
+	/* creates of different scopes overlap (no wall-clock bound: this host
+	 * is noisy; the provider counts the creates running at once) */
+	CHECK(fault.max_creating >= 2);
 	teardown();
 
 	/* eight mkdirs of one scope: one creates, the others get EEXIST */
