@@ -50,8 +50,11 @@ FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/hand
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
-OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET)
-HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h)
+# skills/: the skill projection (manifest, diff, the upload sync)
+SKILLS_PURE := skills/manifest.o skills/library.o
+SKILLS := $(SKILLS_PURE) skills/skills.o
+OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
+HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h skills/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
@@ -239,7 +242,7 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
+		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 
 distclean: clean
 	rm -rf build

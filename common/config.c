@@ -806,6 +806,15 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 					c->skills_container_path);
 		} else if (!strcmp(sect, "skills") && !strcmp(k, "path"))
 			get_abs_path(x, key, v, &c->skills_path);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_file_size"))
+			get_size(x, key, v, 1, &c->skills_max_file_size);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_total_size"))
+			get_size(x, key, v, 1, &c->skills_max_total_size);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_files")) {
+			long n;
+			if (!get_long(x, key, v, 0, 1000000, &n))
+				c->skills_max_files = (uint64_t)n;
+		}
 		else
 			log_warn("config", "%s: unknown key, ignored", key);
 	}
@@ -914,6 +923,9 @@ static void config_defaults(struct sbx_config *c)
 	c->request_timeout = 30;
 	c->sandbox_timeout = 14400;
 	c->skills_container_path = strdup("/mnt/skills");
+	c->skills_max_file_size = 100ULL << 20; /* E2B's and DESIGN §8's limits */
+	c->skills_max_total_size = 512ULL << 20;
+	c->skills_max_files = 2000;
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
@@ -1157,6 +1169,9 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	}
 	json_object_set_new(skills, "container_path", json_string(c->skills_container_path));
 	json_object_set_new(skills, "path", jstr_or_null(c->skills_path));
+	json_object_set_new(skills, "max_file_size", json_integer((json_int_t)c->skills_max_file_size));
+	json_object_set_new(skills, "max_total_size", json_integer((json_int_t)c->skills_max_total_size));
+	json_object_set_new(skills, "max_files", json_integer((json_int_t)c->skills_max_files));
 
 	json_object_set_new(o, "config_file", json_string(c->path));
 	json_object_set_new(o, "use", json_string(c->use));

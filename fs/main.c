@@ -50,6 +50,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../net/net.h"
+#include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
 #include "handle.h"
@@ -535,6 +536,11 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
 		return -1;
 	}
+	/* before the pool too: new and adopted sandboxes get their skills synced */
+	if ((e = skills_init())) {
+		fprintf(stderr, "sbxfs: cannot start the skills sync: %s\n", strerror(e));
+		return -1;
+	}
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;
@@ -615,8 +621,10 @@ int main(int argc, char **argv)
 	started = start_services(cfg, &reloader);
 	if (started) {
 		/* never destroy what was adopted: the next start takes it over */
+		skills_drain();
 		work_shutdown();
 		pool_shutdown(true);
+		skills_shutdown();
 		net_shutdown();
 		jobfs_shutdown();
 		park_shutdown();
@@ -633,8 +641,10 @@ int main(int argc, char **argv)
 	log_info("daemon", "shutting down");
 	reload_stop(reloader);
 	pool_stop();
+	skills_drain(); /* pending skills syncs run before the sandboxes go */
 	work_shutdown();
 	pool_shutdown(false);
+	skills_shutdown();
 	net_shutdown();
 	jobfs_shutdown();
 	park_shutdown();
