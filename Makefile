@@ -139,7 +139,15 @@ HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o provide
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test
+# skills/ over the pool and the fault provider's skills ops
+SKILLS_TEST_OBJS := $(POOL_TEST_OBJS) $(SKILLS)
+
+tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/fault.h $(SKILLS_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
+	tests/unit/skills_test
+	./tests/unit/skills_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
@@ -242,7 +250,7 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 
 distclean: clean
 	rm -rf build
