@@ -35,6 +35,12 @@ int sbx_err_errno(enum sbx_err e)
 		return EFBIG;
 	case SBX_ERR_PERM:
 		return EPERM;
+	case SBX_ERR_NOTEMPTY:
+		return ENOTEMPTY;
+	case SBX_ERR_NOTDIR:
+		return ENOTDIR;
+	case SBX_ERR_ISDIR:
+		return EISDIR;
 	default:
 		return EIO;
 	}
@@ -71,6 +77,12 @@ enum sbx_err sbx_err_from_errno(int err)
 		return SBX_ERR_TOOBIG;
 	case EPERM:
 		return SBX_ERR_PERM;
+	case ENOTEMPTY:
+		return SBX_ERR_NOTEMPTY;
+	case ENOTDIR:
+		return SBX_ERR_NOTDIR;
+	case EISDIR:
+		return SBX_ERR_ISDIR;
 	default:
 		return SBX_ERR_IO;
 	}
@@ -79,7 +91,7 @@ enum sbx_err sbx_err_from_errno(int err)
 const char *sbx_err_name(enum sbx_err e)
 {
 	static const char *names[SBX_ERR_COUNT] = { "ok", "io", "timeout", "nospc", "access", "nomem", "gone", "inval",
-		"busy", "notsup", "exist", "quota", "toobig", "perm" };
+		"busy", "notsup", "exist", "quota", "toobig", "perm", "notempty", "notdir", "isdir" };
 
 	return (unsigned)e < SBX_ERR_COUNT ? names[e] : "io";
 }

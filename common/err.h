@@ -25,6 +25,9 @@ enum sbx_err {
 	SBX_ERR_QUOTA,   /* EDQUOT */
 	SBX_ERR_TOOBIG,  /* EFBIG */
 	SBX_ERR_PERM,    /* EPERM */
+	SBX_ERR_NOTEMPTY, /* ENOTEMPTY: rmdir of a directory that has entries (remote files) */
+	SBX_ERR_NOTDIR,  /* ENOTDIR */
+	SBX_ERR_ISDIR,   /* EISDIR */
 	SBX_ERR_COUNT
 };
 

@@ -25,6 +25,15 @@ const struct sbx_provider *provider_find(const char *name)
 	return NULL;
 }
 
+const struct sbx_provider *provider_for(const struct sbx_config *cfg)
+{
+	const struct sbx_provider *p = provider_find(cfg->use), *v;
+
+	if (p && p->ops->variant && (v = p->ops->variant(cfg)))
+		return v;
+	return p;
+}
+
 const char *provider_canonical(const char *name)
 {
 	const struct sbx_provider *p = provider_find(name);
