@@ -73,12 +73,10 @@ struct skills_sbx {
 	char last_error[300];
 	uint64_t use_files, use_bytes, use_dirs; /* for the limits: last scan + growth since */
 	struct skills_limits lim;
-	char container[PATH_MAX]; /* where the sandbox sees skills/ */
 	uint64_t syncs, files_up, bytes_up;
 
 	/* the scope lock (syncs and pool hooks): */
 	struct skills_manifest synced; /* what the sandbox has */
-	bool root_made;                /* container exists in the sandbox */
 
 	struct park_queue waiters; /* fsyncs */
 };
@@ -369,27 +367,24 @@ struct sync_totals {
 };
 
 /* One operation against the sandbox.  SBX_OK or the provider's error. */
-static enum sbx_err sync_op(struct sbx_box *box, int rootfd, const char *container, struct skills_op *op,
-	struct sync_totals *t)
+static enum sbx_err sync_op(struct sbx_box *box, int rootfd, struct skills_op *op, struct sync_totals *t)
 {
-	const struct sbx_skills_ops *ops = box->prov->ops->skills;
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = SBX_ERR_NOMEM;
+	const struct sbx_skills_ops *ops = sbx_skills(box);
+	enum sbx_err e = SBX_ERR_IO;
+	const char *path = op->path; /* relative to the projection root (provider.h) */
 	struct stat st;
 	int fd = -1;
 
-	if (buf_adds(&path, container) || buf_addpath(&path, op->path))
-		goto out;
 	switch (op->kind) {
 	case SKOP_REMOVE:
-		e = ops->remove(box, path.ptr, op->is_dir);
+		e = ops->remove(box, path, op->is_dir);
 		if (e == SBX_ERR_GONE)
 			e = SBX_OK;
 		if (!e)
 			t->removed++;
 		break;
 	case SKOP_MKDIR:
-		e = ops->mkdir(box, path.ptr, op->to->mode & 07777);
+		e = ops->mkdir(box, path, op->to->mode & 07777);
 		break;
 	case SKOP_UPLOAD:
 		fd = open_in_tree(rootfd, op->path, op->to->kind == SK_LINK);
@@ -398,26 +393,23 @@ static enum sbx_err sync_op(struct sbx_box *box, int rootfd, const char *contain
 			e = SBX_ERR_GONE;
 			break;
 		}
-		e = ops->upload(box, path.ptr, fd, st.st_size, op->to->mode & 07777);
+		e = ops->upload(box, path, fd, st.st_size, op->to->mode & 07777);
 		if (!e) {
 			t->files++;
 			t->bytes += (uint64_t)st.st_size;
 		}
 		break;
 	}
-out:
 	if (fd >= 0)
 		close(fd);
-	buf_free(&path);
 	return e;
 }
 
 /* Scan, diff, apply, remember.  Scope lock held.  0 or an errno; the
  * reason is in why. */
-static int sync_run(struct skills_sbx *k, struct sbx_box *box, const char *container, const struct skills_limits *lim,
+static int sync_run(struct skills_sbx *k, struct sbx_box *box, const struct skills_limits *lim,
 	struct sync_totals *t, char *why, size_t whylen)
 {
-	const struct sbx_skills_ops *ops = box->prov->ops->skills;
 	struct skills_manifest now, result;
 	struct skills_scan_result res;
 	struct skills_op *v = NULL;
@@ -438,15 +430,6 @@ static int sync_run(struct skills_sbx *k, struct sbx_box *box, const char *conta
 	if (res.refused)
 		note(why, whylen, "skills/%s%s: symlink not projected (absolute, leaving skills/, or not to a file)",
 			res.first_refused, res.refused > 1 ? " and others" : "");
-	if (!k->root_made) {
-		e = ops->mkdir(box, container, 0755);
-		if (e) {
-			note(why, whylen, "mkdir %s: %s", container, sbx_err_name(e));
-			skills_manifest_free(&now);
-			return sbx_err_errno(e);
-		}
-		k->root_made = true;
-	}
 	if (skills_diff(&k->synced, &now, &v, &n)) {
 		skills_manifest_free(&now);
 		note(why, whylen, "out of memory");
@@ -454,7 +437,7 @@ static int sync_run(struct skills_sbx *k, struct sbx_box *box, const char *conta
 	}
 	rootfd = n ? open(k->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
 	for (size_t i = 0; i < n && !e; i++) {
-		e = rootfd < 0 ? SBX_ERR_IO : sync_op(box, rootfd, container, &v[i], t);
+		e = rootfd < 0 ? SBX_ERR_IO : sync_op(box, rootfd, &v[i], t);
 		if (e == SBX_ERR_GONE && v[i].kind == SKOP_UPLOAD)
 			e = SBX_OK; /* gone or changed since the scan: not done, no failure */
 		else if (!e)
@@ -493,14 +476,14 @@ static int sync_run(struct skills_sbx *k, struct sbx_box *box, const char *conta
  * (or being released/created). */
 static void sync_now(struct skills_sbx *k, struct sbx *s, struct sbx_box *box, bool force)
 {
-	char scope[NAMES_SCOPE_MAX], why[300], container[PATH_MAX];
+	char scope[NAMES_SCOPE_MAX], why[300];
 	struct skills_limits lim;
 	struct sync_totals t = { 0 };
 	uint64_t g, t0 = util_now_ms();
 	int err;
 
 	pthread_mutex_lock(&eng.lock);
-	if (!k->upload || !box->prov->ops->skills || (!force && k->gen_synced >= k->gen_written)) {
+	if (!k->upload || !sbx_skills(box) || (!force && k->gen_synced >= k->gen_written)) {
 		pthread_mutex_unlock(&eng.lock);
 		return;
 	}
@@ -509,11 +492,10 @@ static void sync_now(struct skills_sbx *k, struct sbx *s, struct sbx_box *box, b
 	k->urgent = false;
 	k->due_ms = k->first_ms = 0;
 	lim = k->lim;
-	memcpy(container, k->container, sizeof(container));
 	pthread_mutex_unlock(&eng.lock);
 
 	scope_of(s, scope);
-	err = sync_run(k, box, container, &lim, &t, why, sizeof(why));
+	err = sync_run(k, box, &lim, &t, why, sizeof(why));
 	if (err)
 		log_warn(scope, "skills sync failed: %s", why);
 	else if (t.files || t.removed)
@@ -637,7 +619,7 @@ static int hook_up(struct sbx *s, bool adopted)
 {
 	struct skills_sbx *k = sk_get(s);
 	char scope[NAMES_SCOPE_MAX];
-	bool upload = s->prov && s->prov->ops->skills;
+	bool upload = sbx_skills(s->box) != NULL;
 
 	scope_of(s, scope);
 	if (!k) {
@@ -652,18 +634,14 @@ static int hook_up(struct sbx *s, bool adopted)
 	k->lim.max_file = s->cfg ? s->cfg->skills_max_file_size : 0;
 	k->lim.max_total = s->cfg ? s->cfg->skills_max_total_size : 0;
 	k->lim.max_files = s->cfg ? s->cfg->skills_max_files : 0;
-	snprintf(k->container, sizeof(k->container), "%s", s->cfg ? s->cfg->skills_container_path : "/mnt/skills");
 	if (!upload)
 		k->gen_synced = k->gen_written;
 	pthread_mutex_unlock(&eng.lock);
 	usage_rescan(k);
 	if (!upload)
 		return 0;
-	if (adopted && !skills_manifest_load(k->saved, s->box->remote_id, &k->synced)) {
-		k->root_made = true;
-	} else {
-		skills_manifest_free(&k->synced);
-		k->root_made = false;
+	if (!adopted || skills_manifest_load(k->saved, s->box->remote_id, &k->synced)) {
+		skills_manifest_free(&k->synced); /* a new sandbox has nothing */
 		unlink(k->saved);
 	}
 	if (adopted) { /* what changed while the daemon was away: soon, not at start */
@@ -709,7 +687,6 @@ static void hook_down(struct sbx *s)
 		return;
 	/* the sandbox goes: a new one starts from nothing; waiting fsyncs fail */
 	skills_manifest_free(&k->synced);
-	k->root_made = false;
 	unlink(k->saved);
 	pthread_mutex_lock(&eng.lock);
 	if (k->upload && k->gen_written > k->gen_synced) {

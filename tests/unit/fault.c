@@ -306,10 +306,12 @@ static void fault_exec_free(struct sbx_exec *x)
 
 /* ---- files and skills over a local directory ----------------------------------- */
 
+/* Files ops take absolute paths, skills ops paths relative to the
+ * projection root (/mnt/skills here). */
 static enum sbx_err fault_path(const char *path, struct buf *out)
 {
-	if (!fault.remote_root[0] || path[0] != '/' || strstr(path, "/../") || buf_adds(out, fault.remote_root) ||
-	    buf_adds(out, path))
+	if (!fault.remote_root[0] || strstr(path, "..") || buf_adds(out, fault.remote_root) ||
+	    (path[0] != '/' && buf_adds(out, "/mnt/skills/")) || buf_adds(out, path))
 		return SBX_ERR_IO;
 	return SBX_OK;
 }
