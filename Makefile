@@ -46,7 +46,7 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
+      fs/ctl.o fs/data.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
@@ -167,6 +167,12 @@ BENCH_OBJS := $(filter-out providers/builtin.o,$(OBJS))
 sbxfs-slow: bench/slow_provider.c $(BENCH_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ bench/slow_provider.c $(BENCH_OBJS) $(LDFLAGS) $(LDLIBS)
 
+# A development daemon whose local sandboxes are reached through the files
+# and skills ops (tests/unit/hostfiles.c): rfiles.c and the upload sync
+# against real jobs without a remote server.  Never installed.
+sbxfs-hostfiles: tests/unit/hostfiles.c $(BENCH_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/hostfiles.c $(BENCH_OBJS) $(LDFLAGS) $(LDLIBS)
+
 # The same daemon on the system's libfuse (3.14 on Debian 12: the copy data
 # path), for the bench to show both data paths side by side.  One compiler
 # run over every source, objects of its own, never installed.
@@ -250,7 +256,7 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test sbxfs-hostfiles sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 
 distclean: clean
 	rm -rf build

@@ -57,6 +57,7 @@
 #include "jobfs.h"
 #include "node.h"
 #include "park.h"
+#include "rfiles.h"
 #include "service.h"
 #include "work.h"
 
@@ -595,6 +596,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	data_init();
+	rfiles_init();
 	if (build_fuse_args(&o, cfg, &args))
 		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
