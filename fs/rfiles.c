@@ -643,6 +643,25 @@ static int rf_cache_make_locked(struct rnode *r, off_t size, bool complete)
 	return err;
 }
 
+/* rf.lock held: the cache grows to size by local writes (what is past
+ * the old end is written or zeros: present).  0 or ENOMEM. */
+static int rf_grow_locked(struct rnode *r, off_t size)
+{
+	size_t nch = (size_t)((size + RFILES_CHUNK - 1) / RFILES_CHUNK);
+
+	if (size > r->csize && nch > r->nchunks) {
+		unsigned char *c = realloc(r->chunks, nch);
+		if (!c)
+			return ENOMEM;
+		memset(c + r->nchunks, CH_PRESENT, nch - r->nchunks);
+		r->chunks = c;
+		r->nchunks = nch;
+	}
+	if (size > r->csize)
+		r->csize = size;
+	return 0;
+}
+
 /* rf.lock held: chunks over [off, off+len) are all present. */
 static bool rf_have_locked(struct rnode *r, off_t off, size_t len)
 {
@@ -771,6 +790,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 			err = r->cfd < 0 ? EIO : errno;
 		} else {
 			r->csize = 0;
+			memset(r->chunks, CH_PRESENT, r->nchunks); /* nothing left to fetch */
 			r->dirty = true;
 			r->wgen++;
 		}
@@ -910,8 +930,10 @@ static void rf_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 	if (res < 0)
 		return (void)fuse_reply_err(req, (int)-res);
 	pthread_mutex_lock(&rf.lock);
-	if (off + res > r->csize)
-		r->csize = off + res;
+	if (rf_grow_locked(r, off + res)) {
+		pthread_mutex_unlock(&rf.lock);
+		return (void)fuse_reply_err(req, ENOMEM);
+	}
 	r->dirty = true;
 	r->wgen++;
 	pthread_mutex_unlock(&rf.lock);
@@ -1337,17 +1359,10 @@ static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 			if (ftruncate(r->cfd, j->attr.st_size)) {
 				err = errno;
 			} else {
-				if (j->attr.st_size > r->csize) { /* the new bytes are zeros: present */
-					size_t nch = (size_t)((j->attr.st_size + RFILES_CHUNK - 1) / RFILES_CHUNK);
-					unsigned char *c = realloc(r->chunks, nch ? nch : 1);
-					if (c) {
-						for (size_t k = r->nchunks; k < nch; k++)
-							c[k] = CH_PRESENT;
-						r->chunks = c;
-						r->nchunks = nch;
-					}
-				}
-				r->csize = j->attr.st_size;
+				if (j->attr.st_size > r->csize)
+					err = rf_grow_locked(r, j->attr.st_size); /* the new bytes are zeros */
+				else
+					r->csize = j->attr.st_size;
 				r->dirty = true;
 				r->wgen++;
 			}
