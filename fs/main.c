@@ -647,6 +647,7 @@ int main(int argc, char **argv)
 	work_shutdown();
 	pool_shutdown(false);
 	skills_shutdown();
+	rfiles_shutdown();
 	net_shutdown();
 	jobfs_shutdown();
 	park_shutdown();

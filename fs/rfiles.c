@@ -1657,3 +1657,13 @@ void rfiles_inval_sbx(struct sbx *s)
 	free(inos);
 	view_put(v);
 }
+
+void rfiles_shutdown(void)
+{
+	pthread_mutex_lock(&rf.lock);
+	for (int b = 0; b < RFILES_BUCKETS; b++)
+		for (struct rnode *r = rf.table[b]; r; r = r->hnext)
+			if (r->cfd >= 0)
+				rf_cache_drop_locked(r, r->dirty); /* a copy that never reached the sandbox stays */
+	pthread_mutex_unlock(&rf.lock);
+}

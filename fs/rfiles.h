@@ -29,4 +29,8 @@ int rfiles_lookup_root(struct view *v, int which, struct fuse_entry_param *e);
  * current view (the next open revalidates anyway). */
 void rfiles_inval_sbx(struct sbx *s);
 
+/* At exit: remove the cache files (not those of failed uploads, which are
+ * logged with their path). */
+void rfiles_shutdown(void);
+
 #endif
