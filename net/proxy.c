@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -697,7 +698,15 @@ static int pump(struct conn *c, struct dir *d)
 				d->eof = true;
 				progress = true;
 			} else if (errno == EAGAIN || errno == EINTR) {
-				d->want_in = true;
+				/* EAGAIN with bytes waiting in the socket is a full pipe:
+				 * a pipe fills by its slots (one per piece the socket got,
+				 * 256 in 1 MiB) long before in_pipe reaches cap, and
+				 * waiting for input then would wake the loop at once,
+				 * again and again; the writer side wakes it instead */
+				int queued = 0;
+
+				if (!d->in_pipe || ioctl(d->from, FIONREAD, &queued) || queued <= 0)
+					d->want_in = true;
 			} else {
 				return -1;
 			}
