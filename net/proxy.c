@@ -108,7 +108,8 @@ struct conn {
 	size_t up_off;
 	struct buf out;     /* to send to the client before the relay */
 	size_t out_off;
-	struct resolve_req *rr; /* while resolving, owned by the resolver */
+	struct resolve_req *rr; /* CS_RESOLVE: owned by the resolver; CS_CONNECT (and a
+	                         * reply after it): the addresses, ours to free */
 	int ai;                 /* the address being tried */
 	/* plain HTTP: the one request body still to forward */
 	long long body_left;
@@ -236,10 +237,12 @@ static void conn_close(struct conn *c)
 	if (c->l)
 		c->l->nconns--;
 	c->l = NULL;
-	if (c->rr) {
+	if (c->rr && c->st == CS_RESOLVE) {
 		c->zombie = true; /* freed when the resolver hands it back */
 		return;
 	}
+	free(c->rr); /* the addresses a connect was trying: the resolver is done with them */
+	c->rr = NULL;
 	c->dead_next = px.dead;
 	px.dead = c;
 }
