@@ -113,13 +113,15 @@ def test_command_and_environment_on_no_host_argv_or_environ(sandbox):
 def test_job_cannot_reach_the_job_files_or_its_supervisor(sandbox):
     m, t = sandbox
     code, out, err = J.run_job(t, "probe",
-                               "f=/proc/$$/fd/1; (cat $f) </dev/null >/dev/null 2>&1 && echo reopened-stdout; "
+                               "for f in 0 1 2; do case $(readlink /proc/$$/fd/$f) in */jobs/probe/*) "
+                               "echo holds-a-job-file;; esac; done; "
                                "ls /proc/$PPID/fd >/dev/null 2>&1 && echo saw-supervisor-fds; "
                                "cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-supervisor-env; "
                                "kill -TERM $PPID && echo signalled; sleep 0.2; "
                                "ls /run/sbxfs; echo done")
     assert code == 0, err
-    assert "reopened-stdout" not in out and "saw-supervisor-fds" not in out and "read-supervisor-env" not in out, out
+    # its stdout and stderr are pipes the supervisor copies: it holds no job file to reopen
+    assert "holds-a-job-file" not in out and "saw-supervisor-fds" not in out and "read-supervisor-env" not in out, out
     assert out.endswith("done\n") and "sbxfs-box" in out
     # SIGTERM from the job: the supervisor ignores it and reports the real end
     assert J.jstatus(t / "jobs" / "probe")["state"] == "exited"
