@@ -16,14 +16,13 @@
  *                                                 itself and job supervisors
  *                              "job NAME TIMEOUT OUTPUT_MAX" with six fds
  *                                 (cmd, environ, stdin, stdout, stderr,
- *                                 result) -> forks a supervisor that owns
- *                                 the connection from then on
+ *                                 result) -> forks a supervisor (no exec)
+ *                                 that owns the connection from then on
  *   sbxfs-box connect NAME   the same supervisor, started through the
  *                            Engine exec API (docker.exec: engine): it
  *                            connects to the daemon's abstract socket NAME,
  *                            says hello (the daemon checks its pid), and
  *                            receives the job message and fds the same way
- *   sbxfs-box job NAME TIMEOUT OUTPUT_MAX    (internal: fds 3..9 in place)
  *
  * Why fds rather than files in a shared directory: the job's files live in
  * the daemon's root-only job directory; the daemon opens them and passes
@@ -35,8 +34,11 @@
  * never through an argv; the environment through the environ fd.
  *
  * The supervisor: child subreaper (every process the job starts, also one
- * that setsid()s or double-forks, stays below it), not dumpable (a job of
- * the same uid cannot ptrace it or read its fds), deaf to every catchable
+ * that setsid()s or double-forks, stays below it), never dumpable (a job of
+ * the same uid cannot ptrace it or read its fds: the init's child inherits
+ * that; an engine-mode exec is of this file, which the build makes
+ * execute-only, and the kernel starts a program its user cannot read
+ * non-dumpable), deaf to every catchable
  * signal.  It enforces the timeout (SIGTERM to the whole tree, SIGKILL 2 s
  * later) and the output limit (SIGKILL, nothing kept past it), and writes the end
  * as JSON into the result fd: {"state", "exit", "signal", "ended_at"
@@ -741,21 +743,19 @@ static void serve_one(int conn)
 		snprintf(text, sizeof(text), "done %d", kill_all());
 		send_text(conn, text);
 	} else if (nfds == BOX_NFDS && !parse_job(msg, &name, &timeout, &output_max)) {
+		/* no exec: the child is not dumpable from its first instruction on
+		 * (inherited from us), while an exec would make it dumpable until
+		 * main_job's prctl, and a job of the same uid watching for the
+		 * next pid can ptrace it in that moment, with the job's files */
 		pid = fork();
 		if (pid == 0) {
-			char t[24], o[24];
 			sigset_t none;
-			const char *argv[] = { "sbxfs-box", "job", name, t, o, NULL };
-			static char *const envp[] = { NULL };
 
-			snprintf(t, sizeof(t), "%ld", timeout);
-			snprintf(o, sizeof(o), "%llu", output_max);
 			sigemptyset(&none);
 			sigprocmask(SIG_SETMASK, &none, NULL);
 			if (place_fds(conn, fds))
 				_exit(125);
-			execve("/proc/self/exe", (char *const *)argv, envp);
-			_exit(125);
+			_exit(main_job(name, timeout, output_max));
 		}
 		if (pid < 0)
 			send_text(conn, "error fork failed");
@@ -843,10 +843,6 @@ int main(int argc, char **argv)
 		return main_init();
 	if (argc == 3 && !strcmp(argv[1], "connect"))
 		return main_connect(argv[2]);
-	if (argc == 5 && !strcmp(argv[1], "job") && name_ok(argv[2])) {
-		drop_caps();
-		return main_job(argv[2], strtol(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
-	}
 	say("usage: sbxfs-box init | connect NAME (see providers/docker_box.c)");
 	return 2;
 }
