@@ -75,6 +75,7 @@ struct listener {
 	struct netpol *pol; /* referenced */
 	char scope[NAMES_SCOPE_MAX];
 	unsigned nconns;
+	bool paused; /* out of descriptors: out of the epoll set until the next scan */
 	struct listener *next;
 };
 
@@ -145,6 +146,8 @@ static struct {
 	struct conn *conns;
 	struct conn *dead; /* closed this round: freed once no event can name them */
 	unsigned nconns;
+	unsigned paused;   /* listeners paused (resume_listeners) */
+	bool fd_short;     /* out of descriptors since the last accept (logged once) */
 	uint64_t last_scan;
 	/* statistics: written by the loop, read anywhere (relaxed atomics) */
 	uint64_t accepted, allowed, denied, refused, active;
@@ -918,12 +921,25 @@ static void on_accept(struct listener *l)
 		struct conn *c;
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			if (errno == EMFILE || errno == ENFILE) {
+				/* nothing here frees a descriptor: a listener left in the set
+				 * (level-triggered) would wake the loop again at once, for
+				 * as long as it lasts; it waits for the next scan instead,
+				 * its connections in its backlog */
+				if (!px.fd_short)
+					log_warn(l->scope, "proxy: out of file descriptors: new connections wait");
+				px.fd_short = true;
+				if (!l->paused) {
+					epoll_ctl(px.ep, EPOLL_CTL_DEL, l->fd, NULL);
+					l->paused = true;
+					px.paused++;
+				}
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
 				log_warn(l->scope, "proxy: accept: %s", strerror(errno));
-			if (errno == EMFILE || errno == ENFILE)
-				log_warn(l->scope, "proxy: out of file descriptors");
+			}
 			return;
 		}
+		px.fd_short = false;
 		stat_add(&px.accepted, 1);
 		if (l->nconns >= PROXY_MAX_PER_SANDBOX || px.nconns >= PROXY_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
 			stat_add(&px.refused, 1);
@@ -955,6 +971,18 @@ static void on_accept(struct listener *l)
 	}
 }
 
+/* Paused listeners back into the set (a scan: at most every PROXY_SCAN_MS). */
+static void resume_listeners(void)
+{
+	for (struct listener *l = px.listeners; l && px.paused; l = l->next)
+		if (l->paused) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &l->tag };
+			epoll_ctl(px.ep, EPOLL_CTL_ADD, l->fd, &ev);
+			l->paused = false;
+			px.paused--;
+		}
+}
+
 static void listener_free(struct listener *l)
 {
 	struct listener **pp;
@@ -969,6 +997,8 @@ static void listener_free(struct listener *l)
 		if (c->l == l)
 			conn_close(c);
 	}
+	if (l->paused)
+		px.paused--;
 	close(l->fd);
 	netpol_put(l->pol);
 	free(l);
@@ -1169,7 +1199,7 @@ static void *proxy_main(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "sbxfs-proxy");
 	for (;;) {
-		int n = epoll_wait(px.ep, evs, 256, px.nconns ? PROXY_SCAN_MS : -1);
+		int n = epoll_wait(px.ep, evs, 256, px.nconns || px.paused ? PROXY_SCAN_MS : -1);
 		uint64_t now;
 		bool stop;
 
@@ -1194,6 +1224,7 @@ static void *proxy_main(void *arg)
 		if (now - px.last_scan >= PROXY_SCAN_MS) {
 			px.last_scan = now;
 			scan_deadlines(now);
+			resume_listeners();
 		}
 		free_dead();
 		pthread_mutex_lock(&px.lock);

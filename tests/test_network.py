@@ -1030,3 +1030,54 @@ def test_tunnel_to_a_client_that_reads_nothing_costs_nothing(sbxfs):
         assert jstatus(j)["state"] == "running", "the tunnel ended before the measure"
     finally:
         drip.close()
+
+
+HOLD_OPEN = r'''
+while not os.path.exists("go"):
+    time.sleep(0.05)
+socks = []
+for i in range(100):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(P)
+    except BlockingIOError:
+        pass
+    socks.append(s)
+print(json.dumps({"opened": len(socks)}), flush=True)
+time.sleep(12)
+'''
+
+
+@pytest.mark.timeout_s(120)
+def test_out_of_file_descriptors_costs_nothing(sbxfs):
+    """The daemon out of file descriptors (here: a lowered limit; in life:
+    many sandboxes' tunnels, 6 descriptors each): connections wait in the
+    listener's backlog, the loop neither spins on accept nor floods the log."""
+    import resource
+    m = sbxfs(config={"network": {"mode": "allowlist", "allow_domains": ["static.example.test"]}})
+    t = acquire(m)
+    pid = m.proc.pid
+    j = mkjob(t, "hold")
+    start(j, "python3 -", stdin=PYLIB + HOLD_OPEN)
+    assert wait_until(lambda: jstatus(j)["state"] == "running", 10)
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    out = m.thread_data("alice", "t") / "jobs" / "hold" / "stdout"  # read beside the mount: it needs descriptors
+    try:
+        n = len(os.listdir(f"/proc/{pid}/fd")) + 20
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (n, old[1]))
+        (m.workspace_data("alice", "t") / "go").write_text("")
+        assert wait_until(lambda: '"opened"' in out.read_text(), 20)
+        time.sleep(0.5)
+        lines = m.log.count("out of file descriptors")
+        before = _cpu_seconds(pid)
+        time.sleep(3)
+        spent = _cpu_seconds(pid) - before
+        lines = m.log.count("out of file descriptors") - lines
+        assert spent < 0.5, f"the daemon spent {spent:.2f} s of CPU in 3 s out of file descriptors"
+        assert lines < 10, f"{lines} log lines in 3 s out of file descriptors"
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    # descriptors again: the listener is served again
+    r = py(t, "after", "show(a=raw(b'CONNECT api.example.test:443 HTTP/1.1\\r\\n\\r\\n'))")
+    assert r["a"].startswith("HTTP/1.1 403"), r
