@@ -82,9 +82,11 @@ sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
-# pid 1 and job supervisor of docker sandboxes: runs on any image, so static
+# pid 1 and job supervisor of docker sandboxes: runs on any image, so static;
+# execute-only, so the kernel starts it non-dumpable (docker_box.c)
 sbxfs-box: providers/docker_box.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
+	chmod 0711 $@
 
 %.o: %.c $(HDRS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -194,7 +196,7 @@ install: all $(GENERATED)
 	install -D -m 0755 sbxfs $(DESTDIR)$(BINDIR)/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(HELPERDIR)/sbxfs-init
-	install -D -m 0755 sbxfs-box $(DESTDIR)$(HELPERDIR)/sbxfs-box
+	install -D -m 0711 sbxfs-box $(DESTDIR)$(HELPERDIR)/sbxfs-box
 	install -D -m 0644 man/sbxfs.8 $(DESTDIR)$(MANDIR)/man8/sbxfs.8
 	install -D -m 0644 man/sbxfs.conf.5 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
 	install -D -m 0644 build/install/sbxfs.service $(DESTDIR)$(UNITDIR)/sbxfs.service

@@ -424,6 +424,15 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 			self);
 		return SBX_ERR_INVAL;
 	}
+	if (!is_aio(cfg) && dc->exec_engine) {
+		struct stat st;
+		/* the kernel starts an exec of a file its user cannot read non-dumpable
+		 * (docker_box.c): a readable one can be ptraced by a job while it starts */
+		if (!stat(docker_box_helper, &st) && (st.st_mode & (S_IRGRP | S_IROTH)))
+			log_warn("docker", "%s is readable by the sandbox uids (mode %04o; make install gives 0711): "
+					   "with docker.exec: engine a job can ptrace another job's supervisor while it starts",
+				docker_box_helper, (unsigned)(st.st_mode & 07777));
+	}
 	pthread_mutex_lock(&dk.lock);
 	if (!dk.uids)
 		dk.uids = uidpool_new(dc->uid_base, dc->uid_count);
