@@ -637,16 +637,22 @@ static enum sbx_err os_wait_execd(struct obox *ob, uint64_t deadline)
 	struct osapi_execd ex;
 	char err[OSAPI_ERR_LEN] = "no answer";
 	enum sbx_err e;
+	bool no_endpoint = false;
 
 	for (;;) {
 		uint64_t now = util_now_ms();
 		long left = deadline > now ? (long)(deadline - now) : 1;
 
 		e = obox_execd(ob, &ex);
+		no_endpoint = e != SBX_OK;
+		if (no_endpoint)
+			snprintf(err, sizeof(err), "its execd endpoint could not be resolved (%s)", sbx_err_name(e));
 		if (!e)
 			e = osapi_ping(&ex, left < 3000 ? left : 3000, err, sizeof(err));
 		if (!e)
 			return SBX_OK;
+		if (e == SBX_ERR_GONE)
+			return SBX_ERR_IO; /* the sandbox vanished while starting */
 		if (e == SBX_ERR_ACCESS) {
 			log_err(ob->scope, "opensandbox: execd of %s refuses us (opensandbox.execd_token?): %s", ob->id, err);
 			return SBX_ERR_ACCESS;
@@ -657,7 +663,7 @@ static enum sbx_err os_wait_execd(struct obox *ob, uint64_t deadline)
 	}
 	log_err(ob->scope, "opensandbox: execd of %s did not answer /ping within ready_timeout (%ld s): %s", ob->id,
 		ob->cfg->ready_timeout, err);
-	return SBX_ERR_TIMEOUT;
+	return no_endpoint ? SBX_ERR_IO : SBX_ERR_TIMEOUT; /* the server failing, or execd never ready */
 }
 
 /* mkdir -p of the data directories and the skills path (DeerFlow's bootstrap). */

@@ -209,6 +209,8 @@ static enum sbx_err perform(const struct call *c, struct http_response *rs, char
 	rq.cancel = c->cancel;
 	rq.scope = c->scope;
 	e = http_perform(&rq, rs);
+	if (e == SBX_ERR_TOOBIG)
+		e = SBX_ERR_IO; /* an answer past its cap is the server's fault, not a file too large */
 	if (e) {
 		http_url_for_log(c->url, logurl, sizeof(logurl));
 		seterr(err, errlen, "%s %s: %s (%s)", c->method, logurl, rs->error[0] ? rs->error : sbx_err_name(e), rs->id);

@@ -33,8 +33,10 @@
  * sandbox restarted) is lost.
  *
  * Signals: execd can only interrupt (SIGTERM to the command's process group,
- * SIGKILL about 3 s later): SIGTERM, SIGINT and SIGKILL all interrupt; any
- * other is EOPNOTSUPP (the provider lacks SBX_CAP_SIGNALS).
+ * SIGKILL about 3 s later): SIGTERM and SIGKILL both interrupt; any other
+ * (SIGINT too) is EOPNOTSUPP (the provider lacks SBX_CAP_SIGNALS).  The
+ * result names the signal that ended the command, from execd's error text
+ * ("signal: terminated", "signal: killed"), not the one asked for.
  */
 #define _GNU_SOURCE
 #include "opensandbox_int.h"
@@ -187,20 +189,41 @@ static void write_lost(const char *job_dir, const char *scope, const char *why)
 	write_result(job_dir, scope, "lost", 255, 0, NULL, why, NULL);
 }
 
-/* What execd said about the end (exit code, or -1 after a signal). */
-static void ojob_end(struct ojob *j, int code, const char *note)
+/* The signal Go's error text names ("signal: killed", "signal: terminated":
+ * execd's traceback or status error), 0 when none: strsignal()'s words. */
+static int signal_named(const char *text)
 {
-	int sent = __atomic_load_n(&j->sent_sig, __ATOMIC_RELAXED);
+	const char *p = text ? strstr(text, "signal: ") : NULL;
+
+	if (!p)
+		return 0;
+	p += 8;
+	for (int sig = 1; sig < 65; sig++) {
+		const char *name = strsignal(sig);
+		size_t n = name ? strlen(name) : 0;
+		if (n && !strncasecmp(p, name, n) && (!p[n] || p[n] == '"' || p[n] == ',' || p[n] == ' ' || p[n] == ']'))
+			return sig;
+	}
+	return 0;
+}
+
+/* What execd said about the end (exit code, or -1 after a signal, which
+ * error names). */
+static void ojob_end(struct ojob *j, int code, const char *error, const char *note)
+{
+	int sent = __atomic_load_n(&j->sent_sig, __ATOMIC_RELAXED), named = signal_named(error);
 	uint64_t ran = util_now_ms() - j->started_ms;
 
 	if (j->over)
 		write_result(j->job_dir, j->scope, "killed", 128 + SIGKILL, SIGKILL, "output limit", NULL, note);
-	else if (code < 0 && sent)
-		write_result(j->job_dir, j->scope, "killed", 128 + sent, sent, NULL, NULL, note);
+	else if (code < 0 && sent) /* interrupted: by the signal that ended it (execd: TERM, then KILL) */
+		write_result(j->job_dir, j->scope, "killed", 128 + (named ? named : sent), named ? named : sent, NULL,
+			NULL, note);
 	else if (code < 0 && j->timeout > 0 && ran + 1000 >= (uint64_t)j->timeout * 1000)
 		write_result(j->job_dir, j->scope, "timed_out", 128 + SIGKILL, SIGKILL, NULL, NULL, note);
 	else if (code < 0)
-		write_result(j->job_dir, j->scope, "killed", 128 + SIGKILL, SIGKILL, NULL, "killed by a signal", note);
+		write_result(j->job_dir, j->scope, "killed", 128 + (named ? named : SIGKILL), named ? named : SIGKILL, NULL,
+			"killed by a signal", note);
 	else if (sent && code > 128 && code < 128 + 65)
 		write_result(j->job_dir, j->scope, "killed", code, code - 128, NULL, NULL, note);
 	else
@@ -271,7 +294,7 @@ static void ojob_watch(struct ojob *j, const char *note)
 				return;
 			}
 		} else if (!st.running) {
-			ojob_end(j, st.has_exit ? st.exit_code : -1, note);
+			ojob_end(j, st.has_exit ? st.exit_code : -1, st.error, note);
 			return;
 		} else {
 			failing_since = 0;
@@ -318,7 +341,7 @@ static void *ojob_pump(void *arg)
 	if (r.ended && r.start_failed) {
 		write_result(j->job_dir, j->scope, "failed", 255, 0, NULL, r.error, NULL);
 	} else if (r.ended) {
-		ojob_end(j, r.exit_code, NULL);
+		ojob_end(j, r.exit_code, r.error, NULL);
 	} else {
 		char ierr[OSAPI_ERR_LEN];
 		if (j->over && osapi_interrupt(&j->ex, j->cmd_id, ierr, sizeof(ierr)))
@@ -648,7 +671,7 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 		goto out;
 	}
 	if (!e && !st.running) {
-		ojob_end(j, st.has_exit ? st.exit_code : -1, OJOB_NOTE_UNSEEN);
+		ojob_end(j, st.has_exit ? st.exit_code : -1, st.error, OJOB_NOTE_UNSEEN);
 		e = SBX_ERR_GONE; /* ended: its result is on disk */
 		goto out;
 	}
@@ -675,7 +698,10 @@ enum sbx_err os_jobs_signal(struct sbx_exec *x, int sig)
 	enum sbx_err e;
 	int started;
 
-	if (sig != SIGTERM && sig != SIGINT && sig != SIGKILL)
+	/* execd interrupts: SIGTERM, SIGKILL after its grace.  kill and kill
+	 * KILL both ask for that; a signal it cannot send on its own (SIGINT
+	 * among them) is refused rather than sent as another. */
+	if (sig != SIGTERM && sig != SIGKILL)
 		return SBX_ERR_NOTSUP;
 	pthread_mutex_lock(&j->lock);
 	started = j->started;
