@@ -711,6 +711,9 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 	snprintf(ob->id, sizeof(ob->id), "%s", sb.id);
 	snprintf(ob->base.remote_id, sizeof(ob->base.remote_id), "opensandbox:%.67s", sb.id);
 	ob->expires_at = sb.has_expires ? sb.expires_at : 0;
+	/* listed from now on: renewed while it starts, and never taken for a
+	 * late sandbox of an earlier failed create of this scope */
+	os_register(ob);
 	if (os_save(ob)) {
 		log_err(ob->scope, "opensandbox: cannot record sandbox %s: %s", ob->id, strerror(errno));
 		e = SBX_ERR_IO;
@@ -725,11 +728,11 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 		goto out;
 	log_info(ob->scope, "opensandbox: sandbox %s ready (%s%s)", ob->id, q.image,
 		s->cfg->sandbox_timeout ? "" : ", no TTL");
-	os_register(ob);
 	*out = &ob->base;
 	ob = NULL;
 out:
 	if (e && made) {
+		os_unregister(ob);
 		char derr[OSAPI_ERR_LEN];
 		if (osapi_delete(&srv, ob->id, derr, sizeof(derr))) {
 			log_warn(ob->scope, "opensandbox: cannot delete the failed sandbox %s now (%s): retried", ob->id, derr);
@@ -820,14 +823,18 @@ static void os_box_free(struct sbx_box *b)
 struct pick {
 	char id[80];
 	int n;
+	char all[16][80]; /* the first 16 */
 };
 
 static void pick_one(const struct osapi_sandbox *sb, void *arg)
 {
 	struct pick *p = arg;
 
-	if (!p->n++)
+	if (!p->n)
 		snprintf(p->id, sizeof(p->id), "%s", sb->id);
+	if (p->n < 16)
+		snprintf(p->all[p->n], sizeof(p->all[0]), "%s", sb->id);
+	p->n++;
 }
 
 static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
@@ -849,7 +856,7 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	if (!ob->id[0]) {
 		/* no record: a create cut short before it was written; find it by metadata */
 		struct osapi_kv meta[] = { { OS_META_STATE_ID, s->state_id }, { OS_META_SCOPE, s->token } };
-		struct pick p = { "", 0 };
+		struct pick p = { "", 0, { "" } };
 		e = osapi_list(&srv, meta, 2, NULL, pick_one, &p, err, sizeof(err));
 		if (e) {
 			log_warn(ob->scope, "opensandbox: cannot look for the sandbox of this scope: %s", err);
@@ -988,9 +995,8 @@ static void os_check_suspect(const char *token, const char *state_id, const char
 {
 	struct osapi_kv meta[] = { { OS_META_STATE_ID, state_id }, { OS_META_SCOPE, token } };
 	struct osapi_server srv;
-	struct pick p = { "", 0 };
+	struct pick p = { "", 0, { "" } };
 	char err[OSAPI_ERR_LEN];
-	bool held = false;
 
 	*settled = false;
 	os_server(cfg, &srv, "opensandbox");
@@ -1001,16 +1007,21 @@ static void os_check_suspect(const char *token, const char *state_id, const char
 		}
 		return;
 	}
-	if (osapi_list(&srv, meta, 2, NULL, pick_one, &p, err, sizeof(err)) || !p.n)
+	if (osapi_list(&srv, meta, 2, NULL, pick_one, &p, err, sizeof(err)))
 		return;
-	pthread_mutex_lock(&os.lock);
-	for (struct obox *ob = os.boxes; ob; ob = ob->next)
-		held |= !strcmp(ob->id, p.id);
-	pthread_mutex_unlock(&os.lock);
-	if (held)
-		return; /* the scope's live sandbox (a later mkdir made it) */
-	if (!osapi_delete(&srv, p.id, err, sizeof(err)))
-		log_warn("opensandbox", "%s: sandbox %s appeared after its create had failed: deleted", token, p.id);
+	for (int i = 0; i < p.n && i < 16; i++) {
+		bool held = false;
+
+		pthread_mutex_lock(&os.lock);
+		for (struct obox *ob = os.boxes; ob; ob = ob->next)
+			held |= !strcmp(ob->id, p.all[i]);
+		pthread_mutex_unlock(&os.lock);
+		if (held)
+			continue; /* the scope's live sandbox (a later mkdir made it, or is making it) */
+		if (!osapi_delete(&srv, p.all[i], err, sizeof(err)))
+			log_warn("opensandbox", "%s: sandbox %s appeared after its create had failed: deleted", token,
+				p.all[i]);
+	}
 }
 
 static void *os_renewer(void *arg)

@@ -85,7 +85,7 @@ static int server_start(struct server *s, const char *script, const char *const 
 	while (util_now_ms() < deadline) {
 		struct buf b = BUF_INIT(64);
 		if (!util_read_file(port_file, &b) && b.len) {
-			s->port = atoi(b.ptr);
+			s->port = (int)strtol(b.ptr, NULL, 10);
 			buf_free(&b);
 			if (s->port > 0)
 				return 0;
