@@ -58,7 +58,7 @@ class Daemon:
     def __init__(self, work, config):
         self.work = Path(work)
         self.mnt = self.work / "mnt"
-        self.mnt.mkdir()
+        self.mnt.mkdir(parents=True)
         self.conf = self.work / "mount.conf"
         self.conf.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items()))
         self.log = open(self.work / "sbxfs.log", "ab")
@@ -90,14 +90,15 @@ class Daemon:
 class JobSide:
     """sbxfs's job round trip in one sandbox directory."""
 
-    def __init__(self, sbx, cmd):
+    def __init__(self, sbx, cmd, prefix):
         self.jobs = Path(sbx) / "jobs"
         self.cmd = cmd.encode() + b"\n"
+        self.prefix = prefix
         self.n = 0
 
     def once(self):
         self.n += 1
-        j = self.jobs / f"b{self.n}"
+        j = self.jobs / f"{self.prefix}{self.n}"
         os.mkdir(j)
         fd = os.open(j / "cmd", os.O_WRONLY)
         os.write(fd, self.cmd)
@@ -169,10 +170,10 @@ def main():
         os.makedirs(sbx)
         execd = json.loads((sbx / "status").read_text())["execd"]
         body = {"command": "true", "cwd": "/mnt/user-data/workspace"}
-        results.append(measure("os-job", JobSide(sbx, "true").once, curl_side(execd + "/command", body),
+        results.append(measure("os-job", JobSide(sbx, "true", "t").once, curl_side(execd + "/command", body),
                                args.rounds, args.jobs))
         out = "seq 1 20000"
-        results.append(measure("os-output", JobSide(sbx, out).once,
+        results.append(measure("os-output", JobSide(sbx, out, "o").once,
                                curl_side(execd + "/command", {"command": out, "cwd": "/mnt/user-data/workspace"}),
                                args.rounds, max(2, args.jobs // 4)))
         d.stop()
@@ -187,7 +188,7 @@ def main():
         sbx = d.mnt / "bench" / "t"
         os.makedirs(sbx)
         body = {"command": "true", "exec_dir": "/mnt/user-data/workspace"}
-        results.append(measure("aio-job", JobSide(sbx, "true").once,
+        results.append(measure("aio-job", JobSide(sbx, "true", "a").once,
                                curl_side(f"http://127.0.0.1:{aio.port}/v1/bash/exec", body), args.rounds, args.jobs))
     finally:
         for s in reversed(started):

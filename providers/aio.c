@@ -33,7 +33,10 @@
  * way, with two differences: the API is reached at the URL (no network
  * namespace), and the job's command, stdin and env.sh are uploaded
  * (POST /v1/file/upload) to db->run_path/NAME in the sandbox instead of
- * being written into a bind-mounted host directory.
+ * being written into a bind-mounted host directory; a command that is UTF-8
+ * text without stdin skips the uploads and travels in the request's
+ * environment (SBXFS_CMD, unset before it is eval'd: the sandbox is remote,
+ * so no host process's argv or environment carries it either way).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -64,6 +67,7 @@
 #define AIO_SHELL_POLL_US 200000
 #define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
 #define AIO_ENV_MAX (2 * 1024 * 1024)
+#define AIO_INLINE_MAX (100 * 1024) /* a command in one environment string (Linux: 128 KiB) */
 
 struct ajob {
 	struct sbx_exec base; /* first: fd is an eventfd the pump signals at the end */
@@ -674,6 +678,30 @@ static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *
 	return e;
 }
 
+/* The job's command into text when it can travel in the request's
+ * environment: no stdin, UTF-8 without NUL (JSON), under one environment
+ * string's limit. */
+static bool ajob_inline(const struct sbx_exec_spec *spec, struct buf *text)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	bool ok = false;
+	json_t *chk;
+
+	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && access(p.ptr, F_OK) && errno == ENOENT) {
+		buf_reset(&p);
+		if (!buf_addf(&p, "%s/cmd", spec->job_dir) && !util_read_file(p.ptr, text) && text->len &&
+		    !memchr(text->ptr, '\0', text->len)) {
+			chk = json_stringn(text->ptr, text->len);
+			ok = chk != NULL;
+			json_decref(chk);
+		}
+	}
+	buf_free(&p);
+	if (!ok)
+		buf_reset(text);
+	return ok;
+}
+
 enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
 	struct dbox *db = dbox(b);
@@ -685,7 +713,8 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 	unsigned char rnd[6];
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n_env = 0;
-	bool has_stdin = false, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
+	struct buf cmdtext = BUF_INIT(AIO_INLINE_MAX + 1);
+	bool has_stdin = false, inl = false, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
 	int nsfd = -1;
 
 	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
@@ -711,7 +740,10 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 		goto out;
 	}
 	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
-	if (db->remote && (e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err))))
+	/* at a base_url, a command that is text and has no stdin travels in the
+	 * request's environment (no upload); else its files are uploaded */
+	inl = db->remote && !shell && ajob_inline(spec, &cmdtext);
+	if (db->remote && !inl && (e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err))))
 		goto out;
 	env = ajob_env(&envtext, &n_env); /* splits envtext: after the staging read it whole */
 	if (!env) {
@@ -719,11 +751,18 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 		e = SBX_ERR_NOMEM;
 		goto out;
 	}
+	if (inl)
+		env[n_env++] = (struct aio_env){ "SBXFS_CMD", cmdtext.ptr }; /* ajob_env leaves room for one */
 	for (int attempt = 0; attempt < 2; attempt++) {
 		const char *run = aio_run_base(db);
 
 		/* a subshell: an `exit` in the command ends it, not the server's shell */
 		buf_reset(&command);
+		if (inl) {
+			if (buf_adds(&command, "( exec </dev/null; SBXFS_C=$SBXFS_CMD; unset SBXFS_CMD; eval \"unset SBXFS_C; $SBXFS_C\" )"))
+				goto out;
+			goto send;
+		}
 		if (shell && buf_addf(&command, "( . %s/%s/env.sh; ", run, spec->job_name))
 			goto out;
 		if (!shell && buf_adds(&command, "( "))
@@ -733,6 +772,7 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 			goto out;
 		if (buf_addf(&command, ". %s/%s/cmd )", run, spec->job_name))
 			goto out;
+send:
 		if (!shell) {
 			struct aio_bash_request rq = { .command = command.ptr, .session_id = j->session,
 				.exec_dir = LAYOUT_SANDBOX_WORKSPACE, .env = env, .n_env = n_env, .async = true,
@@ -750,6 +790,17 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 						   "API, stderr merged into stdout");
 				__atomic_store_n(&db->shell_only, 1, __ATOMIC_RELAXED);
 				shell = true;
+				if (inl) { /* the shell API takes no environment: the files after all */
+					struct buf whole = BUF_INIT(AIO_ENV_MAX);
+					inl = false;
+					n_env--;
+					buf_reset(&p);
+					e = buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &whole) ?
+						    SBX_ERR_IO : ajob_stage_remote(db, &t, spec, &whole, &has_stdin, err, sizeof(err));
+					buf_free(&whole);
+					if (e)
+						goto out;
+				}
 				continue;
 			}
 		} else {
@@ -786,6 +837,7 @@ out:
 	buf_free(&p);
 	buf_free(&envtext);
 	buf_free(&command);
+	buf_free(&cmdtext);
 	return e;
 }
 

@@ -767,7 +767,12 @@ skip:
 
 static bool sse_sink(const char *data, size_t len, void *arg)
 {
-	return osapi_sse_feed(arg, data, len);
+	struct osapi_sse *p = arg;
+	bool go_on = osapi_sse_feed(p, data, len);
+
+	if (p->ev && p->ev->on_flush)
+		p->ev->on_flush(p->ev->arg);
+	return go_on;
 }
 
 enum sbx_err osapi_command(const struct osapi_execd *ex, const struct osapi_cmd *cmd,

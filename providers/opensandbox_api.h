@@ -141,6 +141,9 @@ enum osapi_stream { OSAPI_STDOUT = 1, OSAPI_STDERR = 2 };
 struct osapi_cmd_events {
 	void (*on_init)(const char *id, void *arg);
 	bool (*on_output)(enum osapi_stream s, const char *text, size_t len, void *arg);
+	/* MAY: after each piece of the stream was parsed (the lines of one
+	 * read): a consumer that batches its writes flushes them here */
+	void (*on_flush)(void *arg);
 	void *arg;
 };
 

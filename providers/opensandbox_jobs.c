@@ -67,6 +67,7 @@
 #define OJOB_INLINE_MAX (100 * 1024) /* one environment string: Linux takes 128 KiB */
 #define OJOB_POLL_US 500000
 #define OJOB_LOST_AFTER_MS 60000     /* execd unreachable this long: the job is lost */
+#define OJOB_PEND_MAX (256 * 1024)   /* output batched per piece of the stream */
 #define OJOB_NOTE_UNSEEN "output written while no daemon read the command's stream is missing from stdout/stderr"
 
 struct ojob {
@@ -91,6 +92,7 @@ struct ojob {
 	int started;          /* protected by lock: 0 waiting, 1 running, -1 did not start */
 	enum sbx_err start_err; /* protected by lock */
 	int out_fd, err_fd;
+	struct buf pend[2];   /* stdout, stderr lines parsed but not written yet (the pump's) */
 	bool werr;            /* an append failed (logged once) */
 	struct osapi_execd ex;
 	/* the request, owned */
@@ -244,10 +246,27 @@ static void on_init(const char *id, void *arg)
 	pthread_mutex_unlock(&j->lock);
 }
 
+/* Write what the stream brought so far into the job's files (one write per
+ * file and piece of the stream, not one per line). */
+static void on_flush(void *arg)
+{
+	struct ojob *j = arg;
+
+	for (int i = 0; i < 2; i++) {
+		if (!j->pend[i].len)
+			continue;
+		if (write_all(i ? j->err_fd : j->out_fd, j->pend[i].ptr, j->pend[i].len) && !j->werr) {
+			log_warn(j->scope, "cannot append the job's output: %s", strerror(errno));
+			j->werr = true;
+		}
+		buf_reset(&j->pend[i]);
+	}
+}
+
 static bool on_output(enum osapi_stream s, const char *text, size_t len, void *arg)
 {
 	struct ojob *j = arg;
-	int fd = s == OSAPI_STDOUT ? j->out_fd : j->err_fd;
+	struct buf *b = &j->pend[s == OSAPI_STDOUT ? 0 : 1];
 	bool nl_only = len == 1 && text[0] == '\n'; /* execd's empty line */
 	size_t n = nl_only ? 1 : len + 1;
 
@@ -258,10 +277,16 @@ static bool on_output(enum osapi_stream s, const char *text, size_t len, void *a
 		return false;
 	}
 	j->out_bytes += n;
-	if ((!nl_only && write_all(fd, text, len)) || write_all(fd, "\n", 1)) {
-		if (!j->werr)
+	if (b->len + n > OJOB_PEND_MAX)
+		on_flush(j);
+	if ((!nl_only && buf_add(b, text, len)) || buf_add(b, "\n", 1)) {
+		/* a line longer than the batch: straight to the file */
+		buf_reset(b);
+		if (((!nl_only && write_all(s == OSAPI_STDOUT ? j->out_fd : j->err_fd, text, len)) ||
+			    write_all(s == OSAPI_STDOUT ? j->out_fd : j->err_fd, "\n", 1)) && !j->werr) {
 			log_warn(j->scope, "cannot append the job's output: %s", strerror(errno));
-		j->werr = true;
+			j->werr = true;
+		}
 	}
 	return true;
 }
@@ -308,7 +333,7 @@ static void *ojob_pump(void *arg)
 	struct ojob *j = arg;
 	struct osapi_cmd cmd = { .command = j->command, .cwd = LAYOUT_SANDBOX_WORKSPACE,
 		.timeout_ms = j->timeout > 0 ? (long long)j->timeout * 1000 : 0, .envs = j->envs, .n_envs = j->n_envs };
-	struct osapi_cmd_events ev = { .on_init = on_init, .on_output = on_output, .arg = j };
+	struct osapi_cmd_events ev = { .on_init = on_init, .on_output = on_output, .on_flush = on_flush, .arg = j };
 	struct osapi_cmd_result r;
 	char err[OSAPI_ERR_LEN] = "";
 	bool gone = false;
@@ -319,6 +344,7 @@ static void *ojob_pump(void *arg)
 		goto done;
 	}
 	e = osapi_command(&j->ex, &cmd, &ev, &j->cancel, &r, &gone, err, sizeof(err));
+	on_flush(j); /* what the last piece brought, before any result */
 	if (gone)
 		sbx_box_gone(&j->ob->base, "the remote sandbox %s is gone (execd: %s)", j->ob->id, err);
 	if (!r.saw_init) {
@@ -375,6 +401,8 @@ static struct ojob *ojob_new(struct obox *ob, const char *job_dir, const char *n
 	j->job_dir = strdup(job_dir);
 	j->out_fd = j->err_fd = -1;
 	buf_init(&j->envtext, OJOB_ENV_MAX);
+	buf_init(&j->pend[0], OJOB_PEND_MAX);
+	buf_init(&j->pend[1], OJOB_PEND_MAX);
 	if (j->base.fd < 0 || !j->job_dir) {
 		if (j->base.fd >= 0)
 			close(j->base.fd);
@@ -410,6 +438,8 @@ static void ojob_free(struct ojob *j)
 	pthread_cond_destroy(&j->cond);
 	sbx_box_put(&j->ob->base);
 	buf_free(&j->envtext);
+	buf_free(&j->pend[0]);
+	buf_free(&j->pend[1]);
 	free(j->envs);
 	free(j->command);
 	free(j->job_dir);

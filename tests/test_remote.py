@@ -532,12 +532,14 @@ def test_running_job_survives_daemon_kill9(sandbox):
 def test_job_of_a_sandbox_that_vanished_while_the_daemon_was_down_is_lost(sandbox, remote, fake):
     m, t = sandbox
     sid = sandbox_id(t)
+    init = ProcRef(fake.sandbox(sid)["init_pid"])
     j = J.mkjob(t, "victim")
     J.start(j, "echo start; sleep 100")
     assert wait_until(lambda: J.jstatus(j)["stdout_bytes"] >= 6, 10)
     m.kill9()
     m.umount(lazy=True)
     fake.expire(sid)
+    assert wait_until(lambda: not init.alive(), 15), "the fake did not end the expired sandbox"
     m.restart()
     os.makedirs(t, exist_ok=True)
     rc, out, _ = J.cat(j / "exit", 15)
