@@ -295,6 +295,27 @@ def test_kill9_restart_adopts_by_record_and_leaks_nothing(sbxfs, remote, fake):
 
 @pytest.mark.timeout_s(150)
 @OS_ONLY
+def test_kill9_restart_adopts_by_metadata_when_the_record_is_lost(sbxfs, remote, fake):
+    """The provider's own record (the sandbox id) lost, the pool's says the
+    sandbox was ready: the next start finds it by metadata (state_id, scope)
+    and adopts it."""
+    m = sbxfs()
+    t = acquire(m)
+    sid = sandbox_id(t)
+    code, _, _ = job(t, "w", "echo meta > /mnt/user-data/workspace/m")
+    m.kill9()
+    m.umount(lazy=True)
+    (m.thread_data("alice", "t") / "opensandbox.json").unlink()
+    m.restart()
+    assert read_json(m.mnt / ".status")["adopted"] == 1
+    os.mkdir(t)
+    assert sandbox_id(t) == sid
+    assert job(t, "r", "cat /mnt/user-data/workspace/m")[1] == "meta\n"
+    assert [s["id"] for s in fake.sandboxes()] == [sid]
+
+
+@pytest.mark.timeout_s(150)
+@OS_ONLY
 def test_unrecorded_remote_sandboxes_are_removed_at_start(sbxfs, remote, fake):
     """A kill -9 between the create and its records: the next start finds the
     sandboxes by metadata (discover) and deletes them, also one whose user
