@@ -247,7 +247,7 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/remote_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
 
 distclean: clean
 	rm -rf build

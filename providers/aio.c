@@ -117,7 +117,7 @@ static void aio_target_init(struct aio_target *t, struct dbox *db, char *url, si
 static bool aio_alive(struct dbox *db)
 {
 	if (db->remote)
-		return !sbx_box_is_gone(&db->base);
+		return !sbx_box_is_gone(&db->base) && !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE);
 	return db->init_pid && util_proc_starttime(db->init_pid) == db->init_start;
 }
 
@@ -127,7 +127,7 @@ static bool aio_reach(struct dbox *db, int *nsfd)
 {
 	*nsfd = -1;
 	if (db->remote)
-		return !sbx_box_is_gone(&db->base);
+		return aio_alive(db);
 	*nsfd = dbox_netns(db);
 	return *nsfd >= 0;
 }
@@ -394,7 +394,9 @@ static void *ajob_pump(void *arg)
 		int code = -1;
 		enum sbx_err e;
 
-		if (!reached && !(reached = aio_reach(j->db, &nsfd))) {
+		if (!reached)
+			reached = aio_reach(j->db, &nsfd);
+		if (!reached) {
 			docker_write_lost(j->job_dir, j->db->remote ? "the sandbox is gone" :
 								      "the sandbox's container ended while the job ran");
 			goto done;
@@ -743,8 +745,11 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 	/* at a base_url, a command that is text and has no stdin travels in the
 	 * request's environment (no upload); else its files are uploaded */
 	inl = db->remote && !shell && ajob_inline(spec, &cmdtext);
-	if (db->remote && !inl && (e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err))))
-		goto out;
+	if (db->remote && !inl) {
+		e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err));
+		if (e)
+			goto out;
+	}
 	env = ajob_env(&envtext, &n_env); /* splits envtext: after the staging read it whole */
 	if (!env) {
 		snprintf(err, sizeof(err), "out of memory");

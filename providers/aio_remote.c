@@ -192,8 +192,8 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 	*code = -1;
 	if (errlen)
 		errtext[0] = '\0';
-	if (sbx_box_is_gone(&db->base))
-		return SBX_ERR_GONE;
+	if (sbx_box_is_gone(&db->base) || __atomic_load_n(&db->ended, __ATOMIC_ACQUIRE))
+		return SBX_ERR_GONE; /* after its destroy the sandbox may serve another scope: never touched */
 	e2[n++] = (struct aio_env){ "LC_ALL", "C" };
 	for (size_t i = 0; i < n_env && n < 8; i++)
 		e2[n++] = env[i];
@@ -593,11 +593,15 @@ static enum sbx_err aior_destroy(struct sbx_box *b)
 	enum sbx_err e;
 
 	if (!ab->holds) {
+		__atomic_store_n(&ab->db.ended, 1, __ATOMIC_RELEASE);
 		aior_unsave(ab->db.thread_dir);
 		return SBX_OK;
 	}
 	kill_sessions(ab, true);
 	e = wipe(ab);
+	/* from now on nothing of this box reaches the sandbox: a late write of
+	 * the remote-files cache or a job pump would land in the next scope's files */
+	__atomic_store_n(&ab->db.ended, 1, __ATOMIC_RELEASE);
 	if (e)
 		log_err(ab->db.name, "aio: cannot empty the sandbox at %s (%s): the next create does", ab->db.url,
 			sbx_err_name(e));
@@ -706,6 +710,13 @@ static void aior_box_status(struct sbx_box *b, struct json_t *out)
 
 /* ---- files ------------------------------------------------------------------------------------ */
 
+/* The box's sandbox is still this scope's (not destroyed: it may serve
+ * another scope now). */
+static bool box_live(struct dbox *db)
+{
+	return !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE) && !sbx_box_is_gone(&db->base);
+}
+
 static bool path_ok(const char *p)
 {
 	json_t *s;
@@ -801,6 +812,8 @@ static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_diren
 	*n = 0;
 	if (!path_ok(path))
 		return SBX_ERR_INVAL;
+	if (!box_live(db))
+		return SBX_ERR_GONE;
 	aior_target(db, &t);
 	e = aio_file_list(&t, path, list_one, &a, err, sizeof(err));
 	if (e) {
@@ -822,6 +835,8 @@ static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_
 	*got = 0;
 	if (!path_ok(path) || off < 0)
 		return SBX_ERR_INVAL;
+	if (!box_live(db))
+		return SBX_ERR_GONE;
 	aior_target(db, &t);
 	e = aio_file_download(&t, path, (long long)off, len, fd, got, err, sizeof(err));
 	return e ? api_failed(db, e, "read", path, err) : SBX_OK;
@@ -833,6 +848,8 @@ static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, m
 	char err[AIO_ERR_LEN], m[16];
 	enum sbx_err e;
 
+	if (!box_live(db))
+		return SBX_ERR_GONE;
 	aior_target(db, &t);
 	e = aio_file_upload(&t, path, fd, (long long)size, err, sizeof(err));
 	if (e)

@@ -72,6 +72,7 @@ struct dbox {
 	char url[512];        /* the AIO API's base URL, no trailing slash */
 	char run_path[96];    /* where jobs' command files go inside the sandbox */
 	const char *api_key;  /* sent as X-AIO-API-Key (in cfg: lives as long as the box) */
+	int ended;            /* atomic: destroyed; the sandbox may serve another scope now */
 };
 
 struct dbox *dbox(struct sbx_box *b);

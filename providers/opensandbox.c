@@ -81,7 +81,6 @@ static struct {
 	int n_suspects;
 	pthread_t renewer;
 	bool running, stop; /* protected by lock */
-	bool warned;        /* the configuration warnings were logged (once per start) */
 } os = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 struct obox *obox(struct sbx_box *b)
