@@ -44,7 +44,8 @@ COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o co
 	  common/idrange.o common/http.o common/netns.o common/udir.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o
+	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
+	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
@@ -106,7 +107,8 @@ run: deps all
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o \
+	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
+	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
 	net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
@@ -138,19 +140,25 @@ HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o provide
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
-unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test
+# the remote providers' files and skills ops against the fake servers (tests/fakes)
+tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
+
+unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
+	tests/unit/remote_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
 	./tests/unit/net_glue_test
 	./tests/unit/http_test
+	./tests/unit/remote_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/remote_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -241,7 +249,7 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/remote_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
 
 distclean: clean
 	rm -rf build

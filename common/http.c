@@ -149,6 +149,8 @@ void http_url_for_log(const char *url, char *out, size_t len)
 struct http_xfer {
 	const struct http_request *rq;
 	struct http_response *rs;
+	CURL *h;
+	int to_err;     /* sink mode: 0 not decided yet, 1 the body is an error document, -1 data */
 	bool toobig;    /* the body passed rq->out's cap */
 	bool nomem;     /* rq->out could not grow */
 	bool sink_stop; /* the sink asked to stop */
@@ -160,6 +162,22 @@ static size_t http_write(char *data, size_t size, size_t n, void *arg)
 	struct http_xfer *x = arg;
 	size_t len = size * n;
 
+	if (x->rq->sink && !x->to_err) {
+		long status = 0;
+
+		curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
+		x->to_err = x->rq->err_out && (status < 200 || status >= 300) ? 1 : -1;
+		if (x->rq->on_status)
+			x->rq->on_status(status, x->rq->sink_arg);
+	}
+	if (x->to_err == 1) {
+		struct buf *e = x->rq->err_out;
+		size_t room = e->max > e->len ? e->max - e->len : 0;
+
+		if (room && !e->failed && buf_add(e, data, len < room ? len : room))
+			e->failed = 1;
+		return len;
+	}
 	if (x->rq->sink) {
 		if (!x->rq->sink(data, len, x->rq->sink_arg)) {
 			x->sink_stop = true;
@@ -186,6 +204,62 @@ static size_t http_read_fd(char *data, size_t size, size_t n, void *arg)
 		r = read(rq->body_fd, data, size * n);
 	while (r < 0 && errno == EINTR);
 	return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
+}
+
+/* A multipart file part from an fd: read at the part's own offset. */
+struct http_fdpart {
+	int fd;
+	curl_off_t pos, size;
+};
+
+static size_t http_part_read(char *data, size_t size, size_t n, void *arg)
+{
+	struct http_fdpart *p = arg;
+	size_t want = size * n;
+	ssize_t r;
+
+	if (p->pos >= p->size)
+		return 0;
+	if ((curl_off_t)want > p->size - p->pos)
+		want = (size_t)(p->size - p->pos);
+	do
+		r = pread(p->fd, data, want, (off_t)p->pos);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0) /* an error, or the file shrank under us: never send short */
+		return CURL_READFUNC_ABORT;
+	p->pos += r;
+	return (size_t)r;
+}
+
+static int http_part_seek(void *arg, curl_off_t offset, int origin)
+{
+	struct http_fdpart *p = arg;
+
+	if (origin != SEEK_SET || offset < 0 || offset > p->size)
+		return CURL_SEEKFUNC_CANTSEEK;
+	p->pos = offset;
+	return CURL_SEEKFUNC_OK;
+}
+
+int http_escape(struct buf *b, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		int r;
+
+		if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+		    c == '_' || c == '~') {
+			r = buf_add(b, s, 1);
+		} else {
+			char e[3] = { '%', hex[c >> 4], hex[c & 15] };
+			r = buf_add(b, e, 3);
+		}
+		if (r)
+			return -1;
+	}
+	return 0;
 }
 
 static int http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
@@ -241,6 +315,8 @@ static enum sbx_err http_curl_err(CURLcode c, struct http_xfer *x)
 enum sbx_err http_perform(const struct http_request *rq, struct http_response *rs)
 {
 	struct http_xfer x = { .rq = rq, .rs = rs };
+	struct http_fdpart *fdparts = NULL;
+	curl_mime *mime = NULL;
 	struct curl_slist *hdrs = NULL, *tmp;
 	char errbuf[CURL_ERROR_SIZE] = "", line[1024], logurl[512];
 	char *json_text = NULL;
@@ -267,6 +343,7 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 	h = curl_easy_init();
 	if (!h)
 		goto out;
+	x.h = h;
 	c |= curl_easy_setopt(h, CURLOPT_URL, rq->url);
 	c |= curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	c |= curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -311,6 +388,31 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body);
 		c |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
 		ctype = rq->content_type;
+	} else if (rq->n_parts) {
+		mime = curl_mime_init(h);
+		fdparts = calloc(rq->n_parts, sizeof(*fdparts));
+		if (!mime || !fdparts)
+			goto out;
+		for (size_t i = 0; i < rq->n_parts; i++) {
+			const struct http_part *p = &rq->parts[i];
+			curl_mimepart *mp = curl_mime_addpart(mime);
+
+			if (!mp)
+				goto out;
+			c |= curl_mime_name(mp, p->name);
+			if (p->filename)
+				c |= curl_mime_filename(mp, p->filename);
+			if (p->type)
+				c |= curl_mime_type(mp, p->type);
+			if (p->from_fd) {
+				fdparts[i] = (struct http_fdpart){ p->fd, 0, (curl_off_t)p->size };
+				c |= curl_mime_data_cb(mp, (curl_off_t)p->size, http_part_read, http_part_seek, NULL,
+					&fdparts[i]);
+			} else {
+				c |= curl_mime_data(mp, p->data ? p->data : "", p->len);
+			}
+		}
+		c |= curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
 	} else if (rq->body_fd >= 0) {
 		c |= curl_easy_setopt(h, CURLOPT_POST, 1L);
 		c |= curl_easy_setopt(h, CURLOPT_READFUNCTION, http_read_fd);
@@ -390,5 +492,7 @@ out:
 	free(json_text);
 	if (h)
 		curl_easy_cleanup(h);
+	curl_mime_free(mime);
+	free(fdparts);
 	return result;
 }

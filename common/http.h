@@ -57,6 +57,20 @@ struct http_header {
  * then succeeds with aborted set). */
 typedef bool (*http_sink_fn)(const char *data, size_t len, void *arg);
 
+/* One part of a multipart/form-data body (RFC 7578): its content is data
+ * (len bytes) or, with from_fd, size bytes of fd read from offset 0 with
+ * pread (the fd's offset is not used).  filename makes it a file part. */
+struct http_part {
+	const char *name;
+	const char *filename; /* NULL: a plain field */
+	const char *type;     /* Content-Type of the part, NULL: curl's default */
+	const void *data;
+	size_t len;
+	bool from_fd;
+	int fd;
+	long long size;
+};
+
 struct http_request {
 	const char *method; /* "GET", "POST", "PUT", "DELETE", "HEAD", "PATCH" */
 	const char *url;    /* absolute http(s)://host[:port]/path[?query] */
@@ -64,17 +78,26 @@ struct http_request {
 	int netns_fd;            /* >= 0: open the connection inside this network namespace */
 	const struct http_header *headers;
 	size_t n_headers;
-	/* the body: at most one of json, body/body_len, body_fd */
+	/* the body: at most one of json, body/body_len, body_fd, parts */
 	const json_t *json; /* sent as application/json */
 	const void *body;
 	size_t body_len;
 	int body_fd;         /* >= 0: sent from the fd's current offset, body_size bytes */
 	long long body_size;
 	const char *content_type; /* of body / body_fd */
+	const struct http_part *parts; /* multipart/form-data (POST) */
+	size_t n_parts;
 	/* the response: exactly one of out (bounded by its cap) and sink */
 	struct buf *out;
 	http_sink_fn sink;
 	void *sink_arg;
+	/* with sink: the body of a response whose status is not 2xx goes here
+	 * instead of the sink (an error document; bounded by its cap, excess
+	 * dropped), so a streaming caller never mistakes it for data */
+	struct buf *err_out;
+	/* with sink: told the status once, before the first byte of the body
+	 * (e.g. a 200 where a 206 to a Range request was expected) */
+	void (*on_status)(long status, void *sink_arg);
 	long connect_timeout_ms; /* 0: HTTP_CONNECT_TIMEOUT_MS */
 	long timeout_ms;         /* whole transfer; 0: no limit (streams: use stall_ms) */
 	long stall_ms;           /* fail when no byte moves for this long; 0: off */
@@ -111,6 +134,10 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
  * 401, 403 ACCESS; 404, 410 GONE; 408, 504 TIMEOUT; 409 EXIST; 413 TOOBIG;
  * 429, 503 BUSY; 507 NOSPC; anything else IO. */
 enum sbx_err http_status_err(long status);
+
+/* Append s percent-encoded (everything but RFC 3986's unreserved
+ * characters) to b: a path or query value in a URL.  0 or -1 (b freed). */
+__attribute__((warn_unused_result)) int http_escape(struct buf *b, const char *s);
 
 /* "Name: value" for a log line, the value shown as "***" when secret. */
 void http_header_for_log(const struct http_header *h, char *out, size_t len);

@@ -88,7 +88,7 @@ static struct {
 
 struct dbox *dbox(struct sbx_box *b)
 {
-	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio))
+	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio && b->prov != &provider_aio_remote))
 		abort(); /* a box handed to the wrong provider is a programming error */
 	return (struct dbox *)b;
 }
@@ -238,12 +238,10 @@ static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 		cfg_fail(x, "image", "the docker provider needs an image (any image with /bin/sh; never pulled)");
 		return -1;
 	}
-	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0]) {
-		/* an existing AIO sandbox reached over HTTP, no docker: the remote mode */
-		cfg_fail(x, "base_url", "the aio provider here makes its own containers; an existing AIO sandbox at a "
-					"base_url is the remote provider's mode, not built into this sbxfs");
-		return -1;
-	}
+	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0])
+		return aio_remote_config_check(x, cfg); /* an existing AIO sandbox over HTTP, no docker (aio_remote.c) */
+	if (!is_aio(cfg) && cfg->base_url && cfg->base_url[0])
+		log_warn("config", "base_url: not used by the docker provider");
 	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
 		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
 		return -1;
@@ -1065,6 +1063,7 @@ static const struct sbx_provider_ops aio_ops = {
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
 	.exec_cleanup = aio_jobs_cleanup,
+	.variant = aio_remote_variant,
 	.net = &docker_net_ops,
 };
 

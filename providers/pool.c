@@ -49,6 +49,7 @@ static struct {
 	pthread_t reaper;
 	pthread_cond_t reaper_cond;
 	bool reaper_running, stopping;
+	bool sweep_gone; /* protected by lock: a box went gone (sbx_box_gone): the reaper invalidates it */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .reaper_cond = PTHREAD_COND_INITIALIZER };
 
 static const struct pool_hooks *pool_hooks; /* set before pool_init */
@@ -349,20 +350,81 @@ static void pool_reap_once(long idle_timeout)
 	}
 }
 
+/* A sandbox whose provider found it gone behind its back (sbx_box_gone:
+ * expired, deleted) is invalidated: destroyed (what is left of it), its
+ * directory disappears, and the next mkdir of its scope creates a fresh
+ * one; last_event says what happened.  Returns true when one could not be
+ * handled now (its scope lock was busy): the reaper comes back soon. */
+static bool pool_sweep_gone(void)
+{
+	bool busy = false;
+
+	for (;;) {
+		struct sbx *victim = NULL;
+		enum sbx_state was = SBX_NONE;
+		char why[sizeof(((struct sbx_box *)0)->gone_why)], at[32];
+
+		pthread_mutex_lock(&pool.lock);
+		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
+			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next) {
+				if ((s->state != SBX_ACTIVE && s->state != SBX_WARM) || !sbx_box_is_gone(s->box))
+					continue;
+				if (pthread_mutex_trylock(&s->scope)) {
+					busy = true;
+					continue;
+				}
+				was = s->state;
+				s->state = SBX_DESTROYING;
+				victim = s;
+			}
+		if (victim) {
+			util_iso8601(util_wall_now(), at);
+			snprintf(why, sizeof(why), "%s", victim->box->gone_why);
+			snprintf(victim->last_event, sizeof(victim->last_event), "invalidated at %s (was %s): %s", at,
+				was == SBX_ACTIVE ? "active" : "warm", why);
+		}
+		pthread_mutex_unlock(&pool.lock);
+		if (!victim)
+			return busy;
+		{
+			char scope[NAMES_SCOPE_MAX];
+			snprintf(scope, sizeof(scope), "%s/%s", victim->user, victim->thread);
+			log_warn(scope, "the sandbox is gone (%s): invalidated; the next mkdir creates a fresh one", why);
+			pool_note_error(scope, "other", "sandbox gone: %s", why);
+		}
+		pool_destroy_held(victim, "gone");
+		pthread_mutex_unlock(&victim->scope);
+	}
+}
+
+/* sbx_box_gone()'s hook: wake the reaper (any thread, no lock held). */
+static void pool_gone_wake(void)
+{
+	pthread_mutex_lock(&pool.lock);
+	pool.sweep_gone = true;
+	pthread_cond_signal(&pool.reaper_cond);
+	pthread_mutex_unlock(&pool.lock);
+}
+
 static void *pool_reaper_main(void *arg)
 {
+	bool again = false;
+
 	(void)arg;
 	pthread_mutex_lock(&pool.lock);
 	while (!pool.stopping) {
 		long interval = pool.cfg->idle_check_interval, idle = pool.cfg->idle_timeout;
+		bool sweep = pool.sweep_gone || again;
 		struct timespec ts;
 
+		pool.sweep_gone = false;
 		pthread_mutex_unlock(&pool.lock);
+		again = sweep && pool_sweep_gone();
 		pool_reap_once(idle);
 		pthread_mutex_lock(&pool.lock);
 		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += interval;
-		if (!pool.stopping)
+		ts.tv_sec += again ? 1 : interval;
+		if (!pool.stopping && !pool.sweep_gone)
 			pthread_cond_timedwait(&pool.reaper_cond, &pool.lock, &ts);
 	}
 	pthread_mutex_unlock(&pool.lock);
@@ -498,15 +560,18 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	s->state = SBX_CREATING;
 	pthread_mutex_unlock(&pool.lock);
 
-	if (st == SBX_WARM && s->prov == prov && s->box && prov->ops->health(s->box) == SBX_OK) {
+	if (st == SBX_WARM && s->prov == prov && s->box && !sbx_box_is_gone(s->box) &&
+	    prov->ops->health(s->box) == SBX_OK) {
 		kind = 1;
 		log_info(scope, "sandbox reclaimed from the warm pool");
 	} else {
 		if (st == SBX_WARM) {
+			bool gone = sbx_box_is_gone(s->box);
+
 			log_info(scope, "warm sandbox failed its health check: recreating");
 			pthread_mutex_lock(&pool.lock);
-			snprintf(s->last_event, sizeof(s->last_event),
-				"recreated: the warm sandbox failed its health check");
+			snprintf(s->last_event, sizeof(s->last_event), "recreated: %s",
+				gone ? s->box->gone_why : "the warm sandbox failed its health check");
 			pthread_mutex_unlock(&pool.lock);
 			pool_destroy_held(s, "failed health check");
 			pthread_mutex_lock(&pool.lock);
@@ -820,7 +885,7 @@ static void pool_scan(const char *state_dir)
 
 int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 {
-	const struct sbx_provider *prov = provider_find(cfg->use);
+	const struct sbx_provider *prov = provider_for(cfg);
 
 	if (!prov) {
 		snprintf(err, errlen, "use: provider '%s' is not built into this sbxfs (available: %s)", cfg->use,
@@ -835,6 +900,7 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	}
 	pool.cfg = config_get(cfg);
 	pool.prov = prov;
+	sbx_set_gone_hook(pool_gone_wake);
 	pool_scan(cfg->state_dir);
 	/* sandboxes the provider knows of that no record names (a crash
 	 * between a create and its record): adopted the same way */
@@ -851,7 +917,7 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 
 int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 {
-	const struct sbx_provider *prov = provider_find(cfg->use), *old;
+	const struct sbx_provider *prov = provider_for(cfg), *old;
 	struct sbx_config *oldcfg;
 	struct sbx *victim;
 

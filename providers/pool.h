@@ -65,7 +65,7 @@ struct sbx {
 	struct sbx_box *box;               /* the pool's reference */
 	const struct sbx_provider *prov;
 	struct sbx_config *cfg;            /* the config this sandbox was created with */
-	char last_event[160];              /* e.g. "recreated: the warm sandbox failed its health check" */
+	char last_event[320];              /* e.g. "recreated: the warm sandbox failed its health check" */
 
 	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
 	int jobs_running; /* the FUSE layer's count of running jobs (atomic) */

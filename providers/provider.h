@@ -76,6 +76,12 @@ struct sbx_box {
 	uid_t uid;          /* owner of the sandbox's files on the host (bind providers) */
 	gid_t gid;
 	char note[128];     /* shown in status when not empty (e.g. "runs as root: image needs it") */
+	/* Set once (sbx_box_gone) when the provider learns that the sandbox
+	 * vanished behind its back (a remote sandbox expired, was deleted, 404):
+	 * gone is atomic; gone_why is written before gone is set and never
+	 * after, so a reader that saw gone may read it. */
+	int gone;
+	char gone_why[160];
 };
 
 /* A command to run (DESIGN §6).  The provider runs it as `/bin/sh` reading
@@ -111,15 +117,29 @@ struct sbx_dirent {
 
 /* Remote files: providers whose sandbox files are not host directories
  * bind-mounted into it (opensandbox, aio base_url).  Paths are absolute
- * paths inside the sandbox.  The FUSE layer's remote-files backend keeps a
- * host-side cache and calls these; all MAY block (network). */
+ * paths inside the sandbox, without "." or ".." components.  The FUSE
+ * layer's remote-files backend keeps a host-side cache and calls these from
+ * any thread with no lock held (the box referenced); all MAY block
+ * (network) up to request_timeout without progress.  Errors: GONE (ENOENT:
+ * the path, or the sandbox, is not there), ACCESS, NOSPC, TIMEOUT, NOTDIR,
+ * ISDIR, EXIST, NOTEMPTY (rmdir), INVAL (a path the API cannot carry), IO
+ * (anything else: the cause is logged).  A sandbox found gone on the way
+ * is also reported to the pool (sbx_box_gone). */
 struct sbx_files_ops {
+	/* st_mode (type and permission bits), st_size, st_mtim, st_ctim,
+	 * st_nlink; st_uid/st_gid are left 0 (the FUSE layer presents files as
+	 * the user's).  A symlink is reported as what it points to where the
+	 * API follows it (execd's info does), as S_IFLNK where it does not. */
 	enum sbx_err (*stat)(struct sbx_box *box, const char *path, struct stat *st);
 	/* *ents is malloc'd (names too): free with sbx_dirents_free */
 	enum sbx_err (*list)(struct sbx_box *box, const char *path, struct sbx_dirent **ents, size_t *n);
-	/* Copy [off, off+len) of path into fd (at its current offset); *got bytes. */
+	/* Copy [off, off+len) of path into fd (written at fd's current offset,
+	 * only that range is fetched: a ranged download); *got bytes (less than
+	 * len at the end of the file, 0 past it). */
 	enum sbx_err (*read)(struct sbx_box *box, const char *path, off_t off, size_t len, int fd, size_t *got);
-	/* Replace path with the content of fd (from offset 0, size bytes), mode. */
+	/* Replace path with the content of fd (from offset 0, size bytes; fd's
+	 * offset is not used), then its permission bits are mode & 07777.
+	 * Missing parent directories are created. */
 	enum sbx_err (*write)(struct sbx_box *box, const char *path, int fd, off_t size, mode_t mode);
 	enum sbx_err (*mkdir)(struct sbx_box *box, const char *path, mode_t mode);
 	enum sbx_err (*rmdir)(struct sbx_box *box, const char *path);
@@ -130,7 +150,16 @@ struct sbx_files_ops {
 };
 
 /* Skills by upload: providers that cannot mount the host's skills/ tree
- * (the skills sync engine calls these, one sync at a time per sandbox). */
+ * (the skills sync engine calls these, one sync at a time per sandbox, from
+ * its own thread with no lock held; they MAY block like the files ops).
+ * path is relative to the projection root ("pkg/SKILL.md": no leading '/',
+ * no "." or ".." component); the provider places it under the sandbox's
+ * skills path (skills.container_path, /mnt/skills by default).
+ *   upload  replace path with fd's content (offset 0, size bytes), mode;
+ *           missing parents are created
+ *   mkdir   make the directory (and missing parents); an existing one is OK
+ *   remove  delete path (is_dir: with everything under it); a missing one is OK
+ */
 struct sbx_skills_ops {
 	enum sbx_err (*upload)(struct sbx_box *box, const char *path, int fd, off_t size, mode_t mode);
 	enum sbx_err (*mkdir)(struct sbx_box *box, const char *path, mode_t mode);
@@ -188,6 +217,11 @@ struct sbx_provider_ops {
 		void (*found)(const char *user, const char *thread, void *arg), void *arg);
 	/* MAY: end of day: release shared resources (connection caches). */
 	void (*shutdown)(void);
+	/* MAY: the descriptor that serves cfg when it is not this one (a mode
+	 * of the provider with other capabilities: aio with a base_url has
+	 * remote files, its containers have none).  provider_for() calls it;
+	 * the pool keeps what it returns, and every box it makes names it. */
+	const struct sbx_provider *(*variant)(const struct sbx_config *cfg);
 
 	/* -- sandbox level (work thread or reaper, scope lock held) -- */
 
@@ -258,6 +292,9 @@ struct sbx_provider {
 /* The registry (providers.c): every provider built into this binary, by
  * name or alias (DeerFlow's class paths). */
 const struct sbx_provider *provider_find(const char *name);
+/* The descriptor that serves cfg: provider_find(cfg->use), or the variant
+ * it names for cfg (ops->variant).  The pool uses this one. */
+const struct sbx_provider *provider_for(const struct sbx_config *cfg);
 /* For the configuration parser: the canonical name, or NULL. */
 const char *provider_canonical(const char *name);
 /* Iterate the built-in providers (NULL-terminated array). */
@@ -283,5 +320,29 @@ void sbx_exec_finish(struct sbx_exec *x);
 void sbx_exec_free(struct sbx_exec *x);
 void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_name);
 void sbx_dirents_free(struct sbx_dirent *ents, size_t n);
+
+/* The capability tables of the provider that made box (NULL: not offered). */
+static inline const struct sbx_files_ops *sbx_files(const struct sbx_box *box)
+{
+	return box ? box->prov->ops->files : NULL;
+}
+
+static inline const struct sbx_skills_ops *sbx_skills(const struct sbx_box *box)
+{
+	return box ? box->prov->ops->skills : NULL;
+}
+
+/* A provider learnt that box's sandbox vanished behind its back (expired,
+ * deleted: the remote API said 404): record why (first call wins) and tell
+ * the pool, which invalidates the sandbox (its directory disappears, the
+ * next mkdir of its scope creates a fresh one, status says what happened).
+ * Any thread, no lock held by the caller that the pool could need. */
+void sbx_box_gone(struct sbx_box *box, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline bool sbx_box_is_gone(const struct sbx_box *box)
+{
+	return box && __atomic_load_n(&box->gone, __ATOMIC_ACQUIRE);
+}
+/* Who sbx_box_gone() tells (the pool, at init): called without locks. */
+void sbx_set_gone_hook(void (*fn)(void));
 
 #endif

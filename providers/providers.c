@@ -8,8 +8,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <pthread.h>
 
 #include "provider.h"
 
@@ -94,6 +98,34 @@ void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_
 {
 	if (box->prov->ops->exec_cleanup)
 		box->prov->ops->exec_cleanup(box, job_dir, job_name);
+}
+
+static void (*gone_hook)(void); /* set once at start, before any box exists */
+
+void sbx_set_gone_hook(void (*fn)(void))
+{
+	gone_hook = fn;
+}
+
+void sbx_box_gone(struct sbx_box *box, const char *fmt, ...)
+{
+	static pthread_mutex_t once = PTHREAD_MUTEX_INITIALIZER; /* orders the first writer of gone_why */
+	bool first = false;
+	va_list ap;
+
+	if (!box)
+		return;
+	pthread_mutex_lock(&once);
+	if (!__atomic_load_n(&box->gone, __ATOMIC_ACQUIRE)) {
+		va_start(ap, fmt);
+		vsnprintf(box->gone_why, sizeof(box->gone_why), fmt, ap);
+		va_end(ap);
+		__atomic_store_n(&box->gone, 1, __ATOMIC_RELEASE);
+		first = true;
+	}
+	pthread_mutex_unlock(&once);
+	if (first && gone_hook)
+		gone_hook();
 }
 
 void sbx_dirents_free(struct sbx_dirent *ents, size_t n)

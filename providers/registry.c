@@ -25,6 +25,14 @@ const struct sbx_provider *provider_find(const char *name)
 	return NULL;
 }
 
+const struct sbx_provider *provider_for(const struct sbx_config *cfg)
+{
+	const struct sbx_provider *p = provider_find(cfg->use);
+	const struct sbx_provider *v = p && p->ops->variant ? p->ops->variant(cfg) : NULL;
+
+	return v ? v : p;
+}
+
 const char *provider_canonical(const char *name)
 {
 	const struct sbx_provider *p = provider_find(name);
