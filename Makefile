@@ -44,7 +44,8 @@ COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o co
 	  common/idrange.o common/http.o common/netns.o common/udir.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o
+	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
+	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
@@ -85,9 +86,11 @@ sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
 sbxfs-init: providers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
-# pid 1 and job supervisor of docker sandboxes: runs on any image, so static
+# pid 1 and job supervisor of docker sandboxes: runs on any image, so static;
+# execute-only, so the kernel starts it non-dumpable (docker_box.c)
 sbxfs-box: providers/docker_box.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
+	chmod 0711 $@
 
 %.o: %.c $(HDRS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -107,7 +110,8 @@ run: deps all
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o \
+	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
+	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
 	net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
@@ -145,33 +149,32 @@ SKILLS_TEST_OBJS := $(POOL_TEST_OBJS) $(SKILLS)
 tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/fault.h $(SKILLS_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
+# the remote providers' files and skills ops against the fake servers (tests/fakes)
+tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
+
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/skills_test
+	tests/unit/skills_test tests/unit/remote_test
 	./tests/unit/skills_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
 	./tests/unit/net_glue_test
 	./tests/unit/http_test
+	./tests/unit/remote_test
 
 test: deps all unit
 	/usr/bin/python3 -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
 BENCH_OBJS := $(filter-out providers/builtin.o,$(OBJS))
 sbxfs-slow: bench/slow_provider.c $(BENCH_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ bench/slow_provider.c $(BENCH_OBJS) $(LDFLAGS) $(LDLIBS)
-
-# A development daemon whose local sandboxes are reached through the files
-# and skills ops (tests/unit/hostfiles.c): rfiles.c and the upload sync
-# against real jobs without a remote server.  Never installed.
-sbxfs-hostfiles: tests/unit/hostfiles.c $(BENCH_OBJS) $(LIBFUSE_MK)
-	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/hostfiles.c $(BENCH_OBJS) $(LDFLAGS) $(LDLIBS)
 
 # The same daemon on the system's libfuse (3.14 on Debian 12: the copy data
 # path), for the bench to show both data paths side by side.  One compiler
@@ -211,7 +214,7 @@ install: all $(GENERATED)
 	install -D -m 0755 sbxfs $(DESTDIR)$(BINDIR)/sbxfs
 	install -D -m 0755 sbxfs-exec $(DESTDIR)$(HELPERDIR)/sbxfs-exec
 	install -D -m 0755 sbxfs-init $(DESTDIR)$(HELPERDIR)/sbxfs-init
-	install -D -m 0755 sbxfs-box $(DESTDIR)$(HELPERDIR)/sbxfs-box
+	install -D -m 0711 sbxfs-box $(DESTDIR)$(HELPERDIR)/sbxfs-box
 	install -D -m 0644 man/sbxfs.8 $(DESTDIR)$(MANDIR)/man8/sbxfs.8
 	install -D -m 0644 man/sbxfs.conf.5 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
 	install -D -m 0644 build/install/sbxfs.service $(DESTDIR)$(UNITDIR)/sbxfs.service
@@ -256,7 +259,8 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test sbxfs-hostfiles sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o skills/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
+		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 
 distclean: clean
 	rm -rf build

@@ -5,6 +5,7 @@
 #include "err.h"
 
 #include <errno.h>
+#include <stddef.h>
 
 int sbx_err_errno(enum sbx_err e)
 {
@@ -86,6 +87,37 @@ enum sbx_err sbx_err_from_errno(int err)
 	default:
 		return SBX_ERR_IO;
 	}
+}
+
+enum sbx_err sbx_err_from_message(const char *text)
+{
+	/* strerror()'s words for the errnos a file API reports, in the order
+	 * they are checked (the most specific first) */
+	static const struct {
+		const char *words;
+		enum sbx_err e;
+	} map[] = {
+		{ "no such file", SBX_ERR_GONE }, { "not found", SBX_ERR_GONE }, { "does not exist", SBX_ERR_GONE },
+		{ "directory not empty", SBX_ERR_NOTEMPTY }, { "not a directory", SBX_ERR_NOTDIR },
+		{ "is a directory", SBX_ERR_ISDIR }, { "file exists", SBX_ERR_EXIST },
+		{ "no space left", SBX_ERR_NOSPC }, { "quota exceeded", SBX_ERR_QUOTA },
+		{ "file too large", SBX_ERR_TOOBIG }, { "read-only file system", SBX_ERR_ACCESS },
+		{ "permission denied", SBX_ERR_ACCESS }, { "operation not permitted", SBX_ERR_PERM },
+		{ "invalid argument", SBX_ERR_INVAL }, { "timed out", SBX_ERR_TIMEOUT },
+	};
+
+	if (!text)
+		return SBX_ERR_IO;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		for (const char *p = text; *p; p++) {
+			size_t k = 0;
+
+			while (map[i].words[k] && p[k] && (p[k] | 0x20) == map[i].words[k])
+				k++;
+			if (!map[i].words[k])
+				return map[i].e;
+		}
+	return SBX_ERR_IO;
 }
 
 const char *sbx_err_name(enum sbx_err e)

@@ -34,5 +34,11 @@ enum sbx_err {
 int sbx_err_errno(enum sbx_err e);
 const char *sbx_err_name(enum sbx_err e);
 enum sbx_err sbx_err_from_errno(int err);
+/* The error a remote tool's message names in strerror()'s words ("No such
+ * file or directory", "Permission denied", "Directory not empty", ...,
+ * case-insensitive, anywhere in text), or SBX_ERR_IO when none does: how
+ * remote APIs that report an errno only as text (execd's RUNTIME_ERROR, a
+ * coreutils command's stderr) are mapped. */
+enum sbx_err sbx_err_from_message(const char *text);
 
 #endif

@@ -162,11 +162,13 @@ static size_t http_write(char *data, size_t size, size_t n, void *arg)
 	struct http_xfer *x = arg;
 	size_t len = size * n;
 
-	if (x->rq->sink && x->rq->err_out && !x->to_err) {
+	if (x->rq->sink && !x->to_err) {
 		long status = 0;
 
 		curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
-		x->to_err = status >= 200 && status < 300 ? -1 : 1;
+		x->to_err = x->rq->err_out && (status < 200 || status >= 300) ? 1 : -1;
+		if (x->rq->on_status)
+			x->rq->on_status(status, x->rq->sink_arg);
 	}
 	if (x->to_err == 1) {
 		struct buf *e = x->rq->err_out;

@@ -95,6 +95,9 @@ struct http_request {
 	 * instead of the sink (an error document; bounded by its cap, excess
 	 * dropped), so a streaming caller never mistakes it for data */
 	struct buf *err_out;
+	/* with sink: told the status once, before the first byte of the body
+	 * (e.g. a 200 where a 206 to a Range request was expected) */
+	void (*on_status)(long status, void *sink_arg);
 	long connect_timeout_ms; /* 0: HTTP_CONNECT_TIMEOUT_MS */
 	long timeout_ms;         /* whole transfer; 0: no limit (streams: use stall_ms) */
 	long stall_ms;           /* fail when no byte moves for this long; 0: off */

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,7 +571,14 @@ int main(int argc, char **argv)
 	ret = 1;
 	umask(0); /* the kernel has applied the caller's umask to every create */
 	log_open(0, o.debug);
-	umask(0); /* the kernel applied the caller's umask already */
+	/* A fixed mmap threshold (which also turns off glibc's dynamic one):
+	 * buffers of 128 KiB and more (libfuse copies a READ reply through one
+	 * when a splice comes up short, as when a reader catches up with a
+	 * job's output) are mapped and unmapped each time.  With the dynamic
+	 * threshold, the first such free raises it, later ones come from the
+	 * malloc arena of whichever of the 32 workers served the request, and
+	 * every arena keeps a few MiB it never returns. */
+	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	config_set_hooks(&provider_config_hooks);
 	cfg = load_config(&o);
 	if (!cfg)

@@ -274,6 +274,10 @@ int http_upstream_head(const char *p, size_t len, const struct http_req *r, stru
 {
 	static const char *const hop[] = { "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
 		"Proxy-Authenticate", "TE", "Trailer", "Upgrade", NULL };
+	/* never dropped, even when Connection names them: the body the proxy
+	 * forwards is framed by these, and an upstream without them would read
+	 * that body as a request of its own */
+	static const char *const keep[] = { "Host", "Content-Length", "Transfer-Encoding", NULL };
 	const char *named[32];
 	size_t named_len[32], n_named = 0;
 	const char *end = p + len, *line, *eol;
@@ -315,6 +319,8 @@ int http_upstream_head(const char *p, size_t len, const struct http_req *r, stru
 			drop = ieq(line, (size_t)(colon - line), hop[i]);
 		for (size_t i = 0; i < n_named && !drop; i++)
 			drop = (size_t)(colon - line) == named_len[i] && !strncasecmp(line, named[i], named_len[i]);
+		for (int i = 0; keep[i] && drop; i++)
+			drop = !ieq(line, (size_t)(colon - line), keep[i]);
 		if (!drop)
 			e |= buf_add(out, line, (size_t)(eol - line + 2));
 	}

@@ -57,6 +57,8 @@ int http_parse(const char *p, size_t len, struct http_req *r, const char **why);
 /* The head to send upstream for a plain request: origin-form request line,
  * the client's headers without hop-by-hop ones (Connection and what it
  * names, Keep-Alive, Proxy-*, TE, Trailer, Upgrade), and Connection: close.
+ * Host, Content-Length and Transfer-Encoding stay even when Connection names
+ * them (the upstream must frame the body as the proxy does).
  * 0 or -1 (ENOMEM/E2BIG). */
 int http_upstream_head(const char *p, size_t len, const struct http_req *r, struct buf *out);
 

@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -74,6 +75,7 @@ struct listener {
 	struct netpol *pol; /* referenced */
 	char scope[NAMES_SCOPE_MAX];
 	unsigned nconns;
+	bool paused; /* out of descriptors: out of the epoll set until the next scan */
 	struct listener *next;
 };
 
@@ -107,7 +109,8 @@ struct conn {
 	size_t up_off;
 	struct buf out;     /* to send to the client before the relay */
 	size_t out_off;
-	struct resolve_req *rr; /* while resolving, owned by the resolver */
+	struct resolve_req *rr; /* CS_RESOLVE: owned by the resolver; CS_CONNECT (and a
+	                         * reply after it): the addresses, ours to free */
 	int ai;                 /* the address being tried */
 	/* plain HTTP: the one request body still to forward */
 	long long body_left;
@@ -143,6 +146,8 @@ static struct {
 	struct conn *conns;
 	struct conn *dead; /* closed this round: freed once no event can name them */
 	unsigned nconns;
+	unsigned paused;   /* listeners paused (resume_listeners) */
+	bool fd_short;     /* out of descriptors since the last accept (logged once) */
 	uint64_t last_scan;
 	/* statistics: written by the loop, read anywhere (relaxed atomics) */
 	uint64_t accepted, allowed, denied, refused, active;
@@ -235,10 +240,12 @@ static void conn_close(struct conn *c)
 	if (c->l)
 		c->l->nconns--;
 	c->l = NULL;
-	if (c->rr) {
+	if (c->rr && c->st == CS_RESOLVE) {
 		c->zombie = true; /* freed when the resolver hands it back */
 		return;
 	}
+	free(c->rr); /* the addresses a connect was trying: the resolver is done with them */
+	c->rr = NULL;
 	c->dead_next = px.dead;
 	px.dead = c;
 }
@@ -697,7 +704,15 @@ static int pump(struct conn *c, struct dir *d)
 				d->eof = true;
 				progress = true;
 			} else if (errno == EAGAIN || errno == EINTR) {
-				d->want_in = true;
+				/* EAGAIN with bytes waiting in the socket is a full pipe:
+				 * a pipe fills by its slots (one per piece the socket got,
+				 * 256 in 1 MiB) long before in_pipe reaches cap, and
+				 * waiting for input then would wake the loop at once,
+				 * again and again; the writer side wakes it instead */
+				int queued = 0;
+
+				if (!d->in_pipe || ioctl(d->from, FIONREAD, &queued) || queued <= 0)
+					d->want_in = true;
 			} else {
 				return -1;
 			}
@@ -906,12 +921,25 @@ static void on_accept(struct listener *l)
 		struct conn *c;
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			if (errno == EMFILE || errno == ENFILE) {
+				/* nothing here frees a descriptor: a listener left in the set
+				 * (level-triggered) would wake the loop again at once, for
+				 * as long as it lasts; it waits for the next scan instead,
+				 * its connections in its backlog */
+				if (!px.fd_short)
+					log_warn(l->scope, "proxy: out of file descriptors: new connections wait");
+				px.fd_short = true;
+				if (!l->paused) {
+					epoll_ctl(px.ep, EPOLL_CTL_DEL, l->fd, NULL);
+					l->paused = true;
+					px.paused++;
+				}
+			} else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
 				log_warn(l->scope, "proxy: accept: %s", strerror(errno));
-			if (errno == EMFILE || errno == ENFILE)
-				log_warn(l->scope, "proxy: out of file descriptors");
+			}
 			return;
 		}
+		px.fd_short = false;
 		stat_add(&px.accepted, 1);
 		if (l->nconns >= PROXY_MAX_PER_SANDBOX || px.nconns >= PROXY_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
 			stat_add(&px.refused, 1);
@@ -943,6 +971,18 @@ static void on_accept(struct listener *l)
 	}
 }
 
+/* Paused listeners back into the set (a scan: at most every PROXY_SCAN_MS). */
+static void resume_listeners(void)
+{
+	for (struct listener *l = px.listeners; l && px.paused; l = l->next)
+		if (l->paused) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &l->tag };
+			epoll_ctl(px.ep, EPOLL_CTL_ADD, l->fd, &ev);
+			l->paused = false;
+			px.paused--;
+		}
+}
+
 static void listener_free(struct listener *l)
 {
 	struct listener **pp;
@@ -957,6 +997,8 @@ static void listener_free(struct listener *l)
 		if (c->l == l)
 			conn_close(c);
 	}
+	if (l->paused)
+		px.paused--;
 	close(l->fd);
 	netpol_put(l->pol);
 	free(l);
@@ -1157,7 +1199,7 @@ static void *proxy_main(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "sbxfs-proxy");
 	for (;;) {
-		int n = epoll_wait(px.ep, evs, 256, px.nconns ? PROXY_SCAN_MS : -1);
+		int n = epoll_wait(px.ep, evs, 256, px.nconns || px.paused ? PROXY_SCAN_MS : -1);
 		uint64_t now;
 		bool stop;
 
@@ -1182,6 +1224,7 @@ static void *proxy_main(void *arg)
 		if (now - px.last_scan >= PROXY_SCAN_MS) {
 			px.last_scan = now;
 			scan_deadlines(now);
+			resume_listeners();
 		}
 		free_dead();
 		pthread_mutex_lock(&px.lock);

@@ -28,6 +28,15 @@
  * Signals: the API knows SIGTERM, SIGKILL and SIGINT (to the command's
  * process group); other signals are EOPNOTSUPP (the provider does not
  * declare SBX_CAP_SIGNALS).
+ *
+ * An AIO sandbox at a base_url (aio_remote.c; db->remote) runs jobs the same
+ * way, with two differences: the API is reached at the URL (no network
+ * namespace), and the job's command, stdin and env.sh are uploaded
+ * (POST /v1/file/upload) to db->run_path/NAME in the sandbox instead of
+ * being written into a bind-mounted host directory; a command that is UTF-8
+ * text without stdin skips the uploads and travels in the request's
+ * environment (SBXFS_CMD, unset before it is eval'd: the sandbox is remote,
+ * so no host process's argv or environment carries it either way).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +67,7 @@
 #define AIO_SHELL_POLL_US 200000
 #define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
 #define AIO_ENV_MAX (2 * 1024 * 1024)
+#define AIO_INLINE_MAX (100 * 1024) /* a command in one environment string (Linux: 128 KiB) */
 
 struct ajob {
 	struct sbx_exec base; /* first: fd is an eventfd the pump signals at the end */
@@ -75,26 +86,56 @@ struct ajob {
 	int cancel;           /* atomic: exec_free at exit stops the pump */
 	pthread_t pump;
 	bool pumping;
-	char base_url[64];
 };
 
 static struct ajob *ajob(struct sbx_exec *x)
 {
-	if (!x || x->prov != &provider_aio)
+	if (!x || (x->prov != &provider_aio && x->prov != &provider_aio_remote))
 		abort(); /* a handle given to the wrong provider is a programming error */
 	return (struct ajob *)x;
 }
 
 static void aio_target_init(struct aio_target *t, struct dbox *db, char *url, size_t len, int nsfd, const int *cancel)
 {
-	snprintf(url, len, "http://127.0.0.1:%ld", db->port);
 	memset(t, 0, sizeof(*t));
-	t->base_url = url;
+	if (db->remote) {
+		t->base_url = db->url;
+		t->api_key = db->api_key;
+	} else {
+		snprintf(url, len, "http://127.0.0.1:%ld", db->port);
+		t->base_url = url;
+		t->api_key = docker_conf_of(db->cfg)->api_key;
+	}
 	t->netns_fd = nsfd;
-	t->api_key = docker_conf_of(db->cfg)->api_key;
 	t->timeout_ms = (long)db->cfg->request_timeout * 1000;
 	t->scope = db->name;
 	t->cancel = cancel;
+}
+
+/* Whether the sandbox is still there to talk to: its container's init (the
+ * start time guards against pid reuse), or, at a base_url, not found gone. */
+static bool aio_alive(struct dbox *db)
+{
+	if (db->remote)
+		return !sbx_box_is_gone(&db->base) && !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE);
+	return db->init_pid && util_proc_starttime(db->init_pid) == db->init_start;
+}
+
+/* The way to the API: *nsfd, an fd on the container's network namespace to
+ * close after use (-1 at a base_url).  false when the container has ended. */
+static bool aio_reach(struct dbox *db, int *nsfd)
+{
+	*nsfd = -1;
+	if (db->remote)
+		return aio_alive(db);
+	*nsfd = dbox_netns(db);
+	return *nsfd >= 0;
+}
+
+/* Where the job's command files are, as the AIO server sees them. */
+static const char *aio_run_base(struct dbox *db)
+{
+	return db->remote ? db->run_path : DOCKER_RUN_PATH;
 }
 
 /* ---- readiness and health --------------------------------------------------------------------- */
@@ -307,7 +348,7 @@ static void ajob_find_pid(struct ajob *j)
 	pid_t pids[4096];
 	int n;
 
-	if (str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->name) || !j->db->init_pid)
+	if (j->db->remote || str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->name) || !j->db->init_pid)
 		return;
 	n = docker_children(j->db->init_pid, pids, 4096, 0);
 	for (int i = 0; i < n; i++)
@@ -339,6 +380,7 @@ static void *ajob_pump(void *arg)
 	const char *reason = NULL;
 	unsigned polls = 0;
 	int nsfd = -1;
+	bool reached = false;
 
 	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->name);
 	if (f.out < 0 || f.err < 0) {
@@ -352,10 +394,11 @@ static void *ajob_pump(void *arg)
 		int code = -1;
 		enum sbx_err e;
 
-		if (nsfd < 0)
-			nsfd = dbox_netns(j->db);
-		if (nsfd < 0) {
-			docker_write_lost(j->job_dir, "the sandbox's container ended while the job ran");
+		if (!reached)
+			reached = aio_reach(j->db, &nsfd);
+		if (!reached) {
+			docker_write_lost(j->job_dir, j->db->remote ? "the sandbox is gone" :
+								      "the sandbox's container ended while the job ran");
 			goto done;
 		}
 		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->cancel);
@@ -404,8 +447,10 @@ static void *ajob_pump(void *arg)
 				docker_write_lost(j->job_dir, "the AIO server stopped answering");
 				goto done;
 			}
-			close(nsfd);
+			if (nsfd >= 0)
+				close(nsfd);
 			nsfd = -1;
+			reached = false;
 			usleep(500000);
 			continue;
 		}
@@ -464,7 +509,7 @@ static struct ajob *ajob_new(struct dbox *db, const char *job_dir, const char *n
 		free(j);
 		return NULL;
 	}
-	j->base.prov = &provider_aio;
+	j->base.prov = db->base.prov; /* provider_aio, or its base_url variant */
 	j->base.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (j->base.fd < 0) {
 		free(j->job_dir);
@@ -526,6 +571,20 @@ static int sh_quote(struct buf *b, const char *s)
 	return r || buf_adds(b, "'");
 }
 
+/* env.sh: export lines for the shell API, which takes no environment. */
+static int ajob_env_sh(const struct buf *envtext, struct buf *sh)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < envtext->len && !bad; i += strlen(envtext->ptr + i) + 1) {
+		const char *kv = envtext->ptr + i, *eq = strchr(kv, '=');
+		if (!eq)
+			continue;
+		bad |= buf_addf(sh, "export %.*s=", (int)(eq - kv), kv) || sh_quote(sh, eq + 1) || buf_adds(sh, "\n");
+	}
+	return bad ? -1 : 0;
+}
+
 /* thread_dir/aio-jobs/NAME with cmd, stdin (when any) and, for the shell
  * API, env.sh (export lines: that API takes no environment). */
 static int ajob_run_dir(struct dbox *db, const struct sbx_exec_spec *spec, struct buf *envtext, bool shell,
@@ -553,17 +612,9 @@ static int ajob_run_dir(struct dbox *db, const struct sbx_exec_spec *spec, struc
 			goto out;
 		*has_stdin = true;
 	}
-	if (shell) {
-		int bad = 0;
-		for (size_t i = 0; i < envtext->len && !bad; i += strlen(envtext->ptr + i) + 1) {
-			const char *kv = envtext->ptr + i, *eq = strchr(kv, '=');
-			if (!eq)
-				continue;
-			bad |= buf_addf(&sh, "export %.*s=", (int)(eq - kv), kv) || sh_quote(&sh, eq + 1) || buf_adds(&sh, "\n");
-		}
-		if (bad || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, db->base.uid, db->base.gid))
-			goto out;
-	}
+	if (shell && (ajob_env_sh(envtext, &sh) || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, db->base.uid,
+							   db->base.gid)))
+		goto out;
 	r = 0;
 out:
 	if (src >= 0)
@@ -577,6 +628,82 @@ out:
 	return r;
 }
 
+/* At a base_url: the same files uploaded to run_path/NAME in the sandbox. */
+static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *t, const struct sbx_exec_spec *spec,
+	struct buf *envtext, bool *has_stdin, char *err, size_t errlen)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH), dst = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
+	static const char *const names[] = { "cmd", "stdin", "env.sh" };
+	enum sbx_err e = SBX_OK;
+	struct stat st;
+
+	*has_stdin = false;
+	if (ajob_env_sh(envtext, &sh))
+		e = SBX_ERR_NOMEM;
+	for (int i = 0; i < 3 && !e; i++) {
+		int fd = -1;
+
+		buf_reset(&p);
+		buf_reset(&dst);
+		if (buf_addf(&dst, "%s/%s/%s", db->run_path, spec->job_name, names[i])) {
+			e = SBX_ERR_NOMEM;
+			break;
+		}
+		if (i < 2) {
+			if (buf_addf(&p, "%s/%s", spec->job_dir, names[i])) {
+				e = SBX_ERR_NOMEM;
+				break;
+			}
+			fd = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			if (fd < 0 && i == 1 && errno == ENOENT)
+				continue; /* no stdin */
+		} else {
+			fd = memfd_create("sbxfs-env", MFD_CLOEXEC);
+			if (fd >= 0 && sh.len && write_all(fd, sh.ptr, sh.len)) {
+				close(fd);
+				fd = -1;
+			}
+		}
+		if (fd < 0 || fstat(fd, &st)) {
+			snprintf(err, errlen, "cannot read the job's %s: %s", names[i], strerror(errno));
+			e = SBX_ERR_IO;
+		} else {
+			e = aio_file_upload(t, dst.ptr, fd, (long long)st.st_size, err, errlen);
+			*has_stdin |= i == 1 && !e;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	buf_free(&p);
+	buf_free(&dst);
+	buf_free(&sh);
+	return e;
+}
+
+/* The job's command into text when it can travel in the request's
+ * environment: no stdin, UTF-8 without NUL (JSON), under one environment
+ * string's limit. */
+static bool ajob_inline(const struct sbx_exec_spec *spec, struct buf *text)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	bool ok = false;
+	json_t *chk;
+
+	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && access(p.ptr, F_OK) && errno == ENOENT) {
+		buf_reset(&p);
+		if (!buf_addf(&p, "%s/cmd", spec->job_dir) && !util_read_file(p.ptr, text) && text->len &&
+		    !memchr(text->ptr, '\0', text->len)) {
+			chk = json_stringn(text->ptr, text->len);
+			ok = chk != NULL;
+			json_decref(chk);
+		}
+	}
+	buf_free(&p);
+	if (!ok)
+		buf_reset(text);
+	return ok;
+}
+
 enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
 	struct dbox *db = dbox(b);
@@ -588,11 +715,12 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 	unsigned char rnd[6];
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n_env = 0;
-	bool has_stdin, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
+	struct buf cmdtext = BUF_INIT(AIO_INLINE_MAX + 1);
+	bool has_stdin = false, inl = false, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
 	int nsfd = -1;
 
 	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
-	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start)
+	if (!aio_alive(db))
 		return SBX_ERR_GONE;
 	if (!(j = ajob_new(db, spec->job_dir, spec->job_name)) || getentropy(rnd, sizeof(rnd))) {
 		e = SBX_ERR_NOMEM;
@@ -604,30 +732,52 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", db->token, spec->job_name, rnd[0],
 		rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
 	if (buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &envtext) ||
-	    ajob_run_dir(db, spec, &envtext, true, &has_stdin)) {
+	    (!db->remote && ajob_run_dir(db, spec, &envtext, true, &has_stdin))) {
 		snprintf(err, sizeof(err), "cannot prepare the job's run directory: %s", strerror(errno));
 		goto out;
 	}
-	env = ajob_env(&envtext, &n_env);
-	nsfd = dbox_netns(db);
-	if (!env || nsfd < 0) {
-		snprintf(err, sizeof(err), "%s", !env ? "out of memory" : "the container has ended");
-		e = !env ? SBX_ERR_NOMEM : SBX_ERR_GONE;
+	if (!aio_reach(db, &nsfd)) {
+		snprintf(err, sizeof(err), "%s", db->remote ? "the sandbox is gone" : "the container has ended");
+		e = SBX_ERR_GONE;
 		goto out;
 	}
 	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	/* at a base_url, a command that is text and has no stdin travels in the
+	 * request's environment (no upload); else its files are uploaded */
+	inl = db->remote && !shell && ajob_inline(spec, &cmdtext);
+	if (db->remote && !inl) {
+		e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err));
+		if (e)
+			goto out;
+	}
+	env = ajob_env(&envtext, &n_env); /* splits envtext: after the staging read it whole */
+	if (!env) {
+		snprintf(err, sizeof(err), "out of memory");
+		e = SBX_ERR_NOMEM;
+		goto out;
+	}
+	if (inl)
+		env[n_env++] = (struct aio_env){ "SBXFS_CMD", cmdtext.ptr }; /* ajob_env leaves room for one */
 	for (int attempt = 0; attempt < 2; attempt++) {
+		const char *run = aio_run_base(db);
+
 		/* a subshell: an `exit` in the command ends it, not the server's shell */
 		buf_reset(&command);
-		if (shell && buf_addf(&command, "( . " DOCKER_RUN_PATH "/%s/env.sh; ", spec->job_name))
+		if (inl) {
+			if (buf_adds(&command, "( exec </dev/null; SBXFS_C=$SBXFS_CMD; unset SBXFS_CMD; eval \"unset SBXFS_C; $SBXFS_C\" )"))
+				goto out;
+			goto send;
+		}
+		if (shell && buf_addf(&command, "( . %s/%s/env.sh; ", run, spec->job_name))
 			goto out;
 		if (!shell && buf_adds(&command, "( "))
 			goto out;
-		if (has_stdin ? buf_addf(&command, "exec <" DOCKER_RUN_PATH "/%s/stdin; ", spec->job_name) :
+		if (has_stdin ? buf_addf(&command, "exec <%s/%s/stdin; ", run, spec->job_name) :
 				buf_adds(&command, "exec </dev/null; "))
 			goto out;
-		if (buf_addf(&command, ". " DOCKER_RUN_PATH "/%s/cmd )", spec->job_name))
+		if (buf_addf(&command, ". %s/%s/cmd )", run, spec->job_name))
 			goto out;
+send:
 		if (!shell) {
 			struct aio_bash_request rq = { .command = command.ptr, .session_id = j->session,
 				.exec_dir = LAYOUT_SANDBOX_WORKSPACE, .env = env, .n_env = n_env, .async = true,
@@ -645,6 +795,17 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 						   "API, stderr merged into stdout");
 				__atomic_store_n(&db->shell_only, 1, __ATOMIC_RELAXED);
 				shell = true;
+				if (inl) { /* the shell API takes no environment: the files after all */
+					struct buf whole = BUF_INIT(AIO_ENV_MAX);
+					inl = false;
+					n_env--;
+					buf_reset(&p);
+					e = buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &whole) ?
+						    SBX_ERR_IO : ajob_stage_remote(db, &t, spec, &whole, &has_stdin, err, sizeof(err));
+					buf_free(&whole);
+					if (e)
+						goto out;
+				}
 				continue;
 			}
 		} else {
@@ -681,6 +842,7 @@ out:
 	buf_free(&p);
 	buf_free(&envtext);
 	buf_free(&command);
+	buf_free(&cmdtext);
 	return e;
 }
 
@@ -698,9 +860,10 @@ enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sb
 		docker_write_lost(job_dir, "no record of the command in the AIO server");
 		return SBX_ERR_GONE;
 	}
-	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start) {
+	if (!aio_alive(db)) {
 		aio_jobs_free(&j->base);
-		docker_write_lost(job_dir, "the sandbox's container ended while no daemon watched the job");
+		docker_write_lost(job_dir, db->remote ? "the sandbox is gone" :
+							"the sandbox's container ended while no daemon watched the job");
 		return SBX_ERR_GONE;
 	}
 	/* output appended after the offsets were last recorded is fetched again */
@@ -727,13 +890,13 @@ enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig)
 
 	if (!name)
 		return SBX_ERR_NOTSUP;
-	nsfd = dbox_netns(j->db);
-	if (nsfd < 0)
+	if (!aio_reach(j->db, &nsfd))
 		return SBX_ERR_GONE;
 	aio_target_init(&t, j->db, url, sizeof(url), nsfd, NULL);
 	__atomic_store_n(&j->sent_sig, sig, __ATOMIC_RELAXED);
 	e = j->shell ? aio_shell_kill(&t, j->session, err, sizeof(err)) : aio_bash_kill(&t, j->session, name, err, sizeof(err));
-	close(nsfd);
+	if (nsfd >= 0)
+		close(nsfd);
 	if (e)
 		log_warn(j->db->name, "%s: kill: %s", j->name, err);
 	/* "No running command": it has ended */
@@ -775,6 +938,19 @@ void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_na
 	int run;
 
 	(void)job_dir;
+	if (db->remote) { /* the uploaded files, in the sandbox */
+		struct aio_env env[1] = { { "P", NULL } };
+		char errtext[256];
+		int code;
+
+		if (!buf_addf(&p, "%s/%s", db->run_path, job_name) && !sbx_box_is_gone(b)) {
+			env[0].value = p.ptr;
+			if (aior_run(db, "rm -rf -- \"$P\"", env, 1, &code, errtext, sizeof(errtext), NULL) || code)
+				log_warn(db->name, "cannot remove the files of job %s in the sandbox: %s", job_name, errtext);
+		}
+		buf_free(&p);
+		return;
+	}
 	if (!buf_addf(&p, "%s/aio-jobs", db->thread_dir) && (run = udir_open(p.ptr)) >= 0) {
 		if (udir_remove(run, job_name))
 			log_warn(db->name, "cannot remove the run directory of job %s: %s", job_name, strerror(errno));

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -94,7 +96,19 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 	}
 	if (!json_is_true(json_object_get(o, "success"))) {
 		enum sbx_err e = msg && strcasestr(msg, "not found") ? SBX_ERR_GONE : SBX_ERR_IO;
+		json_t *d = json_object_get(o, "data");
+		const char *type = json_string_value(json_object_get(d, "error_type"));
+		json_t *no = json_object_get(d, "errno");
 
+		/* a FileOperationError says what failed: its errno, else its kind */
+		if (json_is_integer(no) && json_integer_value(no) > 0 && json_integer_value(no) < 4096)
+			e = sbx_err_from_errno((int)json_integer_value(no));
+		else if (type)
+			e = !strcmp(type, "not_found") ? SBX_ERR_GONE :
+			    !strcmp(type, "permission_denied") || !strcmp(type, "read_only_filesystem") ? SBX_ERR_ACCESS :
+			    !strcmp(type, "already_exists") ? SBX_ERR_EXIST :
+			    !strcmp(type, "no_space_left") ? SBX_ERR_NOSPC :
+			    !strcmp(type, "invalid_path") || !strcmp(type, "invalid_target") ? SBX_ERR_INVAL : SBX_ERR_IO;
 		seterr(err, errlen, "the AIO server reports a failure: %s", msg ? msg : "(no message)");
 		json_decref(o); /* msg lived in o */
 		return e;
@@ -269,6 +283,8 @@ enum sbx_err aio_bash_exec(const struct aio_target *t, const struct aio_bash_req
 		bad |= json_object_set_new(body, "exec_dir", json_string(q->exec_dir));
 	if (!bad && q->hard_timeout > 0)
 		bad |= json_object_set_new(body, "hard_timeout", json_real(q->hard_timeout));
+	if (!bad && !q->async && q->timeout > 0)
+		bad |= json_object_set_new(body, "timeout", json_real(q->timeout));
 	if (!bad)
 		bad |= json_object_set(body, "env", env);
 	memset(r, 0, sizeof(*r));
@@ -412,5 +428,260 @@ enum sbx_err aio_shell_kill(const struct aio_target *t, const char *session_id, 
 
 	json_decref(root);
 	json_decref(body);
+	return e;
+}
+
+enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char *id, void *arg), void *arg,
+	char *err, size_t errlen)
+{
+	json_t *root = NULL, *data = NULL, *it;
+	enum sbx_err e = aio_call(t, "GET", "/v1/bash/sessions", NULL, &root, &data, err, errlen);
+	size_t i;
+
+	if (!e && !json_is_array(data)) {
+		seterr(err, errlen, "the AIO server's session list is not a list");
+		e = SBX_ERR_IO;
+	}
+	if (!e)
+		json_array_foreach (data, i, it) {
+			const char *id = json_string_value(json_object_get(it, "session_id"));
+			if (!id)
+				id = json_string_value(json_object_get(it, "id"));
+			if (id)
+				fn(id, arg);
+		}
+	json_decref(root);
+	return e;
+}
+
+/* ---- files ------------------------------------------------------------------------------------ */
+
+/* "rwxr-xr-x" (maybe with s, S, t, T) -> 0755; -1 when it is not that */
+static int perm_bits(const char *s)
+{
+	static const char want[] = "rwxrwxrwx";
+	int mode = 0;
+
+	if (!s || strlen(s) != 9)
+		return -1;
+	for (int i = 0; i < 9; i++) {
+		char c = s[i];
+		int bit = 1 << (8 - i);
+
+		if (c == want[i])
+			mode |= bit;
+		else if ((i == 2 || i == 5 || i == 8) && (c == 's' || c == 't'))
+			mode |= bit | (i == 2 ? 04000 : i == 5 ? 02000 : 01000);
+		else if ((i == 2 || i == 5 || i == 8) && (c == 'S' || c == 'T'))
+			mode |= i == 2 ? 04000 : i == 5 ? 02000 : 01000;
+		else if (c != '-')
+			return -1;
+	}
+	return mode;
+}
+
+static double iso_time(const char *s)
+{
+	struct tm tm = { 0 };
+	int y, mo, d, h, mi, sec, n = 0;
+	double frac = 0, scale = 0.1;
+	long off = 0;
+
+	if (!s || sscanf(s, "%4d-%2d-%2d%*1[Tt ]%2d:%2d:%2d%n", &y, &mo, &d, &h, &mi, &sec, &n) != 6)
+		return 0;
+	s += n;
+	if (*s == '.')
+		for (s++; *s >= '0' && *s <= '9'; s++, scale /= 10)
+			frac += (*s - '0') * scale;
+	if (*s == '+' || *s == '-') {
+		int oh = 0, om = 0;
+		if (sscanf(s + 1, "%2d:%2d", &oh, &om) == 2)
+			off = (oh * 3600L + om * 60L) * (*s == '-' ? -1 : 1);
+	}
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	return (double)timegm(&tm) - (double)off + frac;
+}
+
+enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*fn)(const struct aio_file *f, void *arg),
+	void *arg, char *err, size_t errlen)
+{
+	json_t *body = json_pack("{s:s,s:b,s:b,s:b,s:b}", "path", path, "recursive", 0, "show_hidden", 1, "include_size", 1,
+		"include_permissions", 1),
+	       *root = NULL, *data = NULL, *files, *it;
+	enum sbx_err e = body ? aio_call(t, "POST", "/v1/file/list", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
+	size_t i;
+
+	files = json_object_get(data, "files");
+	if (!e && !json_is_array(files)) {
+		seterr(err, errlen, "the AIO server's listing of %s has no files", path);
+		e = SBX_ERR_IO;
+	}
+	if (!e)
+		json_array_foreach (files, i, it) {
+			struct aio_file f = { .size = -1, .perm = -1 };
+			json_t *size = json_object_get(it, "size");
+			const char *name = json_string_value(json_object_get(it, "name"));
+
+			if (!name || !name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
+			    str_fmt(f.name, sizeof(f.name), "%s", name)) {
+				seterr(err, errlen, "the AIO server's listing of %s has a malformed entry", path);
+				e = SBX_ERR_IO;
+				break;
+			}
+			f.is_dir = json_is_true(json_object_get(it, "is_directory"));
+			if (json_is_integer(size))
+				f.size = json_integer_value(size);
+			f.mtime = iso_time(json_string_value(json_object_get(it, "modified_time")));
+			f.perm = perm_bits(json_string_value(json_object_get(it, "permissions")));
+			if (fn(&f, arg)) {
+				e = SBX_ERR_NOMEM;
+				break;
+			}
+		}
+	json_decref(root);
+	json_decref(body);
+	return e;
+}
+
+struct aio_dl {
+	int fd;
+	long long off;
+	size_t skip, want, got;
+	int werr;
+};
+
+static void aio_dl_status(long status, void *arg)
+{
+	struct aio_dl *d = arg;
+
+	if (status == 200) /* Range ignored: the whole file comes */
+		d->skip = (size_t)d->off;
+}
+
+static bool aio_dl_sink(const char *data, size_t len, void *arg)
+{
+	struct aio_dl *d = arg;
+
+	if (d->skip) {
+		size_t k = len < d->skip ? len : d->skip;
+		data += k;
+		len -= k;
+		d->skip -= k;
+	}
+	if (len > d->want - d->got)
+		len = d->want - d->got;
+	while (len) {
+		ssize_t w = write(d->fd, data, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			d->werr = w < 0 ? errno : EIO;
+			return false;
+		}
+		data += w;
+		len -= (size_t)w;
+		d->got += (size_t)w;
+	}
+	return d->got < d->want;
+}
+
+enum sbx_err aio_file_download(const struct aio_target *t, const char *path, long long off, size_t len, int fd,
+	size_t *got, char *err, size_t errlen)
+{
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	char range[64];
+	struct http_header hd[2] = { { "Range", range, false }, { "X-AIO-API-Key", t->api_key, true } };
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), errbody = BUF_INIT(64 * 1024);
+	struct aio_dl d = { .fd = fd, .off = off, .want = len };
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	*got = 0;
+	if (!len)
+		return SBX_OK;
+	if (buf_addf(&url, "%s/v1/file/download?path=", t->base_url) || http_escape(&url, path))
+		goto out;
+	snprintf(range, sizeof(range), "bytes=%lld-%lld", off, off + (long long)len - 1);
+	rq.url = url.ptr;
+	rq.netns_fd = t->netns_fd;
+	rq.headers = hd;
+	rq.n_headers = t->api_key && t->api_key[0] ? 2 : 1;
+	rq.sink = aio_dl_sink;
+	rq.sink_arg = &d;
+	rq.on_status = aio_dl_status;
+	rq.err_out = &errbody;
+	rq.stall_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
+	rq.connect_timeout_ms = 2000;
+	rq.cancel = t->cancel;
+	rq.scope = t->scope;
+	e = http_perform(&rq, &rs);
+	if (e) {
+		seterr(err, errlen, "GET /v1/file/download %s: %s (%s)", path, rs.error, rs.id);
+	} else if (rs.status == 416) {
+		e = SBX_OK; /* at or past the end */
+	} else if (rs.status != 200 && rs.status != 206) {
+		json_t *o = json_loadb(buf_str(&errbody), errbody.len, 0, NULL);
+		const char *detail = json_string_value(json_object_get(o, "detail"));
+
+		e = http_status_err(rs.status);
+		if (rs.status == 400 && detail && strcasestr(detail, "directory"))
+			e = SBX_ERR_ISDIR;
+		seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, rs.status, detail ? detail : "");
+		json_decref(o);
+	} else if (d.werr) {
+		seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
+		e = d.werr == ENOSPC ? SBX_ERR_NOSPC : SBX_ERR_IO;
+	}
+	*got = d.got;
+out:
+	buf_free(&url);
+	buf_free(&errbody);
+	return e;
+}
+
+enum sbx_err aio_file_upload(const struct aio_target *t, const char *path, int fd, long long size, char *err,
+	size_t errlen)
+{
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	struct http_header hd[2] = { { "Accept", "application/json", false }, { "X-AIO-API-Key", t->api_key, true } };
+	const char *base = strrchr(path, '/');
+	struct http_part parts[2] = {
+		{ .name = "file", .filename = base && base[1] ? base + 1 : "file", .type = "application/octet-stream",
+			.from_fd = true, .fd = fd, .size = size },
+		{ .name = "path", .data = path, .len = strlen(path) },
+	};
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(AIO_CAP);
+	json_t *root = NULL, *data = NULL;
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	if (buf_addf(&url, "%s/v1/file/upload", t->base_url))
+		goto out;
+	rq.method = "POST";
+	rq.url = url.ptr;
+	rq.netns_fd = t->netns_fd;
+	rq.headers = hd;
+	rq.n_headers = t->api_key && t->api_key[0] ? 2 : 1;
+	rq.parts = parts;
+	rq.n_parts = 2;
+	rq.out = &out;
+	rq.stall_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
+	rq.connect_timeout_ms = 2000;
+	rq.cancel = t->cancel;
+	rq.scope = t->scope;
+	e = http_perform(&rq, &rs);
+	if (e)
+		seterr(err, errlen, "POST /v1/file/upload %s: %s (%s)", path, rs.error, rs.id);
+	else
+		e = aio_envelope(rs.status, buf_str(&out), out.len, &root, &data, err, errlen);
+out:
+	json_decref(root);
+	buf_free(&url);
+	buf_free(&out);
 	return e;
 }

@@ -71,6 +71,7 @@ struct aio_bash_request {
 	size_t n_env;
 	bool async;           /* return at once with status running */
 	double hard_timeout;  /* seconds; 0 = none */
+	double timeout;       /* seconds the HTTP call waits for the end (not async); 0 = the server's default */
 };
 
 /* What /v1/bash/exec and /v1/bash/output answer. */
@@ -119,6 +120,33 @@ enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, 
 enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, int seconds, char *err,
 	size_t errlen);
 enum sbx_err aio_shell_kill(const struct aio_target *t, const char *session_id, char *err, size_t errlen);
+
+/* GET /v1/bash/sessions: fn for each session id. */
+enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char *id, void *arg), void *arg,
+	char *err, size_t errlen);
+
+/* ---- the file API (B.7) ---- */
+
+struct aio_file {
+	char name[256];
+	bool is_dir;
+	long long size;   /* -1: not given */
+	double mtime;     /* 0: not given */
+	int perm;         /* permission bits from "rwxr-xr-x", -1: not given */
+};
+
+/* POST /v1/file/list {path, show_hidden, include_size, include_permissions}:
+ * fn for each entry (a non-zero return stops with NOMEM). */
+enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*fn)(const struct aio_file *f, void *arg),
+	void *arg, char *err, size_t errlen);
+/* GET /v1/file/download?path= with Range: bytes off..off+len-1 into fd (at
+ * its offset); *got bytes.  GONE (404), ACCESS (403), ISDIR. */
+enum sbx_err aio_file_download(const struct aio_target *t, const char *path, long long off, size_t len, int fd,
+	size_t *got, char *err, size_t errlen);
+/* POST /v1/file/upload (multipart: file = size bytes of fd from offset 0,
+ * path): the file replaced (the server's umask decides its mode). */
+enum sbx_err aio_file_upload(const struct aio_target *t, const char *path, int fd, long long size, char *err,
+	size_t errlen);
 
 /* Decoders, exposed for the unit tests: the envelope of body (an HTTP answer
  * with status) -> SBX_OK and its data (borrowed from *root), or the error. */

@@ -6,5 +6,6 @@ const struct sbx_provider *const sbx_builtin_providers[] = {
 	&provider_local,
 	&provider_docker,
 	&provider_aio,
+	&provider_opensandbox,
 	NULL,
 };

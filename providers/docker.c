@@ -88,7 +88,7 @@ static struct {
 
 struct dbox *dbox(struct sbx_box *b)
 {
-	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio))
+	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio && b->prov != &provider_aio_remote))
 		abort(); /* a box handed to the wrong provider is a programming error */
 	return (struct dbox *)b;
 }
@@ -238,12 +238,10 @@ static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 		cfg_fail(x, "image", "the docker provider needs an image (any image with /bin/sh; never pulled)");
 		return -1;
 	}
-	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0]) {
-		/* an existing AIO sandbox reached over HTTP, no docker: the remote mode */
-		cfg_fail(x, "base_url", "the aio provider here makes its own containers; an existing AIO sandbox at a "
-					"base_url is the remote provider's mode, not built into this sbxfs");
-		return -1;
-	}
+	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0])
+		return aio_remote_config_check(x, cfg); /* an existing AIO sandbox over HTTP, no docker (aio_remote.c) */
+	if (!is_aio(cfg) && cfg->base_url && cfg->base_url[0])
+		log_warn("config", "base_url: not used by the docker provider");
 	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
 		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
 		return -1;
@@ -423,6 +421,15 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 		snprintf(err, errlen, "docker provider: sbxfs-box not found next to %s or in %s/../libexec/sbxfs", self,
 			self);
 		return SBX_ERR_INVAL;
+	}
+	if (!is_aio(cfg) && dc->exec_engine) {
+		struct stat st;
+		/* the kernel starts an exec of a file its user cannot read non-dumpable
+		 * (docker_box.c): a readable one can be ptraced by a job while it starts */
+		if (!stat(docker_box_helper, &st) && (st.st_mode & (S_IRGRP | S_IROTH)))
+			log_warn("docker", "%s is readable by the sandbox uids (mode %04o; make install gives 0711): "
+					   "with docker.exec: engine a job can ptrace another job's supervisor while it starts",
+				docker_box_helper, (unsigned)(st.st_mode & 07777));
 	}
 	pthread_mutex_lock(&dk.lock);
 	if (!dk.uids)
@@ -1056,6 +1063,7 @@ static const struct sbx_provider_ops aio_ops = {
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
 	.exec_cleanup = aio_jobs_cleanup,
+	.variant = aio_remote_variant,
 	.net = &docker_net_ops,
 };
 

@@ -468,35 +468,44 @@ fail:
 	return NULL;
 }
 
+/* POST body to path; a 201 answer's "Id" into id (what names the call in
+ * errors). */
+static enum sbx_err docker_post_for_id(struct docker *d, const char *path, json_t *body, const char *what,
+	char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
+	json_t *o = NULL;
+	enum sbx_err e;
+	long status;
+
+	e = docker_json_call(d, "POST", path, body, &out, 0, &status, err, errlen);
+	if (!e && status != 201)
+		e = docker_status_err(status, &out, what, err, errlen);
+	else if (!e) {
+		e = SBX_ERR_IO;
+		o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
+		if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
+			e = SBX_OK;
+	}
+	json_decref(o);
+	buf_free(&out);
+	return e;
+}
+
 enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s, char id[DOCKER_ID_LEN + 1],
 	char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
-	json_t *body = docker_create_body(s), *o = NULL;
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	json_t *body = docker_create_body(s);
 	char name[300];
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 
 	if (!body || docker_query_escape(s->name, name, sizeof(name)) ||
-	    buf_addf(&path, "/containers/create?name=%s", name)) {
+	    buf_addf(&path, "/containers/create?name=%s", name))
 		seterr(err, errlen, "cannot build the create request");
-		goto out;
-	}
-	e = docker_json_call(d, "POST", path.ptr, body, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 201) {
-		e = docker_status_err(status, &out, "create", err, errlen);
-		goto out;
-	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
-		e = SBX_OK;
-out:
+	else
+		e = docker_post_for_id(d, path.ptr, body, "create", id, err, errlen);
 	json_decref(body);
-	json_decref(o);
-	buf_free(&out);
 	buf_free(&path);
 	return e;
 }
@@ -695,32 +704,16 @@ void docker_container_clear(struct docker_container *c)
 enum sbx_err docker_exec_create(struct docker *d, const char *container, const struct docker_exec_spec *s,
 	char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	json_t *body = json_pack("{s:b,s:b,s:b,s:b,s:o}", "AttachStdin", 0, "AttachStdout", s->attach, "AttachStderr",
-		      s->attach, "Tty", 0, "Cmd", jstrv(s->argv)),
-	       *o = NULL;
+		s->attach, "Tty", 0, "Cmd", jstrv(s->argv));
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 
-	if (!body || (s->user && json_object_set_new(body, "User", json_string(s->user))) ||
-	    (s->workdir && json_object_set_new(body, "WorkingDir", json_string(s->workdir))) ||
-	    json_object_set_new(body, "Env", json_array()) || buf_addf(&path, "/containers/%s/exec", container))
-		goto out;
-	e = docker_json_call(d, "POST", path.ptr, body, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 201) {
-		e = docker_status_err(status, &out, "exec", err, errlen);
-		goto out;
-	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
-		e = SBX_OK;
-out:
+	if (body && !(s->user && json_object_set_new(body, "User", json_string(s->user))) &&
+	    !(s->workdir && json_object_set_new(body, "WorkingDir", json_string(s->workdir))) &&
+	    !json_object_set_new(body, "Env", json_array()) && !buf_addf(&path, "/containers/%s/exec", container))
+		e = docker_post_for_id(d, path.ptr, body, "exec", id, err, errlen);
 	json_decref(body);
-	json_decref(o);
-	buf_free(&out);
 	buf_free(&path);
 	return e;
 }

@@ -16,28 +16,31 @@
  *                                                 itself and job supervisors
  *                              "job NAME TIMEOUT OUTPUT_MAX" with six fds
  *                                 (cmd, environ, stdin, stdout, stderr,
- *                                 result) -> forks a supervisor that owns
- *                                 the connection from then on
+ *                                 result) -> forks a supervisor (no exec)
+ *                                 that owns the connection from then on
  *   sbxfs-box connect NAME   the same supervisor, started through the
  *                            Engine exec API (docker.exec: engine): it
  *                            connects to the daemon's abstract socket NAME,
  *                            says hello (the daemon checks its pid), and
  *                            receives the job message and fds the same way
- *   sbxfs-box job NAME TIMEOUT OUTPUT_MAX    (internal: fds 3..9 in place)
  *
  * Why fds rather than files in a shared directory: the job's files live in
  * the daemon's root-only job directory; the daemon opens them and passes
- * the open files, so the job writes its output straight into the files the
- * mount shows (no copy, also while the daemon is down), and nothing the
- * sandbox can write is ever opened by root.  The command reaches the shell
- * through a memfd (`sh -c '. /proc/self/fd/3'`), never through an argv;
- * the environment through the environ fd.
+ * the open files, so the job's output lands in the files the mount shows
+ * (also while the daemon is down), and nothing the sandbox can write is
+ * ever opened by root.  The job itself gets pipes, not those files: the
+ * supervisor copies them into the files, counting (see "the output").
+ * The command reaches the shell through a memfd (`sh -c '. /proc/self/fd/3'`),
+ * never through an argv; the environment through the environ fd.
  *
  * The supervisor: child subreaper (every process the job starts, also one
- * that setsid()s or double-forks, stays below it), not dumpable (a job of
- * the same uid cannot ptrace it or read its fds), deaf to every catchable
+ * that setsid()s or double-forks, stays below it), never dumpable (a job of
+ * the same uid cannot ptrace it or read its fds: the init's child inherits
+ * that; an engine-mode exec is of this file, which the build makes
+ * execute-only, and the kernel starts a program its user cannot read
+ * non-dumpable), deaf to every catchable
  * signal.  It enforces the timeout (SIGTERM to the whole tree, SIGKILL 2 s
- * later) and the output limit (SIGKILL, stream trimmed), and writes the end
+ * later) and the output limit (SIGKILL, nothing kept past it), and writes the end
  * as JSON into the result fd: {"state", "exit", "signal", "ended_at"
  * [, "reason"]}.  It tells the daemon "started PID" once the job runs (the
  * kernel attaches its host pid to the message) and, before it exits, waits
@@ -77,7 +80,7 @@
 #define BOX_ENV_MAX (4 * 1024 * 1024)
 #define BOX_CMD_MAX (2 * 1024 * 1024)
 #define KILL_GRACE_MS 2000
-#define OUTPUT_CHECK_MS 100
+#define PUMP_CHUNK 65536
 
 enum { FD_CONN = 3, FD_CMD, FD_ENV, FD_STDIN, FD_STDOUT, FD_STDERR, FD_RESULT, FD_LAST = FD_RESULT };
 
@@ -237,7 +240,8 @@ struct sup {
 	bool ended;
 	const char *state;
 	const char *reason;
-	long long out0, err0; /* the output files' sizes at the start */
+	int in[2];            /* the read ends of the job's stdout and stderr pipes, -1 once closed */
+	unsigned long long total; /* bytes copied into the output files */
 	unsigned long long output_max;
 	uint64_t kill_at;     /* monotonic ms of the SIGKILL after a SIGTERM, 0 = none */
 };
@@ -274,32 +278,133 @@ static void kill_tree(struct sup *s)
 	reap(s);
 }
 
-static long long fd_size(int fd)
-{
-	struct stat st;
+/* ---- the output ------------------------------------------------------------------------------- */
 
-	return fstat(fd, &st) ? 0 : (long long)st.st_size;
+/* Why pipes and a copy rather than the files themselves: a job writing a
+ * file directly could only be measured after the fact, and a process it
+ * leaves behind would go on writing, past any limit, after its supervisor
+ * has gone (or after it killed the supervisor: they share a uid).  Through
+ * pipes every byte passes here and the files never keep more than
+ * output_max; when the supervisor ends while something still holds a
+ * pipe, a forked copy of it goes on copying (pump_tail), and once nobody
+ * reads the pipes, writers get EPIPE: killing the copier stops the output,
+ * it never frees it.  A plain copy: splice() refuses the O_APPEND files. */
+
+static void pump_close(struct sup *s, int i)
+{
+	if (s->in[i] >= 0)
+		close(s->in[i]);
+	s->in[i] = -1;
 }
 
-/* Past the output limit: end the job, keep output_max bytes in all. */
-static void check_output(struct sup *s)
+/* Past the limit: end the job (SIGKILL before the pipes close: it must not
+ * die of the SIGPIPE instead); nothing more is kept, writers get EPIPE. */
+static void pump_limit(struct sup *s)
 {
-	long long out = fd_size(FD_STDOUT) - s->out0, err = fd_size(FD_STDERR) - s->err0;
+	bool running = !s->ended;
 
-	if (!s->output_max || out + err <= (long long)s->output_max || s->reason)
+	if (!s->reason) {
+		s->reason = "output limit";
+		s->state = "killed";
+		kill_tree(s);
+		dprintf(FD_STDERR, "\nsbxfs: output limit of %llu bytes reached%s\n", s->output_max,
+			running ? ": job killed" : "");
+	}
+	pump_close(s, 0);
+	pump_close(s, 1);
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+/* Copy what pipe i holds now (non-blocking) into its file, up to the limit:
+ * the bytes copied, 0 when there was nothing (at EOF the pipe is closed). */
+static ssize_t pump_step(struct sup *s, int i)
+{
+	static char chunk[PUMP_CHUNK];
+	size_t room = s->output_max ? (size_t)(s->output_max - s->total) : sizeof(chunk);
+	ssize_t n;
+	char c;
+
+	if (s->in[i] < 0)
+		return 0;
+	if (room == 0) {
+		/* at the limit: one more byte is the job going past it */
+		n = read(s->in[i], &c, 1);
+		if (n == 1)
+			pump_limit(s);
+		else if (n == 0)
+			pump_close(s, i);
+		return 0;
+	}
+	n = read(s->in[i], chunk, room < sizeof(chunk) ? room : sizeof(chunk));
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		pump_close(s, i);
+		return 0;
+	}
+	if (write_all(i ? FD_STDERR : FD_STDOUT, chunk, (size_t)n))
+		say("sbxfs-box: cannot keep the job's output: %s", strerror(errno));
+	s->total += (unsigned long long)n;
+	return n;
+}
+
+/* The job's main process has ended: what it wrote is in the pipes, at most
+ * a pipe's capacity each; copy that much (or until empty). */
+static void pump_drain(struct sup *s)
+{
+	for (int i = 0; i < 2; i++) {
+		long cap = s->in[i] >= 0 ? fcntl(s->in[i], F_GETPIPE_SZ) : 0;
+		ssize_t n;
+
+		for (long moved = 0; moved <= cap && (n = pump_step(s, i)) > 0; moved += n)
+			;
+		if (s->in[i] >= 0 && s->output_max && s->total == s->output_max)
+			pump_step(s, i); /* at the limit with bytes left: that is past it */
+	}
+}
+
+/* The supervisor is about to end, and processes the job left behind still
+ * hold a pipe: a forked copy goes on copying (and counting) until they are
+ * gone.  It holds nothing else of the job's. */
+static void pump_tail(struct sup *s, int conn)
+{
+	pid_t pid;
+
+	if (s->in[0] < 0 && s->in[1] < 0)
 		return;
-	s->reason = "output limit";
-	s->state = "killed";
-	kill_tree(s);
-	out = fd_size(FD_STDOUT) - s->out0;
-	err = fd_size(FD_STDERR) - s->err0;
-	if (err > (long long)s->output_max)
-		err = (long long)s->output_max;
-	if (out > (long long)s->output_max - err)
-		out = (long long)s->output_max - err;
-	if (ftruncate(FD_STDOUT, s->out0 + out) || ftruncate(FD_STDERR, s->err0 + err))
-		say("sbxfs-box: cannot trim the output: %s", strerror(errno));
-	dprintf(FD_STDERR, "\nsbxfs: output limit of %llu bytes reached: job killed\n", s->output_max);
+	pid = fork();
+	if (pid == 0) {
+		if (conn >= 0)
+			close(conn);
+		close(FD_RESULT);
+		while (s->in[0] >= 0 || s->in[1] >= 0) {
+			struct pollfd p[2] = { { .fd = s->in[0], .events = POLLIN }, { .fd = s->in[1], .events = POLLIN } };
+
+			if (poll(p, 2, -1) < 0 && errno != EINTR)
+				break;
+			for (int i = 0; i < 2; i++)
+				if (p[i].revents)
+					pump_step(s, i);
+		}
+		_exit(0);
+	}
+	if (pid < 0)
+		say("sbxfs-box: cannot keep what the job left behind writes: %s", strerror(errno));
+	pump_close(s, 0);
+	pump_close(s, 1);
 }
 
 static char *read_all(int fd, size_t max, size_t *len)
@@ -392,10 +497,10 @@ static void write_result(struct sup *s)
 
 static int main_job(const char *name, long timeout, unsigned long long output_max)
 {
-	struct sup s = { .job = -1, .state = "exited", .output_max = output_max };
+	struct sup s = { .job = -1, .state = "exited", .in = { -1, -1 }, .output_max = output_max };
 	static const char *argv[] = { "sh", "-c", ". /proc/self/fd/3", NULL };
 	char **envp;
-	int cmdfd, sigfd, tfd = -1, conn = FD_CONN;
+	int cmdfd, sigfd, tfd = -1, conn = FD_CONN, out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	sigset_t mask;
 
 	(void)name;
@@ -411,9 +516,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	envp = make_envp(FD_ENV);
 	cmdfd = make_cmd_fd(FD_CMD);
-	s.out0 = fd_size(FD_STDOUT);
-	s.err0 = fd_size(FD_STDERR);
-	if (sigfd < 0 || !envp || cmdfd < 0) {
+	if (sigfd < 0 || !envp || cmdfd < 0 || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
 		dprintf(FD_STDERR, "sbxfs: the job's supervisor cannot start: %s\n", strerror(errno));
 		s.state = "failed";
 		write_result(&s);
@@ -432,7 +535,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	if (s.job == 0) {
 		sigset_t none;
 		setsid();
-		if (dup2(FD_STDIN, 0) < 0 || dup2(FD_STDOUT, 1) < 0 || dup2(FD_STDERR, 2) < 0 || dup2(cmdfd, 3) < 0)
+		if (dup2(FD_STDIN, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0 || dup2(cmdfd, 3) < 0)
 			_exit(126);
 		close_range(4, ~0U, 0);
 		for (int sig = 1; sig < NSIG; sig++)
@@ -446,6 +549,12 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		_exit(127);
 	}
 	sigprocmask(SIG_SETMASK, &mask, NULL); /* back to SIGCHLD only */
+	close(out[1]);
+	close(err[1]);
+	s.in[0] = out[0];
+	s.in[1] = err[0];
+	for (int i = 0; i < 2; i++)
+		fcntl(s.in[i], F_SETFL, fcntl(s.in[i], F_GETFL) | O_NONBLOCK);
 	if (s.job < 0) {
 		dprintf(FD_STDERR, "sbxfs: cannot start the job: %s\n", strerror(errno));
 		s.state = "failed";
@@ -469,16 +578,18 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 			timerfd_settime(tfd, 0, &it, NULL);
 	}
 	while (!s.ended) {
-		struct pollfd p[3] = { { .fd = sigfd, .events = POLLIN }, { .fd = tfd, .events = POLLIN },
-			{ .fd = conn, .events = POLLIN } };
-		int wait_ms = s.output_max ? OUTPUT_CHECK_MS : -1;
+		struct pollfd p[5] = { { .fd = sigfd, .events = POLLIN }, { .fd = tfd, .events = POLLIN },
+			{ .fd = conn, .events = POLLIN }, { .fd = s.in[0], .events = POLLIN },
+			{ .fd = s.in[1], .events = POLLIN } };
+		int wait_ms = -1;
 		uint64_t now = now_ms();
 
-		if (s.kill_at) {
-			int left = s.kill_at > now ? (int)(s.kill_at - now) : 0;
-			wait_ms = wait_ms < 0 || left < wait_ms ? left : wait_ms;
-		}
-		poll(p, 3, wait_ms);
+		if (s.kill_at)
+			wait_ms = s.kill_at > now ? (int)(s.kill_at - now) : 0;
+		poll(p, 5, wait_ms);
+		for (int i = 0; i < 2; i++)
+			if (p[3 + i].revents)
+				pump_step(&s, i);
 		if (p[0].revents) {
 			struct signalfd_siginfo si;
 			while (read(sigfd, &si, sizeof(si)) > 0)
@@ -507,12 +618,13 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 			s.kill_at = 0;
 			kill_tree(&s);
 		}
-		check_output(&s);
 	}
 	/* a timed-out or over-limit job takes what it left running with it */
 	if (!strcmp(s.state, "timed_out") || s.reason)
 		kill_tree(&s);
+	pump_drain(&s);
 	write_result(&s);
+	pump_tail(&s, conn);
 	/* until the daemon hung up (it opens a pidfd on us first) */
 	for (uint64_t until = now_ms() + 2000; conn >= 0 && now_ms() < until;) {
 		struct pollfd p = { .fd = conn, .events = POLLIN };
@@ -631,21 +743,19 @@ static void serve_one(int conn)
 		snprintf(text, sizeof(text), "done %d", kill_all());
 		send_text(conn, text);
 	} else if (nfds == BOX_NFDS && !parse_job(msg, &name, &timeout, &output_max)) {
+		/* no exec: the child is not dumpable from its first instruction on
+		 * (inherited from us), while an exec would make it dumpable until
+		 * main_job's prctl, and a job of the same uid watching for the
+		 * next pid can ptrace it in that moment, with the job's files */
 		pid = fork();
 		if (pid == 0) {
-			char t[24], o[24];
 			sigset_t none;
-			const char *argv[] = { "sbxfs-box", "job", name, t, o, NULL };
-			static char *const envp[] = { NULL };
 
-			snprintf(t, sizeof(t), "%ld", timeout);
-			snprintf(o, sizeof(o), "%llu", output_max);
 			sigemptyset(&none);
 			sigprocmask(SIG_SETMASK, &none, NULL);
 			if (place_fds(conn, fds))
 				_exit(125);
-			execve("/proc/self/exe", (char *const *)argv, envp);
-			_exit(125);
+			_exit(main_job(name, timeout, output_max));
 		}
 		if (pid < 0)
 			send_text(conn, "error fork failed");
@@ -733,10 +843,6 @@ int main(int argc, char **argv)
 		return main_init();
 	if (argc == 3 && !strcmp(argv[1], "connect"))
 		return main_connect(argv[2]);
-	if (argc == 5 && !strcmp(argv[1], "job") && name_ok(argv[2])) {
-		drop_caps();
-		return main_job(argv[2], strtol(argv[3], NULL, 10), strtoull(argv[4], NULL, 10));
-	}
 	say("usage: sbxfs-box init | connect NAME (see providers/docker_box.c)");
 	return 2;
 }

@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../common/buf.h"
+#include "aio_api.h"
 #include "docker_api.h"
 #include "provider.h"
 
@@ -65,6 +67,12 @@ struct dbox {
 	bool exec_engine;
 	long port;
 	int shell_only; /* aio: atomic; 1 once the bash routes answered 404 (an image older than 1.9.3) */
+	/* aio at a base_url (aio_remote.c): no container, no init_pid */
+	bool remote;
+	char url[512];        /* the AIO API's base URL, no trailing slash */
+	char run_path[96];    /* where jobs' command files go inside the sandbox */
+	const char *api_key;  /* sent as X-AIO-API-Key (in cfg: lives as long as the box) */
+	int ended;            /* atomic: destroyed; the sandbox may serve another scope now */
 };
 
 struct dbox *dbox(struct sbx_box *b);
@@ -88,6 +96,18 @@ enum sbx_err djobs_ask_init(struct dbox *db, const char *req, char *reply, size_
 enum sbx_err djobs_kill_all(struct sbx_box *b);
 /* The helper binary on the host (set by docker.c at init). */
 extern char docker_box_helper[4096];
+
+/* aio_remote.c: the aio provider at a base_url (provider_aio_remote, the
+ * variant provider_aio names for a configuration with base_url). */
+extern const struct sbx_provider provider_aio_remote;
+const struct sbx_provider *aio_remote_variant(const struct sbx_config *cfg);
+/* The checks of an aio configuration with base_url (docker_config_check). */
+int aio_remote_config_check(struct cfg_ctx *x, struct sbx_config *cfg);
+/* A command through /v1/bash/exec run to its end (file operations the
+ * AIO API lacks; the job's leftovers): its exit code, stderr's start in
+ * errtext, stdout in out (when not NULL). */
+enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env *env, size_t n_env, int *code,
+	char *errtext, size_t errlen, struct buf *out);
 
 /* aio.c: readiness and the exec slots of the aio provider. */
 enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s);

@@ -23,8 +23,10 @@
  * daemon watches it with a pidfd (the exec handle's pollable fd), records
  * pid and start time in job_dir/box.json for a later daemon, and hangs up.
  *
- * Output goes straight into job_dir/stdout and stderr through the passed
- * fds (so it keeps arriving while the daemon is down), the end into
+ * Output goes into job_dir/stdout and stderr through the passed fds, copied
+ * there by the supervisor from the job's pipes (so it keeps arriving while
+ * the daemon is down, and resources.output also holds for what the job
+ * leaves running), the end into
  * job_dir/box-result; exec_finish and exec_reattach turn that into
  * job_dir/result with one checked decoder.  Nothing here opens a file the
  * sandbox can write.

@@ -444,9 +444,12 @@ static bool pool_sweep_gone(void)
 		pthread_mutex_unlock(&pool.lock);
 		if (!victim)
 			return busy;
-		log_warn(victim->user, "%s: the sandbox is gone (%s): invalidated; the next mkdir creates a fresh one",
-			victim->thread, why);
-		pool_note_error(victim->user, "other", "%s/%s: sandbox gone: %s", victim->user, victim->thread, why);
+		{
+			char scope[NAMES_SCOPE_MAX];
+			snprintf(scope, sizeof(scope), "%s/%s", victim->user, victim->thread);
+			log_warn(scope, "the sandbox is gone (%s): invalidated; the next mkdir creates a fresh one", why);
+			pool_note_error(scope, "other", "sandbox gone: %s", why);
+		}
 		pool_destroy_held(victim, "gone");
 		pthread_mutex_unlock(&victim->scope);
 	}

@@ -11,6 +11,7 @@
 extern const struct sbx_provider provider_local;
 extern const struct sbx_provider provider_docker;
 extern const struct sbx_provider provider_aio;
+extern const struct sbx_provider provider_opensandbox;
 extern const struct sbx_provider *const sbx_builtin_providers[];
 
 #endif

@@ -27,11 +27,10 @@ const struct sbx_provider *provider_find(const char *name)
 
 const struct sbx_provider *provider_for(const struct sbx_config *cfg)
 {
-	const struct sbx_provider *p = provider_find(cfg->use), *v;
+	const struct sbx_provider *p = provider_find(cfg->use);
+	const struct sbx_provider *v = p && p->ops->variant ? p->ops->variant(cfg) : NULL;
 
-	if (p && p->ops->variant && (v = p->ops->variant(cfg)))
-		return v;
-	return p;
+	return v ? v : p;
 }
 
 const char *provider_canonical(const char *name)

@@ -163,7 +163,8 @@ def test_deerflow_class_path_and_config_yaml(sbxfs, case_label):
 
 
 def test_configuration_refused(sbxfs):
-    for bad, rule in [({"base_url": "http://127.0.0.1:8080"}, "base_url: the aio provider here makes its own"),
+    # base_url is the remote mode (test_remote.py): an existing sandbox keeps its network
+    for bad, rule in [({"base_url": "http://127.0.0.1:8080"}, "network.mode: an existing AIO sandbox (base_url)"),
                       ({"aio": {"user": "root"}}, "aio.user: must be sandbox or image"),
                       ({"aio": {"port": 0}}, "aio.port: must be an integer between 1 and 65535")]:
         b = sbxfs(config=bad, start=False)

@@ -459,3 +459,42 @@ def test_output_limit(sbxfs):
     assert code == 137, st
     assert st["stdout_bytes"] + st["stderr_bytes"] <= 16 * 1024 + 256, st
     assert read_text(j / "stdout").startswith("line-0\nline-1\n")
+
+
+
+@pytest.mark.timeout_s(90)
+def test_output_limit_holds_for_what_the_job_leaves_behind(sbxfs):
+    """A process the job leaves running writes past the limit after the job
+    has ended: nothing past resources.output is kept (it gets EPIPE)."""
+    m = sbxfs(config={"resources": {"output": "16K"}})
+    t, _ = acquire(m, "alice", "t")
+    j = t / "jobs" / "left"
+    os.mkdir(j)
+    J.start(j, "rm -f /tmp/left-done; (sleep 1; yes a-line-of-output | head -c 300000; touch /tmp/left-done) & "
+               "echo started")
+    assert J.wait_exit(j, 30) == 0
+    code, _, err = J.run_job(t, "wait", "while [ ! -e /tmp/left-done ]; do sleep 0.1; done", timeout=60)
+    assert code == 0, err
+    st = J.jstatus(j)
+    assert st["state"] == "exited", st
+    assert st["stdout_bytes"] + st["stderr_bytes"] <= 16 * 1024 + 256, st
+    assert read_text(j / "stdout").startswith("started\n")
+
+
+@pytest.mark.timeout_s(90)
+def test_output_limit_holds_for_a_job_that_kills_its_supervisor(sbxfs, provider):
+    """The docker supervisor runs as the sandbox uid, so a job can SIGKILL
+    it: its output must then stop (EPIPE), not go on without a limit."""
+    if provider != "docker":
+        pytest.skip("only the docker provider has an in-container supervisor")
+    m = sbxfs(config={"resources": {"output": "16K"}})
+    t, _ = acquire(m, "alice", "t")
+    j = t / "jobs" / "orphan"
+    os.mkdir(j)
+    J.start(j, "rm -f /tmp/orphan-done; echo started; kill -9 $PPID; sleep 1; "
+               "yes a-line-of-output | head -c 300000; touch /tmp/orphan-done")
+    J.wait_exit(j, 30)
+    code, _, err = J.run_job(t, "wait", "while [ ! -e /tmp/orphan-done ]; do sleep 0.1; done", timeout=60)
+    assert code == 0, err
+    st = J.jstatus(j)
+    assert st["stdout_bytes"] + st["stderr_bytes"] <= 16 * 1024 + 256, st

@@ -113,13 +113,15 @@ def test_command_and_environment_on_no_host_argv_or_environ(sandbox):
 def test_job_cannot_reach_the_job_files_or_its_supervisor(sandbox):
     m, t = sandbox
     code, out, err = J.run_job(t, "probe",
-                               "f=/proc/$$/fd/1; (cat $f) </dev/null >/dev/null 2>&1 && echo reopened-stdout; "
+                               "for f in 0 1 2; do case $(readlink /proc/$$/fd/$f) in */jobs/probe/*) "
+                               "echo holds-a-job-file;; esac; done; "
                                "ls /proc/$PPID/fd >/dev/null 2>&1 && echo saw-supervisor-fds; "
                                "cat /proc/$PPID/environ >/dev/null 2>&1 && echo read-supervisor-env; "
                                "kill -TERM $PPID && echo signalled; sleep 0.2; "
                                "ls /run/sbxfs; echo done")
     assert code == 0, err
-    assert "reopened-stdout" not in out and "saw-supervisor-fds" not in out and "read-supervisor-env" not in out, out
+    # its stdout and stderr are pipes the supervisor copies: it holds no job file to reopen
+    assert "holds-a-job-file" not in out and "saw-supervisor-fds" not in out and "read-supervisor-env" not in out, out
     assert out.endswith("done\n") and "sbxfs-box" in out
     # SIGTERM from the job: the supervisor ignores it and reports the real end
     assert J.jstatus(t / "jobs" / "probe")["state"] == "exited"
@@ -135,6 +137,91 @@ def test_a_job_that_kills_its_supervisor_is_lost_and_harms_nothing(sandbox):
     assert st["state"] == "lost", st
     code, out, _ = J.run_job(t, "next", "echo fine")
     assert code == 0 and out == "fine\n"
+
+
+# A job that watches the pids the next processes get and tries to ptrace
+# each (the sandbox uid may trace its own dumpable processes), until the
+# file "stop" appears: "attached PID EXE" when it got a supervisor.
+GRAB_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <time.h>
+#include <unistd.h>
+
+static long last_pid(void)
+{
+	char b[32] = "";
+	int fd = open("/proc/sys/kernel/ns_last_pid", O_RDONLY);
+	ssize_t n = fd >= 0 ? read(fd, b, sizeof(b) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	return n > 0 ? strtol(b, NULL, 10) : -1;
+}
+
+int main(void)
+{
+	time_t end = time(NULL) + 60;
+	long tries = 0;
+
+	while (time(NULL) < end && access("stop", F_OK)) {
+		long last = last_pid();
+		/* the runtime's threads take pids too (runc's, in engine mode) */
+		for (long pid = last - 24; pid <= last + 2; pid++) {
+			char path[64], exe[256] = "";
+			ssize_t l;
+
+			if (pid <= 1 || pid == getpid())
+				continue;
+			/* only supervisors (a seized job process would stay ours) */
+			snprintf(path, sizeof(path), "/proc/%ld/exe", pid);
+			l = readlink(path, exe, sizeof(exe) - 1);
+			exe[l > 0 ? l : 0] = '\0';
+			if (!strstr(exe, "sbxfs-box"))
+				continue;
+			tries++;
+			if (ptrace(PTRACE_SEIZE, (pid_t)pid, 0, 0) == 0) {
+				printf("attached %ld %s\n", pid, exe);
+				return 0; /* our end lets it go */
+			}
+		}
+	}
+	printf("none %ld\n", tries);
+	return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+@pytest.mark.timeout_s(120)
+@pytest.mark.parametrize("mode", ["init", "engine"])
+def test_a_job_cannot_ptrace_the_supervisor_of_another(sbxfs, tmp_path, mode):
+    """Supervisors run as the sandbox uid.  One that is dumpable for a moment
+    (from its execve to its PR_SET_DUMPABLE) can be ptrace-attached by a job
+    watching the next pids, and is then that job's: another job's output and
+    result files, its limits.  A supervisor is never dumpable."""
+    src = tmp_path / "grab.c"
+    src.write_text(GRAB_C)
+    r = subprocess.run(["gcc", "-static", "-O2", "-o", str(tmp_path / "grab"), str(src)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    m = sbxfs(config={"docker": {"exec": mode}})
+    t = acquire(m)
+    shutil.copy(tmp_path / "grab", t / "workspace" / "grab")
+    os.chmod(t / "workspace" / "grab", 0o755)
+    j = J.mkjob(t, "grab")
+    J.start(j, "./grab")
+    for i in range(30):
+        code, _, err = J.run_job(t, f"v{i}", "true")
+        assert code == 0, err
+        if J.jstatus(j)["state"] != "running":
+            break
+    (t / "workspace" / "stop").write_text("")
+    assert J.wait_exit(j, 30) == 0, read_text(j / "stderr")
+    out = read_text(j / "stdout")
+    assert out.startswith("none"), f"a job took hold of another job's supervisor: {out}"
 
 
 # --------------------------------------------------------------------------

@@ -937,3 +937,147 @@ show(ok=1)
                           10)
     finally:
         slow.close()
+
+
+class _Drip:
+    """A server on a random loopback address and port that, once its client
+    has said something, sends 2000 bytes every millisecond (as a server on
+    the internet sends segments) for as long as they are taken, and never
+    reads again."""
+
+    def __init__(self, port):
+        self.addr = netlab.random_loopback()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.addr, port))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.dripped = 0
+        self.stop = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.stop.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+            c.settimeout(10)
+            try:
+                c.recv(65536)
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                c.setblocking(False)
+                while not self.stop.is_set() and self.dripped < (24 << 20):
+                    try:
+                        self.dripped += c.send(b"d" * 2000)
+                    except BlockingIOError:
+                        pass
+                    time.sleep(0.001)
+                self.stop.wait(20)
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.stop.set()
+        self.th.join(5)
+        self.sock.close()
+
+
+STILL = r'''
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.settimeout(20)
+s.connect(P)
+s.sendall(b"CONNECT drip.example.test:443 HTTP/1.1\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+assert head.startswith(b"HTTP/1.1 200"), head
+s.sendall(hello("drip.example.test"))
+time.sleep(40)
+'''
+
+
+@pytest.mark.timeout_s(120)
+def test_tunnel_to_a_client_that_reads_nothing_costs_nothing(sbxfs):
+    """A server that sends in tiny pieces to a client that reads nothing:
+    once the client's buffers and the relay's pipe are full, the loop waits
+    for the client, it does not spin (a pipe fills by its slots, one per
+    piece, long before its byte count says so)."""
+    drip = _Drip(443)
+    try:
+        conf = {"network": {"mode": "allowlist", "allow_domains": ["drip.example.test"],
+                            "allow_private_destinations": True, "hosts": {"drip.example.test": drip.addr}}}
+        m = sbxfs(config=conf)
+        t = acquire(m)
+        j = mkjob(t, "still")
+        start(j, "python3 -", stdin=PYLIB + STILL)
+        last = [-1]
+
+        def stalled():
+            d, last[0] = last[0], drip.dripped
+            return d == drip.dripped
+        assert wait_until(stalled, 60, interval=2), (drip.dripped, read_text(j / "stderr"))
+        before = _cpu_seconds(m.proc.pid)
+        time.sleep(3)
+        spent = _cpu_seconds(m.proc.pid) - before
+        assert spent < 0.5, f"the daemon spent {spent:.2f} s of CPU in 3 s on a tunnel to a client that reads nothing"
+        assert jstatus(j)["state"] == "running", "the tunnel ended before the measure"
+    finally:
+        drip.close()
+
+
+HOLD_OPEN = r'''
+while not os.path.exists("go"):
+    time.sleep(0.05)
+socks = []
+for i in range(100):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(P)
+    except BlockingIOError:
+        pass
+    socks.append(s)
+print(json.dumps({"opened": len(socks)}), flush=True)
+time.sleep(12)
+'''
+
+
+@pytest.mark.timeout_s(120)
+def test_out_of_file_descriptors_costs_nothing(sbxfs):
+    """The daemon out of file descriptors (here: a lowered limit; in life:
+    many sandboxes' tunnels, 6 descriptors each): connections wait in the
+    listener's backlog, the loop neither spins on accept nor floods the log."""
+    import resource
+    m = sbxfs(config={"network": {"mode": "allowlist", "allow_domains": ["static.example.test"]}})
+    t = acquire(m)
+    pid = m.proc.pid
+    j = mkjob(t, "hold")
+    start(j, "python3 -", stdin=PYLIB + HOLD_OPEN)
+    assert wait_until(lambda: jstatus(j)["state"] == "running", 10)
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    out = m.thread_data("alice", "t") / "jobs" / "hold" / "stdout"  # read beside the mount: it needs descriptors
+    try:
+        n = len(os.listdir(f"/proc/{pid}/fd")) + 20
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (n, old[1]))
+        (m.workspace_data("alice", "t") / "go").write_text("")
+        assert wait_until(lambda: '"opened"' in out.read_text(), 20)
+        time.sleep(0.5)
+        lines = m.log.count("out of file descriptors")
+        before = _cpu_seconds(pid)
+        time.sleep(3)
+        spent = _cpu_seconds(pid) - before
+        lines = m.log.count("out of file descriptors") - lines
+        assert spent < 0.5, f"the daemon spent {spent:.2f} s of CPU in 3 s out of file descriptors"
+        assert lines < 10, f"{lines} log lines in 3 s out of file descriptors"
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    # descriptors again: the listener is served again
+    r = py(t, "after", "show(a=raw(b'CONNECT api.example.test:443 HTTP/1.1\\r\\n\\r\\n'))")
+    assert r["a"].startswith("HTTP/1.1 403"), r

@@ -2435,6 +2435,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def version_string(self):
         return self.server_version
 
+    def setup(self):
+        super().setup()
+        # uvicorn (the real server) sets TCP_NODELAY on every connection: a
+        # response written in two parts (headers, then body) must not wait
+        # for the client's delayed ACK on a kept-alive connection
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, fmt, *args):
         if self.srv.args.verbose:
             sys.stderr.write("aio_server: %s - %s\n" % (self.address_string(), fmt % args))

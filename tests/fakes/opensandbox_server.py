@@ -1682,6 +1682,13 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing
 
+    def setup(self):
+        super().setup()
+        # execd (Go's net/http) and the lifecycle server (uvicorn) set
+        # TCP_NODELAY: events flushed one by one must not wait for the
+        # client's delayed ACK on a kept-alive connection
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, fmt, *args):
         if APP is not None and APP.verbose:
             sys.stderr.write("opensandbox-fake: %s\n" % (fmt % args))

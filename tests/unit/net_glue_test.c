@@ -8,12 +8,17 @@
  *   - a provider with a network namespace (one this test makes, as root):
  *     the proxy listens on 127.0.0.1:3128 inside it, a denied request gets
  *     a 403 naming the host and the request id, the event is consumed, the
- *     jobs' environment carries the proxy, and destroy takes the state away.
+ *     jobs' environment carries the proxy, and destroy takes the state away;
+ *   - destroy while the proxy is still connecting upstream (a server whose
+ *     accept queue is full never answers the SYN): every connection's
+ *     memory is given back.
  * Run by `make unit`; the namespace part needs root and is skipped otherwise.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -23,6 +28,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/json.h"
@@ -224,6 +230,136 @@ static void test_with_netns(const char *dir, struct sbx_config *cfg)
 	close(test_nsfd);
 }
 
+/* Destroy while connections wait for an upstream that never completes the
+ * handshake: a connection closed then must be freed with the addresses it
+ * was trying (not left for a resolver that has already answered). */
+#define SLOW_CONNS 16
+
+static int slow_fds[SLOW_CONNS];
+
+static size_t heap_in_use(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+
+	return mi.uordblks + mi.hblkhd;
+}
+
+/* In the namespace: SLOW_CONNS requests for slow.example, each with a 60 KB
+ * header, left open. */
+static int open_slow(void *arg)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(3128) };
+	struct buf req = BUF_INIT(128 * 1024);
+	int r = 0;
+
+	(void)arg;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (buf_adds(&req, "GET http://slow.example/ HTTP/1.1\r\nHost: slow.example\r\nX-Pad: "))
+		return -1;
+	for (int i = 0; i < 60000 && !r; i++)
+		r = buf_add(&req, "a", 1);
+	if (r || buf_adds(&req, "\r\n\r\n"))
+		return -1;
+	for (int i = 0; i < SLOW_CONNS; i++) {
+		slow_fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (slow_fds[i] < 0 || connect(slow_fds[i], (struct sockaddr *)&a, sizeof(a)) ||
+		    write(slow_fds[i], req.ptr, req.len) != (ssize_t)req.len)
+			r = -1;
+	}
+	buf_free(&req);
+	return r;
+}
+
+/* Sockets of this namespace in SYN_SENT to addr:80 (/proc/net/tcp). */
+static int syn_sent_to(struct in_addr addr)
+{
+	char line[512], want[16];
+	int n = 0;
+	FILE *f = fopen("/proc/net/tcp", "r");
+
+	if (!f)
+		return -1;
+	snprintf(want, sizeof(want), "%08X:0050", addr.s_addr);
+	while (fgets(line, sizeof(line), f)) {
+		char local[64], remote[64], st[8];
+		if (sscanf(line, " %*s %63s %63s %7s", local, remote, st) == 3 && !strcmp(remote, want) &&
+		    !strcmp(st, "02"))
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static void test_destroy_while_connecting(const char *dir)
+{
+	char yaml[512], addr[32];
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(80) };
+	struct sbx_config *cfg;
+	struct sbx s;
+	pthread_t t;
+	size_t before;
+	int lfd, filler, n = 0;
+	bool freed = false;
+
+	if (geteuid() != 0) {
+		printf("net_glue_test: not root, destroy-while-connecting skipped\n");
+		return;
+	}
+	/* a server on a loopback address of its own whose accept queue is full:
+	 * the SYNs of the proxy's connects are dropped, they stay in progress */
+	snprintf(addr, sizeof(addr), "127.%d.%d.%d", 16 + (int)(getpid() % 200), 1 + (int)(time(NULL) % 200),
+		1 + (int)((getpid() / 200) % 200));
+	inet_pton(AF_INET, addr, &sa.sin_addr);
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	filler = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	CHECK(lfd >= 0 && filler >= 0 && !bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) && !listen(lfd, 0) &&
+	      !connect(filler, (struct sockaddr *)&sa, sizeof(sa)));
+	snprintf(yaml, sizeof(yaml),
+		"network:\n  mode: allowlist\n  allow_domains: [\"slow.example\"]\n  allow_private_destinations: true\n"
+		"  hosts: {\"slow.example\": \"%s\"}\n",
+		addr);
+	cfg = load(dir, yaml);
+	CHECK(cfg != NULL);
+	pthread_create(&t, NULL, make_ns, NULL);
+	pthread_join(t, NULL);
+	CHECK(test_nsfd >= 0);
+	if (!cfg || test_nsfd < 0)
+		goto out;
+	sbx_setup(&s, dir, &ns_prov, cfg);
+	s.box = (struct sbx_box *)&s;
+	CHECK(net_sandbox_up(&s, false) == 0);
+	for (int i = 0; i < SLOW_CONNS; i++)
+		slow_fds[i] = -1;
+	before = heap_in_use();
+	CHECK(egress_in_netns(test_nsfd, open_slow, NULL) == 0);
+	for (int i = 0; i < 100 && (n = syn_sent_to(sa.sin_addr)) < SLOW_CONNS; i++)
+		usleep(100 * 1000);
+	CHECK(n == SLOW_CONNS);
+	net_sandbox_down(&s); /* the proxy closes them while they connect */
+	for (int i = 0; i < SLOW_CONNS; i++)
+		if (slow_fds[i] >= 0)
+			close(slow_fds[i]);
+	/* given back: at most what a handful of allocations weigh */
+	for (int i = 0; i < 100 && !freed; i++) {
+		struct net_stats st;
+		net_stats(&st);
+		freed = st.active == 0 && heap_in_use() < before + 256 * 1024;
+		if (!freed)
+			usleep(50 * 1000);
+	}
+	CHECK(freed);
+	if (!freed)
+		fprintf(stderr, "net_glue_test: %zu bytes more in use than before %d connections\n",
+			heap_in_use() - before, SLOW_CONNS);
+	free(s.thread_dir);
+	close(test_nsfd);
+	test_nsfd = -1;
+out:
+	config_put(cfg);
+	close(filler);
+	close(lfd);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/sbxfs-net-glue-XXXXXX";
@@ -240,6 +376,7 @@ int main(void)
 		test_with_netns(dir, cfg);
 		config_put(cfg);
 	}
+	test_destroy_while_connecting(dir);
 	net_shutdown();
 	park_shutdown();
 	{

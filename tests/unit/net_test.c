@@ -378,6 +378,23 @@ static void test_http(void)
 		CHECK(parse(h, &r) == 0 && http_upstream_head(h, strlen(h), &r, &up) == 0);
 		CHECK(!strcmp(buf_str(&up), "GET /p HTTP/1.1\r\nHost: a.example\r\nAccept: */*\r\nConnection: close\r\n\r\n"));
 	}
+	{
+		/* Connection may not take away the framing the proxy forwards the
+		 * body by, nor the Host: else the upstream reads the body as the
+		 * next request, one the proxy never looked at */
+		const char *h = "POST http://a.example/p HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n"
+				"Connection: content-length, host\r\n\r\n";
+		const char *c = "POST http://a.example/p HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n"
+				"Connection: Transfer-Encoding\r\n\r\n";
+
+		buf_reset(&up);
+		CHECK(parse(h, &r) == 0 && r.content_length == 5 && http_upstream_head(h, strlen(h), &r, &up) == 0);
+		CHECK(!strcmp(buf_str(&up), "POST /p HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\nConnection: close\r\n\r\n"));
+		buf_reset(&up);
+		CHECK(parse(c, &r) == 0 && r.chunked && http_upstream_head(c, strlen(c), &r, &up) == 0);
+		CHECK(!strcmp(buf_str(&up),
+			"POST /p HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"));
+	}
 	buf_free(&up);
 
 	/* chunked framing: exactly one body, whatever follows is not its */

@@ -447,7 +447,7 @@ static void test_jobs(void)
 	j = new_job(s, jd.ptr, "exit");
 	CHECK(j && start_job(j, "echo\n") == 0);
 	CHECK(start_job(j, "again") == EBUSY);
-	CHECK(wait_state(j, job_state_ended, 3000) && job_state(j) == J_EXITED);
+	CHECK(wait_state(j, job_state_ended, 10000) && job_state(j) == J_EXITED);
 	CHECK(job_exit_text(j, text, sizeof(text)) == 0 && !strcmp(text, "3\n"));
 	CHECK(job_stream_size(j, JOB_STDOUT) == 4);
 	CHECK(job_rmdir(j) == 0);
@@ -457,7 +457,7 @@ static void test_jobs(void)
 	fault.exec_mode = FAULT_EXEC_DIE;
 	j = new_job(s, jd.ptr, "die");
 	CHECK(j && start_job(j, "x") == 0);
-	CHECK(wait_state(j, job_state_ended, 3000) && job_state(j) == J_LOST);
+	CHECK(wait_state(j, job_state_ended, 10000) && job_state(j) == J_LOST);
 	CHECK(job_status_json(j, &out) == 0 && strstr(buf_str(&out), "\"lost\""));
 	job_put(j);
 
@@ -482,7 +482,7 @@ static void test_jobs(void)
 	CHECK(j && start_job(j, "x") == 0);
 	CHECK(job_ctl(j, "bogus", 5) == EINVAL && job_ctl(j, "kill SIGNOPE", 12) == EINVAL);
 	CHECK(job_ctl(j, "kill\n", 5) == 0 && fault.signals[SIGTERM] == 1);
-	CHECK(wait_state(j, job_state_ended, 5000) && job_state(j) == J_KILLED && fault.signals[SIGKILL] == 1);
+	CHECK(wait_state(j, job_state_ended, 10000) && job_state(j) == J_KILLED && fault.signals[SIGKILL] == 1);
 	CHECK(job_ctl(j, "kill", 4) == ESRCH);
 	job_put(j);
 	fault.ignore_term = false;
@@ -495,8 +495,8 @@ static void test_jobs(void)
 		j = new_job(s, jd.ptr, "slowkill");
 		CHECK(j && start_job(j, "x") == 0);
 		CHECK(job_ctl(j, "kill KILL", 9) == 0);
-		CHECK(wait_state(j, job_state_ended, 3000) && job_state(j) == J_KILLED);
-		CHECK(wait_until_ms(&fault.live_execs, before, 3000));
+		CHECK(wait_state(j, job_state_ended, 10000) && job_state(j) == J_KILLED);
+		CHECK(wait_until_ms(&fault.live_execs, before, 10000));
 		job_put(j);
 	}
 	fault.signal_delay_ms = 0;
@@ -507,7 +507,7 @@ static void test_jobs(void)
 	CHECK(j && start_job(j, "x") == 0);
 	CHECK(job_ctl(j, "kill SIGUSR1", 12) == EOPNOTSUPP && job_state(j) == J_RUNNING);
 	CHECK(job_ctl(j, "kill KILL", 9) == 0);
-	CHECK(wait_state(j, job_state_ended, 3000));
+	CHECK(wait_state(j, job_state_ended, 10000));
 	fault.signal_notsup = false;
 	job_put(j);
 
@@ -556,11 +556,11 @@ static void test_job_reattach(void)
 	CHECK(job_state(j) == J_RUNNING && fault.live_execs == 1);
 	msleep(50);
 	CHECK(job_ctl(j, "kill KILL", 9) == 0);
-	CHECK(wait_state(j, job_state_ended, 3000) && job_state(j) == J_KILLED);
+	CHECK(wait_state(j, job_state_ended, 10000) && job_state(j) == J_KILLED);
 	job_put(j);
 	fault.reattach_ok = false;
 	j = job_get(s, jd.ptr, "gone");
-	CHECK(j && wait_state(j, job_state_ended, 3000) && job_state(j) == J_LOST);
+	CHECK(j && wait_state(j, job_state_ended, 10000) && job_state(j) == J_LOST);
 	job_put(j);
 	pool_put(s);
 	job_shutdown();

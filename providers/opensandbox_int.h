@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * opensandbox_int.h - what the parts of the opensandbox provider share:
+ * opensandbox.c (configuration, lifecycle, renewal), opensandbox_jobs.c
+ * (jobs through execd's command stream), opensandbox_files.c (remote files
+ * and skills by upload through execd's files API).
+ *
+ * A sandbox is one OpenSandbox sandbox, labelled (metadata) with the
+ * provider, this daemon's state_id, the scope token and, where they are
+ * label values, the user and thread; its record is thread_dir/opensandbox.json
+ * (the sandbox id).  Boxes are reference counted (provider.h); their fields
+ * are immutable after create/adopt except where noted.
+ */
+#ifndef SBX_OPENSANDBOX_INT_H
+#define SBX_OPENSANDBOX_INT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../common/names.h"
+#include "opensandbox_api.h"
+#include "provider.h"
+
+/* metadata keys (label names: <= 63, alphanumeric at both ends) */
+#define OS_META_PROVIDER "sbxfs-provider"
+#define OS_META_STATE_ID "sbxfs-state-id"
+#define OS_META_SCOPE "sbxfs-scope"
+#define OS_META_USER "sbxfs-user"
+#define OS_META_THREAD "sbxfs-thread"
+
+/* Where jobs' command and stdin files go inside the sandbox when the
+ * command cannot travel in the request (not UTF-8, or stdin to feed). */
+#define OS_JOBS_PATH "/tmp/.sbxfs/jobs"
+
+/* The opensandbox: section and what config_check resolved (cfg->prov). */
+struct os_conf {
+	char *execd_token;  /* X-EXECD-ACCESS-TOKEN (secret) */
+	char **entrypoint;  /* the sandbox's entrypoint (default tail -f /dev/null) */
+	size_t n_entrypoint;
+	/* resolved by config_check: */
+	char *api_key;      /* api_key, else $OPEN_SANDBOX_API_KEY, else "" (secret) */
+	char *base;         /* the lifecycle API: scheme://domain/v1 */
+	char *scheme;       /* for execd endpoints: protocol, or the domain's own scheme */
+	const char *key_source;    /* "api_key", "OPEN_SANDBOX_API_KEY" or NULL */
+	const char *domain_source; /* "domain", "OPEN_SANDBOX_DOMAIN" or NULL (the default) */
+};
+
+struct obox {
+	struct sbx_box base; /* first: see obox() */
+	char id[80];         /* the remote sandbox id */
+	char token[SCOPE_TOKEN_LEN + 1];
+	char state_id[NAMES_STATE_ID_LEN + 1];
+	char scope[NAMES_SCOPE_MAX]; /* "user/thread" for logs */
+	char *thread_dir;
+	struct sbx_config *cfg; /* referenced: the config it lives with */
+	uint64_t output_max;
+
+	pthread_mutex_t lock;   /* a leaf: guards ex and have_ex, never held across a call */
+	struct osapi_execd ex;  /* execd's endpoint, copied out by obox_execd() */
+	bool have_ex;
+
+	/* protected by os.lock (opensandbox.c) */
+	struct obox *next;
+	bool listed;
+	uint64_t next_renew_ms;
+	double expires_at; /* 0: none known */
+	char renew_err[OSAPI_ERR_LEN];
+};
+
+extern const struct sbx_files_ops os_files_ops;
+extern const struct sbx_skills_ops os_skills_ops;
+
+struct obox *obox(struct sbx_box *b);
+const struct os_conf *os_conf_of(const struct sbx_config *cfg);
+/* The lifecycle server of cfg, with scope for the logs. */
+void os_server(const struct sbx_config *cfg, struct osapi_server *srv, const char *scope);
+/* A copy of the box's execd endpoint (resolved on first use, or again after
+ * a connection failure dropped it). */
+enum sbx_err obox_execd(struct obox *ob, struct osapi_execd *out);
+/* Account for a failed execd call: gone -> sbx_box_gone; a transport
+ * failure drops the endpoint; logs what with err. */
+void obox_failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, const char *err);
+
+/* A command run to its end (file operations the files API lacks): its exit
+ * code, and the first bytes of its stderr in errtext. */
+enum sbx_err os_run(struct obox *ob, const char *script, const struct osapi_kv *envs, size_t n_envs, int *exit_code,
+	char *errtext, size_t errlen);
+
+/* opensandbox_jobs.c: the exec slots. */
+enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out);
+enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out);
+enum sbx_err os_jobs_signal(struct sbx_exec *x, int sig);
+void os_jobs_finish(struct sbx_exec *x);
+void os_jobs_free(struct sbx_exec *x);
+void os_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
+
+#endif
