@@ -932,12 +932,17 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
+	int fl;
 
 	if (datasync ? fdatasync(data_fd(fi)) : fsync(data_fd(fi)))
 		return (void)fuse_reply_err(req, errno);
 	if (!data_skills(n))
 		return (void)fuse_reply_err(req, 0);
-	skills_fsync(req, n->view->sbx, (fi->flags & O_ACCMODE) != O_RDONLY);
+	/* FSYNC carries no open flags (libfuse leaves fi->flags 0): the
+	 * handle's own say whether it writes, i.e. whether this fsync is the
+	 * change's first news (before its close) */
+	fl = fcntl(data_fd(fi), F_GETFL);
+	skills_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 }
 
 struct data_dir {

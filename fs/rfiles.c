@@ -1009,7 +1009,13 @@ static void rf_flush_or_fsync(fuse_req_t req, struct rnode *r)
 
 static void rf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	(void)fi;
+	struct rfh *h = (struct rfh *)(uintptr_t)fi->fh;
+
+	/* close(2) of a reader never uploads (nor fails on) another writer's
+	 * changes: a failed upload fails the writer's close, and an fsync on
+	 * any handle, as with NFS */
+	if (!rf_writable(h->flags))
+		return (void)fuse_reply_err(req, 0);
 	rf_flush_or_fsync(req, rnode(ino));
 }
 
@@ -1525,6 +1531,25 @@ static void rf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	rjob_submit(req, rnode(ino), NULL, NULL, NULL, job_opendir, &t);
 }
 
+/* The inode number a READDIR entry shows: the node's when one exists (what
+ * stat shows), else a number of its own that no node has (bit 63 set: a
+ * node's number is its address).  Never 0: readdir(3) skips entries whose
+ * d_ino is 0. */
+static ino_t rf_dirent_ino(struct rnode *p, const char *name)
+{
+	uint64_t h = 14695981039346656037ULL ^ (uint64_t)(uintptr_t)p; /* FNV-1a of parent and name */
+	struct rnode *r;
+
+	pthread_mutex_lock(&rf.lock);
+	r = rf_find_locked(p->n.view, p, name);
+	pthread_mutex_unlock(&rf.lock);
+	if (r)
+		return (ino_t)(uintptr_t)r;
+	for (const char *c = name; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+	return (ino_t)(h | ((uint64_t)1 << 63));
+}
+
 static void rf_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi, bool plus)
 {
 	struct rdir *d = (struct rdir *)(uintptr_t)fi->fh;
@@ -1555,12 +1580,13 @@ static void rf_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off
 				r->refs--;
 			}
 			pthread_mutex_unlock(&rf.lock);
-			if (!r) {
+			if (!r) { /* out of memory: a plain entry the kernel looks up later */
 				e.attr = d->ents[i - 2].st;
-				e.attr.st_ino = 0;
+				e.attr.st_ino = rf_dirent_ino(p, name);
 			}
 		} else {
 			e.attr = d->ents[i - 2].st;
+			e.attr.st_ino = rf_dirent_ino(p, name);
 		}
 		len = plus ? fuse_add_direntry_plus(req, at, rem, name, &e, (off_t)i + 1)
 			   : fuse_add_direntry(req, at, rem, name, &e.attr, (off_t)i + 1);

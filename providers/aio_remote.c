@@ -737,6 +737,23 @@ static enum sbx_err api_failed(struct dbox *db, enum sbx_err e, const char *what
 	return e;
 }
 
+/* The nanoseconds of stat's %y ("2025-01-02 03:04:05.123456789 +0000")
+ * at the end of line; 0 when it has none. */
+static long stat_nsec(const char *line)
+{
+	const char *p = strrchr(line, '.');
+	long ns = 0;
+	int k = 0;
+
+	if (!p)
+		return 0;
+	for (p++; k < 9 && *p >= '0' && *p <= '9'; p++, k++)
+		ns = ns * 10 + (*p - '0');
+	for (; k < 9; k++)
+		ns *= 10;
+	return ns;
+}
+
 static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 {
 	struct dbox *db = &abox(b)->db;
@@ -747,7 +764,9 @@ static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 
 	if (!path_ok(path))
 		return SBX_ERR_INVAL;
-	e = run_paths(db, "exec stat -c '%f %s %Y %Z' -- \"$A\"", path, NULL, &out);
+	/* %y for the mtime's nanoseconds: a change that keeps the size within
+	 * the second is still a change to the remote-files cache */
+	e = run_paths(db, "exec stat -c '%f %s %Y %Z %y' -- \"$A\"", path, NULL, &out);
 	if (!e && sscanf(buf_str(&out), "%x %lld %lld %lld", &mode, &size, &mtime, &ctime) != 4) {
 		log_warn(db->name, "aio: stat %s: unexpected answer '%.60s'", path, buf_str(&out));
 		e = SBX_ERR_IO;
@@ -760,6 +779,7 @@ static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 		st->st_blksize = 4096;
 		st->st_blocks = (size + 511) / 512;
 		st->st_mtim.tv_sec = (time_t)mtime;
+		st->st_mtim.tv_nsec = stat_nsec(buf_str(&out));
 		st->st_ctim.tv_sec = (time_t)ctime;
 		st->st_atim = st->st_mtim;
 	}

@@ -914,10 +914,11 @@ static int decode_fileinfo(json_t *o, struct osapi_fileinfo *fi)
 	base = base ? base + 1 : path;
 	if (str_fmt(fi->name, sizeof(fi->name), "%s", base))
 		return -1;
+	/* "other" (a FIFO, a socket, a device) is no regular file: S_IFIFO
+	 * stands for all of them, so nothing tries to read one (the FUSE layer
+	 * shows it as an empty file that cannot be opened) */
 	fi->mode = (mode_t)bits | (!strcmp(type, "directory") ? S_IFDIR : !strcmp(type, "symlink") ? S_IFLNK :
-				    !strcmp(type, "file") ? S_IFREG : 0);
-	if (!(fi->mode & S_IFMT))
-		fi->mode |= S_IFREG; /* "other" (a fifo, a socket): shown as a file, never opened as one */
+				    !strcmp(type, "file") ? S_IFREG : S_IFIFO);
 	fi->size = size ? json_integer_value(size) : 0;
 	if (osapi_parse_time(json_string_value(json_object_get(o, "modified_at")), &fi->mtime))
 		fi->mtime = 0;

@@ -64,6 +64,9 @@ struct skills_sbx {
 	/* eng.lock: */
 	bool upload;                 /* the provider cannot mount skills/: sync by upload */
 	uint64_t gen_written, gen_synced, gen_failed;
+	/* syncs begun, and the number of the last that failed: an fsync fails
+	 * only with the error of a sync begun after it, never an older one's */
+	uint64_t attempts, failed_attempt;
 	uint64_t due_ms, first_ms;   /* a sync is scheduled for due_ms (0: none) */
 	bool busy;                   /* a sync work item is queued or running */
 	bool syncing;                /* a sync runs (status) */
@@ -290,7 +293,8 @@ void skills_changed(struct sbx *s)
 
 struct fsync_wait {
 	struct skills_sbx *k;
-	uint64_t target;
+	uint64_t target; /* the generation it waits for */
+	uint64_t after;  /* syncs begun before it */
 };
 
 static bool fsync_try(fuse_req_t req, void *arg)
@@ -301,7 +305,7 @@ static bool fsync_try(fuse_req_t req, void *arg)
 	pthread_mutex_lock(&eng.lock);
 	if (w->k->gen_synced >= w->target)
 		err = 0;
-	else if (w->k->gen_failed >= w->target)
+	else if (w->k->gen_failed >= w->target && w->k->failed_attempt > w->after)
 		err = w->k->last_err ? w->k->last_err : EIO;
 	pthread_mutex_unlock(&eng.lock);
 	if (err < 0)
@@ -328,6 +332,7 @@ void skills_fsync(fuse_req_t req, struct sbx *s, bool wrote)
 	}
 	w->k = k;
 	w->target = k->gen_written;
+	w->after = k->attempts;
 	if (k->gen_synced >= w->target) {
 		pthread_mutex_unlock(&eng.lock);
 		free(w);
@@ -479,7 +484,7 @@ static void sync_now(struct skills_sbx *k, struct sbx *s, struct sbx_box *box, b
 	char scope[NAMES_SCOPE_MAX], why[300];
 	struct skills_limits lim;
 	struct sync_totals t = { 0 };
-	uint64_t g, t0 = util_now_ms();
+	uint64_t g, attempt, t0 = util_now_ms();
 	int err;
 
 	pthread_mutex_lock(&eng.lock);
@@ -488,6 +493,7 @@ static void sync_now(struct skills_sbx *k, struct sbx *s, struct sbx_box *box, b
 		return;
 	}
 	g = k->gen_written;
+	attempt = ++k->attempts;
 	k->syncing = true;
 	k->urgent = false;
 	k->due_ms = k->first_ms = 0;
@@ -523,6 +529,7 @@ static void sync_now(struct skills_sbx *k, struct sbx *s, struct sbx_box *box, b
 	} else {
 		eng.st.sync_failures++;
 		k->gen_failed = g;
+		k->failed_attempt = attempt;
 		k->last_err = err;
 		k->fails++;
 		snprintf(k->last_error, sizeof(k->last_error), "%s", why);
@@ -691,6 +698,7 @@ static void hook_down(struct sbx *s)
 	pthread_mutex_lock(&eng.lock);
 	if (k->upload && k->gen_written > k->gen_synced) {
 		k->gen_failed = k->gen_written;
+		k->failed_attempt = ++k->attempts;
 		k->last_err = EIO;
 		snprintf(k->last_error, sizeof(k->last_error), "the sandbox was destroyed before the sync");
 	}

@@ -156,6 +156,9 @@ requests), ...}; POST answers the fault with its "id".  Kinds:
                   after init) is cut
   ping_fail       "seconds" (null = until removed): execd GET /ping -> 502
   pending_forever while present, matching sandboxes stay Pending
+  reply           "status" (200), "body" (any JSON): answer exactly that
+                  (e.g. a listing with hostile names a broken or malicious
+                  server could send)
 
 CLI: --root DIR (required; sandboxes live in DIR/<id>), --port N (0 = OS
 chooses), --port-file PATH (the port, written atomically once listening),
@@ -1305,7 +1308,7 @@ class Sandbox:
 # faults and the request log
 
 
-FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever")
+FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever", "reply")
 
 
 class Faults:
@@ -1333,6 +1336,10 @@ class Faults:
             st = f.setdefault("status", 500)
             if not isinstance(st, int) or not 400 <= st <= 599:
                 raise ValueError("status must be 400..599")
+        if kind == "reply":
+            st = f.setdefault("status", 200)
+            if not isinstance(st, int) or not 200 <= st <= 599:
+                raise ValueError("status must be 200..599")
         if kind == "delay" and not isinstance(f.get("ms"), (int, float)):
             raise ValueError("delay needs ms")
         if kind == "ping_fail":
@@ -1809,7 +1816,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.control()
                 return
             ex = self.match_execd()
-            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json"),
+            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply"),
                                           self.command, self.upath, ex[0] if ex else None)
             d = self.fault_of("delay")
             if d is not None:
@@ -1820,6 +1827,11 @@ class Handler(BaseHTTPRequestHandler):
                 default = "RUNTIME_ERROR" if ex else "GENERAL::UNKNOWN_ERROR"
                 self.send_json(he["status"], {"code": he.get("code") or default,
                                               "message": he.get("message") or "injected fault"})
+                return
+            rp = self.fault_of("reply")
+            if rp is not None:
+                self.route = "fault"
+                self.send_json(rp["status"], rp.get("body"))
                 return
             if ex:
                 self.execd(*ex)
