@@ -74,6 +74,8 @@ struct rnode {
 	struct timespec rmtime; /* the sandbox's mtime and size the cache is of */
 	off_t rsize;
 	uint64_t cgen;    /* bumped when the cache file is made anew */
+	uint64_t used_ms; /* last open or read: the cache cap evicts the least recent */
+	int nopen;        /* open handles */
 	bool local_new;   /* created here, not uploaded yet */
 	bool dirty;       /* written since the last upload */
 	uint64_t wgen;    /* bumped by each write */
@@ -90,6 +92,12 @@ static struct {
 	pthread_cond_t cond; /* a chunk fetch ended */
 	struct rnode *table[RFILES_BUCKETS];
 	uint64_t seq;
+	/* bytes in cache files: counted up as they are fetched and written,
+	 * recounted (allocated blocks) when over the cap */
+	uint64_t cached;
+	/* over the cap with nothing left to evict (files open, unsent): the
+	 * next recount waits until the caches grew past this */
+	uint64_t trim_floor;
 } rf = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static const char *rf_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
@@ -172,8 +180,24 @@ static struct rnode *rf_get_locked(struct view *v, struct rnode *p, int which, c
 	return r;
 }
 
+/* rf.lock held: what r's cache file takes on disk. */
+static uint64_t rf_cache_bytes_locked(struct rnode *r)
+{
+	struct stat st;
+
+	return r->cfd >= 0 && !fstat(r->cfd, &st) ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static void rf_uncount_locked(struct rnode *r)
+{
+	uint64_t b = rf_cache_bytes_locked(r);
+
+	rf.cached = rf.cached > b ? rf.cached - b : 0;
+}
+
 static void rf_cache_drop_locked(struct rnode *r, bool keep_file)
 {
+	rf_uncount_locked(r);
 	if (r->cfd >= 0)
 		close(r->cfd);
 	if (r->cpath && !keep_file)
@@ -215,7 +239,8 @@ static void rf_unref(struct rnode *r)
 		view_put(vput[--nput]);
 }
 
-/* The path in the sandbox of r into b.  rf.lock held. */
+/* The path in the sandbox of r into b.  rf.lock held.  0, ENOENT (r, or
+ * a directory above it, was removed) or ENAMETOOLONG. */
 static int rf_path_locked(struct rnode *r, struct buf *b)
 {
 	const char *names[256];
@@ -223,16 +248,18 @@ static int rf_path_locked(struct rnode *r, struct buf *b)
 	struct rnode *top = r;
 
 	while (top->parent) {
-		if (depth == 256 || !top->name)
-			return -1;
+		if (!top->name)
+			return ENOENT;
+		if (depth == 256)
+			return ENAMETOOLONG;
 		names[depth++] = top->name;
 		top = top->parent;
 	}
 	if (buf_adds(b, layout_sandbox_path((enum layout_dir)top->n.which)))
-		return -1;
+		return ENAMETOOLONG;
 	while (depth > 0)
 		if (buf_addpath(b, names[--depth]))
-			return -1;
+			return ENAMETOOLONG;
 	return 0;
 }
 
@@ -447,9 +474,9 @@ static int rf_path(struct rnode *r, const char *name, struct buf *b)
 	pthread_mutex_lock(&rf.lock);
 	e = rf_path_locked(r, b);
 	pthread_mutex_unlock(&rf.lock);
-	if (!e && name)
-		e = buf_addpath(b, name);
-	return e ? ENAMETOOLONG : 0;
+	if (!e && name && buf_addpath(b, name))
+		e = ENAMETOOLONG;
+	return e;
 }
 
 /* Stat path into r's attributes.  0 or an errno. */
@@ -736,12 +763,105 @@ static int rf_fetch(struct rnode *r, const char *path, off_t off, size_t len, st
 		if (c < r->nchunks)
 			for (size_t k = c; k <= end && k < r->nchunks; k++)
 				r->chunks[k] = err ? CH_ABSENT : CH_PRESENT;
+		rf.cached += got;
 		/* a short read: the file shrank in the sandbox; what is past it reads as zeros */
 		pthread_cond_broadcast(&rf.cond);
 		c = end;
 	}
 	pthread_mutex_unlock(&rf.lock);
 	return err;
+}
+
+/* ---- the cap on the caches (remote_files.cache_size) -------------------------------------------- */
+
+/* rf.lock held: r's cache may go (nobody has r open, nothing of it is
+ * unsent or being fetched). */
+static bool rf_evictable_locked(const struct rnode *r)
+{
+	if (r->cfd < 0 || r->nopen || r->nwriters || r->dirty || r->local_new)
+		return false;
+	for (size_t c = 0; c < r->nchunks; c++)
+		if (r->chunks[c] == CH_FETCHING)
+			return false;
+	return true;
+}
+
+static int rf_by_use(const void *a, const void *b)
+{
+	const struct rnode *x = *(struct rnode *const *)a, *y = *(struct rnode *const *)b;
+
+	return x->used_ms < y->used_ms ? -1 : x->used_ms > y->used_ms;
+}
+
+struct rf_gone { /* a cache file evicted: closed and removed outside rf.lock */
+	int fd;
+	char *path;
+};
+
+/* rf.lock held: recount rf.cached and detach the least recently used
+ * evictable caches until it is under 90 % of cap.  *gone (malloc'd) gets
+ * the files to close and remove. */
+static size_t rf_trim_locked(uint64_t cap, struct rf_gone **gone)
+{
+	struct rnode **cand = NULL;
+	size_t n = 0, ncap = 0, ngone = 0;
+
+	*gone = NULL;
+	rf.cached = 0;
+	for (int b = 0; b < RFILES_BUCKETS; b++)
+		for (struct rnode *r = rf.table[b]; r; r = r->hnext) {
+			rf.cached += rf_cache_bytes_locked(r);
+			if (!rf_evictable_locked(r))
+				continue;
+			if (n == ncap) {
+				size_t nc = ncap ? ncap * 2 : 64;
+				struct rnode **p = realloc(cand, nc * sizeof(*p));
+				if (!p)
+					break;
+				cand = p;
+				ncap = nc;
+			}
+			cand[n++] = r;
+		}
+	if (n)
+		qsort(cand, n, sizeof(*cand), rf_by_use);
+	*gone = n ? calloc(n, sizeof(**gone)) : NULL;
+	for (size_t i = 0; i < n && *gone && rf.cached > cap / 10 * 9; i++) {
+		struct rnode *r = cand[i];
+		rf_uncount_locked(r);
+		(*gone)[ngone].fd = r->cfd;
+		(*gone)[ngone++].path = r->cpath;
+		r->cfd = -1;
+		r->cpath = NULL; /* the next open fetches again */
+		free(r->chunks);
+		r->chunks = NULL;
+		r->nchunks = 0;
+		r->csize = 0;
+	}
+	free(cand);
+	rf.trim_floor = rf.cached > cap / 10 * 9 ? rf.cached + cap / 10 : 0;
+	return ngone;
+}
+
+/* After the caches grew: keep them under the cap of r's sandbox's
+ * configuration (work thread; the files go outside rf.lock). */
+static void rf_trim(struct rnode *r)
+{
+	const struct sbx_config *cfg = r->n.view->sbx->cfg;
+	uint64_t cap = cfg ? cfg->rfiles_cache_max : 0;
+	struct rf_gone *gone = NULL;
+	size_t n = 0;
+
+	pthread_mutex_lock(&rf.lock);
+	if (cap && rf.cached > cap && rf.cached > rf.trim_floor)
+		n = rf_trim_locked(cap, &gone);
+	pthread_mutex_unlock(&rf.lock);
+	for (size_t i = 0; i < n; i++) {
+		close(gone[i].fd);
+		unlink(gone[i].path);
+		free(gone[i].path);
+	}
+	free(gone);
 }
 
 /* ---- open, read, write, close ----------------------------------------------------------------- */
@@ -814,14 +934,18 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	h->r = r;
 	h->flags = fi->flags;
 	r->refs++; /* the handle's */
+	r->nopen++;
+	r->used_ms = util_now_ms();
 	if (rf_writable(fi->flags))
 		r->nwriters++;
 	pthread_mutex_unlock(&rf.lock);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->keep_cache = keep;
 	fi->noflush = 0; /* close(2) uploads */
+	rf_trim(r);
 	if (fuse_reply_open(j->req, fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
+		r->nopen--;
 		if (rf_writable(fi->flags))
 			r->nwriters--;
 		pthread_mutex_unlock(&rf.lock);
@@ -874,6 +998,7 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	bv.buf[0].pos = j->off;
 	fuse_reply_data(j->req, &bv, FUSE_BUF_SPLICE_MOVE);
 	close(fd);
+	rf_trim(j->r);
 }
 
 static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -889,6 +1014,7 @@ static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	pthread_mutex_lock(&rf.lock);
 	have = rf_have_locked(r, off, size);
 	csize = r->csize;
+	r->used_ms = util_now_ms();
 	if (have)
 		fd = dup(r->cfd);
 	pthread_mutex_unlock(&rf.lock);
@@ -936,6 +1062,7 @@ static void rf_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 	}
 	r->dirty = true;
 	r->wgen++;
+	rf.cached += (uint64_t)res; /* overwrites count twice: the cap's recount corrects it */
 	pthread_mutex_unlock(&rf.lock);
 	fuse_reply_write(req, (size_t)res);
 }
@@ -962,6 +1089,13 @@ static int rf_upload(struct rnode *r, struct sbx_box *box, const struct sbx_file
 	fd = dup(r->cfd);
 	pthread_mutex_unlock(&rf.lock);
 	err = fd < 0 ? EIO : rf_path(r, NULL, &path);
+	if (err == ENOENT) { /* removed while open: its writes have no name to go to */
+		pthread_mutex_lock(&rf.lock);
+		r->dirty = false;
+		pthread_mutex_unlock(&rf.lock);
+		err = 0;
+		goto out;
+	}
 	if (!err)
 		err = rf_errno(ops->write(box, path.ptr, fd, size, mode));
 	if (!err) { /* the sandbox's new identity of the file: the cache is of it */
@@ -984,6 +1118,7 @@ static int rf_upload(struct rnode *r, struct sbx_box *box, const struct sbx_file
 		log_warn(r->n.view->sbx->token, "upload of %s failed: %s (kept locally; the next close or fsync retries)",
 			path.len ? path.ptr : "?", strerror(err));
 	}
+out:
 	if (fd >= 0)
 		close(fd);
 	buf_free(&path);
@@ -993,6 +1128,7 @@ static int rf_upload(struct rnode *r, struct sbx_box *box, const struct sbx_file
 static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	fuse_reply_err(j->req, rf_upload(j->r, box, ops));
+	rf_trim(j->r);
 }
 
 static void rf_flush_or_fsync(fuse_req_t req, struct rnode *r)
@@ -1032,6 +1168,7 @@ static void rf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct rnode *r = rnode(ino);
 
 	pthread_mutex_lock(&rf.lock);
+	r->nopen--;
 	if (rf_writable(h->flags))
 		r->nwriters--;
 	pthread_mutex_unlock(&rf.lock);
@@ -1093,6 +1230,8 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			r->dirty = true;
 			r->wgen++;
 			r->nwriters++;
+			r->nopen++;
+			r->used_ms = r->st_ms;
 			r->refs++; /* the handle's */
 			h->r = r;
 			h->flags = fi->flags;
@@ -1113,6 +1252,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (fuse_reply_create(req, &e, fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
 		r->nwriters--;
+		r->nopen--;
 		pthread_mutex_unlock(&rf.lock);
 		handle_discard(h);
 		rf_unref(r);
@@ -1345,13 +1485,15 @@ static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	struct rnode *r = j->r;
 	struct stat st;
 	bool local;
-	int err = rf_path(r, NULL, &path);
+	int perr = rf_path(r, NULL, &path), err;
 
 	pthread_mutex_lock(&rf.lock);
 	local = r->cfd >= 0 && (r->dirty || r->local_new || r->nwriters);
 	pthread_mutex_unlock(&rf.lock);
+	/* an open file removed meanwhile has its cache alone to change */
+	err = local && perr == ENOENT ? 0 : perr;
 	if (!err && (j->valid & FUSE_SET_ATTR_MODE)) {
-		if (!(local && r->local_new))
+		if (!(local && (r->local_new || perr)))
 			err = rf_errno(ops->chmod(box, path.ptr, j->attr.st_mode & 07777));
 		if (!err) {
 			pthread_mutex_lock(&rf.lock);

@@ -12,6 +12,7 @@ fault switches make the errors."""
 
 import errno
 import hashlib
+import json
 import os
 import threading
 
@@ -117,6 +118,10 @@ def run(d, name, cmd):
     code, out, err = J.run_job(d, name, cmd)
     assert code == 0, (cmd, out, err)
     return out
+
+
+def json_of(p):
+    return json.loads(p.read_text())
 
 
 def close_errno(fd):
@@ -268,6 +273,65 @@ def test_writer_and_reader_of_one_file(box):
         with open(p, "rb") as r:
             assert r.read() == b"hello\n"
     assert run(d, "cat", "cat shared") == "hello\n"
+
+
+def test_partial_writes_into_a_big_file_and_appends(box):
+    _, d, _ = box
+    w = d / "workspace"
+    run(d, "make", "head -c 20971520 /dev/urandom > big")
+    with open(w / "big", "rb") as f:
+        data = bytearray(f.read())
+    with open(w / "big", "r+b") as f:  # a writer: the whole file, changed in the middle
+        f.seek(13 * MiB + 5)
+        f.write(b"X" * 100)
+    data[13 * MiB + 5:13 * MiB + 105] = b"X" * 100
+    with open(w / "big", "ab") as f:
+        f.write(b"tail")
+    data += b"tail"
+    assert run(d, "sum", "sha256sum big").split()[0] == sha(bytes(data))
+    assert sha((w / "big").read_bytes()) == sha(bytes(data))
+    with open(w / "big", "wb") as f:  # O_TRUNC of a big file: nothing fetched, an empty upload
+        pass
+    assert run(d, "size", "stat -c %s big") == "0\n"
+
+
+def test_a_file_removed_while_open_for_writing(box):
+    """unlink of an open file: the writer goes on, its close succeeds and
+    uploads nothing (the name is gone, as on any file system)."""
+    _, d, srv = box
+    w = d / "workspace"
+    (w / "old").write_text("old\n")
+    fd = os.open(w / "tmp", os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"one\n")
+    os.unlink(w / "tmp")
+    os.write(fd, b"two\n")
+    os.ftruncate(fd, 2)
+    os.fchmod(fd, 0o600)
+    before = srv.count("upload")
+    os.close(fd)
+    assert srv.count("upload") == before
+    fd = os.open(w / "old", os.O_WRONLY | os.O_APPEND)
+    os.write(fd, b"more\n")
+    os.unlink(w / "old")
+    os.close(fd)
+    assert "tmp" not in os.listdir(w) and "old" not in os.listdir(w)
+    assert run(d, "ls", "ls -A | wc -l") == "0\n"
+
+
+def test_a_file_a_job_removes_while_it_is_read(box):
+    _, d, _ = box
+    w = d / "workspace"
+    run(d, "make", "head -c 16777216 /dev/urandom > vanishing")
+    with open(w / "vanishing", "rb") as f:
+        assert len(f.read(4096)) == 4096
+        run(d, "rm", "rm vanishing")
+        f.seek(12 * MiB)
+        with pytest.raises(OSError) as e:  # a range not fetched yet: the file is gone
+            f.read(4096)
+        assert e.value.errno in (errno.ENOENT, errno.ESTALE), e.value
+    assert "vanishing" not in os.listdir(w)
+    # the sandbox is still there: the file is gone, not the sandbox
+    assert run(d, "alive", "echo alive") == "alive\n"
 
 
 # ---- errors ---------------------------------------------------------------------------
@@ -469,3 +533,39 @@ def test_a_listing_with_names_no_file_system_has_is_refused(box, bad):
         srv.clear()
     assert os.listdir(w) == ["good"]
     assert (w / "good").read_text() == "g"
+
+
+# ---- the cache --------------------------------------------------------------------------
+
+
+def cache_bytes(m):
+    d = m.thread_data("alice", "t") / "rfiles-cache"
+    return sum(p.stat().st_blocks * 512 for p in d.iterdir()) if d.exists() else 0
+
+
+def test_the_cache_is_kept_under_remote_files_cache_size(sbxfs, remote, fake):  # noqa: F811
+    m = sbxfs(config={"remote_files": {"cache_size": "16M"}})
+    assert json_of(m.mnt / ".config")["remote_files"] == {"cache_size": 16 * MiB}
+    d = m.mnt / "alice" / "t"
+    os.makedirs(d)
+    srv = Server(remote, fake)
+    w = d / "workspace"
+    sums = run(d, "make", "for i in 0 1 2 3 4 5; do head -c 4194304 /dev/urandom > f$i; done; sha256sum f*").split()
+    for i in range(6):
+        assert sha((w / f"f{i}").read_bytes()) == sums[2 * i]
+        assert cache_bytes(m) <= 16 * MiB + 4 * MiB, cache_bytes(m)  # soft: the file just read may stay
+    # the least recently used went: reading f0 again fetches it again; f5 is still cached
+    before = srv.served()
+    assert sha((w / "f5").read_bytes()) == sums[10]
+    assert srv.served() == before
+    assert sha((w / "f0").read_bytes()) == sums[0]
+    assert srv.served() - before == 4 * MiB
+    # what is open, or not uploaded yet, is never evicted
+    with open(w / "f1", "rb") as held:
+        big = os.open(w / "new", os.O_WRONLY | os.O_CREAT, 0o644)
+        os.write(big, b"n" * (8 * MiB))
+        for i in (2, 3, 4):
+            (w / f"f{i}").read_bytes()
+        assert sha(held.read()) == sums[2]
+        os.close(big)
+    assert sha((w / "new").read_bytes()) == sha(b"n" * (8 * MiB))
