@@ -48,6 +48,7 @@
 #define RFILES_KERNEL_TTL 1.0            /* what the kernel may cache, s */
 #define RFILES_CHUNK (4 * 1024 * 1024)   /* fetch unit of a big file */
 #define RFILES_WHOLE (4 * 1024 * 1024)   /* fetched whole at open up to this size */
+#define RFILES_RA_MAX (32 * 1024 * 1024) /* the most a sequential reader fetches ahead */
 #define RFILES_BUCKETS 1024
 
 enum { CH_ABSENT, CH_PRESENT, CH_FETCHING };
@@ -75,6 +76,9 @@ struct rnode {
 	off_t rsize;
 	uint64_t cgen;    /* bumped when the cache file is made anew */
 	uint64_t used_ms; /* last open or read: the cache cap evicts the least recent */
+	off_t ra_next;    /* where a sequential reader reads next */
+	off_t ra_to;      /* fetched, or being fetched, up to here for it */
+	size_t ra_win;    /* what it fetches ahead: doubles while it reads on, up to RFILES_RA_MAX */
 	int nopen;        /* open handles */
 	bool local_new;   /* created here, not uploaded yet */
 	bool dirty;       /* written since the last upload */
@@ -495,6 +499,30 @@ static int rf_stat_into(struct rnode *r, const char *path, struct sbx_box *box, 
 	return 0;
 }
 
+/* rf.lock held: p's listing, when fresh, gets name with st (added, or
+ * updated), so that what this side just made does not cost the next
+ * lookup a round trip. */
+static void rf_listing_put_locked(struct rnode *p, const char *name, const struct stat *st)
+{
+	struct sbx_dirent *v;
+
+	if (!p->list_ms || util_now_ms() - p->list_ms > RFILES_TTL_MS)
+		return;
+	for (size_t i = 0; i < p->nents; i++)
+		if (!strcmp(p->ents[i].name, name)) {
+			p->ents[i].st = *st;
+			return;
+		}
+	v = realloc(p->ents, (p->nents + 1) * sizeof(*v));
+	if (v)
+		p->ents = v;
+	if (!v || !(v[p->nents].name = strdup(name))) {
+		p->list_ms = 0; /* cannot tell: ask again */
+		return;
+	}
+	v[p->nents++].st = *st;
+}
+
 static void rf_parent_changed(struct rnode *p)
 {
 	pthread_mutex_lock(&rf.lock);
@@ -871,6 +899,18 @@ static int rf_writable(int flags)
 	return (flags & O_ACCMODE) != O_RDONLY;
 }
 
+/* rf.lock held: r's cache is of the version of the file that attributes
+ * fetched within RFILES_TTL_MS describe, and no job ended since (which
+ * makes them stale): an open may use it without asking the sandbox again.
+ * A close followed by an open (cp, then cat) costs no round trip; a job's
+ * change is still seen at the first open after the job's end. */
+static bool rf_cache_fresh_locked(const struct rnode *r)
+{
+	return r->cfd >= 0 && S_ISREG(r->st.st_mode) && r->st_ms > 1 && util_now_ms() - r->st_ms <= RFILES_TTL_MS &&
+	       r->rsize == r->st.st_size && r->rmtime.tv_sec == r->st.st_mtim.tv_sec &&
+	       r->rmtime.tv_nsec == r->st.st_mtim.tv_nsec;
+}
+
 static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct rnode *r = j->r;
@@ -883,8 +923,9 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 
 	pthread_mutex_lock(&rf.lock);
 	local = r->cfd >= 0 && (r->dirty || r->local_new || r->nwriters);
+	keep = !local && rf_cache_fresh_locked(r);
 	pthread_mutex_unlock(&rf.lock);
-	if (!err && !local) { /* close-to-open: what does the sandbox have now? */
+	if (!err && !local && !keep) { /* close-to-open: what does the sandbox have now? */
 		memset(&st, 0, sizeof(st));
 		err = rf_errno(ops->stat(box, path.ptr, &st));
 		if (!err && S_ISDIR(st.st_mode))
@@ -972,14 +1013,22 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	int err = rf_path(j->r, NULL, &path), fd;
 	off_t size;
-	size_t want = j->size;
+	size_t want = j->size, ahead;
 
 	pthread_mutex_lock(&rf.lock);
 	size = j->r->csize;
+	/* a sequential reader fetches ahead, more the longer it goes on (one
+	 * ranged request for the lot); a jump starts again at one chunk */
+	if (j->off == j->r->ra_next && j->r->ra_win)
+		j->r->ra_win = j->r->ra_win * 2 > RFILES_RA_MAX ? RFILES_RA_MAX : j->r->ra_win * 2;
+	else
+		j->r->ra_win = RFILES_CHUNK;
+	ahead = j->r->ra_win;
+	j->r->ra_next = j->off + (off_t)want;
+	j->r->ra_to = j->off + (off_t)(want + ahead);
 	pthread_mutex_unlock(&rf.lock);
-	/* sequential readers: fetch ahead a chunk past the request */
 	if (!err)
-		err = rf_fetch(j->r, path.ptr, j->off, want + RFILES_CHUNK, box, ops);
+		err = rf_fetch(j->r, path.ptr, j->off, want + ahead, box, ops);
 	buf_free(&path);
 	if (err)
 		return (void)fuse_reply_err(j->req, err);
@@ -1001,25 +1050,87 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	rf_trim(j->r);
 }
 
+/* A fetch nobody waits for: the next window of a sequential reader,
+ * fetched while it reads the present one.  Its errors are the reader's
+ * to meet when it gets there (its own fetch of what is still absent). */
+struct rprefetch {
+	struct rnode *r; /* referenced */
+	off_t off;
+	size_t len;
+};
+
+static void rf_prefetch_run(void *arg)
+{
+	struct rprefetch *p = arg;
+	struct sbx_box *box = rf_box(p->r->n.view);
+	const struct sbx_files_ops *ops = sbx_files(box);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+
+	if (ops && !p->r->n.view->dead && !rf_path(p->r, NULL, &path))
+		(void)rf_fetch(p->r, path.ptr, p->off, p->len, box, ops);
+	buf_free(&path);
+	sbx_box_put(box);
+	rf_unref(p->r);
+	free(p);
+}
+
+static void rf_prefetch(struct rnode *r, off_t off, size_t len)
+{
+	struct rprefetch *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&rf.lock);
+	r->refs++;
+	pthread_mutex_unlock(&rf.lock);
+	*p = (struct rprefetch){ r, off, len };
+	if (work_submit(rf_prefetch_run, p)) {
+		rf_unref(r);
+		free(p);
+	}
+}
+
+/* rf.lock held: a read of [off, off+size) from the cache.  When it goes
+ * on from where the reader was and comes within a window of the end of
+ * what is fetched, the next window is due: true, with its range. */
+static bool rf_readahead_locked(struct rnode *r, off_t off, size_t size, off_t *ra_off, size_t *ra_len)
+{
+	bool seq = off == r->ra_next && r->ra_win;
+
+	r->ra_next = off + (off_t)size;
+	if (!seq || r->ra_to >= r->csize || r->ra_next + (off_t)r->ra_win < r->ra_to)
+		return false;
+	r->ra_win = r->ra_win * 2 > RFILES_RA_MAX ? RFILES_RA_MAX : r->ra_win * 2;
+	*ra_off = r->ra_to;
+	*ra_len = r->ra_win;
+	r->ra_to += (off_t)r->ra_win;
+	return true;
+}
+
 static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
 	struct rnode *r = rnode(ino);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 	struct rjob t = { .off = off, .size = size };
-	bool have;
+	bool have, ra = false;
 	int fd = -1;
-	off_t csize;
+	off_t csize, ra_off = 0;
+	size_t ra_len = 0;
 
 	(void)fi;
 	pthread_mutex_lock(&rf.lock);
 	have = rf_have_locked(r, off, size);
 	csize = r->csize;
 	r->used_ms = util_now_ms();
-	if (have)
+	if (have) {
+		ra = rf_readahead_locked(r, off, size, &ra_off, &ra_len);
 		fd = dup(r->cfd);
+	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!have)
 		return rjob_submit(req, r, NULL, NULL, NULL, job_read, &t);
+	if (ra)
+		rf_prefetch(r, ra_off, ra_len);
 	if (fd < 0)
 		return (void)fuse_reply_err(req, EIO);
 	if (off >= csize)
@@ -1111,8 +1222,8 @@ static int rf_upload(struct rnode *r, struct sbx_box *box, const struct sbx_file
 		r->local_new = false;
 		if (r->wgen == wgen)
 			r->dirty = false;
-		if (r->parent)
-			r->parent->list_ms = 0;
+		if (r->parent && r->name)
+			rf_listing_put_locked(r->parent, r->name, &r->st);
 		pthread_mutex_unlock(&rf.lock);
 	} else {
 		log_warn(r->n.view->sbx->token, "upload of %s failed: %s (kept locally; the next close or fsync retries)",
@@ -1237,8 +1348,8 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			h->flags = fi->flags;
 			rf_lookup_ref_locked(r);
 			rf_entry_locked(r, &e);
+			rf_listing_put_locked(p, name, &r->st);
 		}
-		p->list_ms = 0;
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (got)
@@ -1276,13 +1387,20 @@ static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 	if (!err)
 		err = rf_errno(ops->stat(box, path.ptr, &st));
 	buf_free(&path);
-	rf_parent_changed(j->r);
-	if (err)
+	if (err) {
+		rf_parent_changed(j->r);
 		return (void)fuse_reply_err(j->req, err);
+	}
 	pthread_mutex_lock(&rf.lock);
+	j->r->st_ms = 0; /* its mtime and link count changed */
 	r = rf_get_locked(j->r->n.view, j->r, j->r->n.which, j->name);
 	if (r) {
 		rf_set_st_locked(r, &st);
+		rf_listing_put_locked(j->r, j->name, &r->st);
+		sbx_dirents_free(r->ents, r->nents); /* made just now: nothing in it yet */
+		r->ents = NULL;
+		r->nents = 0;
+		r->list_ms = util_now_ms();
 		rf_lookup_ref_locked(r);
 		rf_entry_locked(r, &e);
 		r->refs--;

@@ -1161,6 +1161,21 @@ enum sbx_err osapi_make_dir(const struct osapi_execd *ex, const char *path, unsi
 	return perm_call(ex, "/directories", path, mode, gone, err, errlen);
 }
 
+enum sbx_err osapi_make_dirs(const struct osapi_execd *ex, const char *const *paths, const unsigned *modes, size_t n,
+	bool *gone, char *err, size_t errlen)
+{
+	json_t *body = json_object();
+	enum sbx_err e = SBX_ERR_NOMEM;
+	int bad = !body;
+
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = json_object_set_new(body, paths[i], json_pack("{s:I}", "mode", (json_int_t)digits_of(modes[i])));
+	if (!bad)
+		e = simple(ex, "POST", "/directories", NULL, body, gone, err, errlen);
+	json_decref(body);
+	return e;
+}
+
 enum sbx_err osapi_chmod(const struct osapi_execd *ex, const char *path, unsigned mode, bool *gone, char *err,
 	size_t errlen)
 {

@@ -410,6 +410,65 @@ static enum sbx_err sync_op(struct sbx_box *box, int rootfd, struct skills_op *o
 	return e;
 }
 
+/* The end of the batch of ops that can start at v[i]: ops of one kind
+ * (mkdir or upload) the provider can send together, within the batch
+ * limits; i + 1 when it cannot. */
+static size_t batch_end(const struct sbx_skills_ops *ops, const struct skills_op *v, size_t n, size_t i)
+{
+	enum skills_op_kind kind = v[i].kind;
+	uint64_t bytes = 0;
+	size_t k = i;
+
+	if (!(kind == SKOP_MKDIR ? ops->mkdir_many : kind == SKOP_UPLOAD ? ops->upload_many : NULL))
+		return i + 1;
+	for (; k < n && k - i < SBX_SKILLS_BATCH && v[k].kind == kind; k++) {
+		if (kind == SKOP_UPLOAD && k > i && bytes + v[k].to->size > SBX_SKILLS_BATCH_BYTES)
+			break;
+		bytes += kind == SKOP_UPLOAD ? v[k].to->size : 0;
+	}
+	return k;
+}
+
+/* v[0..n): mkdirs or uploads sent together.  SBX_OK or the provider's
+ * error (then none is done). */
+static enum sbx_err sync_batch(struct sbx_box *box, int rootfd, struct skills_op *v, size_t n, struct sync_totals *t)
+{
+	const struct sbx_skills_ops *ops = sbx_skills(box);
+	struct sbx_skill_file f[SBX_SKILLS_BATCH];
+	struct skills_op *which[SBX_SKILLS_BATCH];
+	size_t k = 0;
+	uint64_t bytes = 0;
+	enum sbx_err e;
+
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		int fd = -1;
+
+		if (v[i].kind == SKOP_UPLOAD) {
+			fd = open_in_tree(rootfd, v[i].path, v[i].to->kind == SK_LINK);
+			if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+				if (fd >= 0)
+					close(fd); /* changed since the scan: its own event syncs it again */
+				continue;
+			}
+			bytes += (uint64_t)st.st_size;
+		}
+		f[k] = (struct sbx_skill_file){ v[i].path, fd, fd >= 0 ? st.st_size : 0, v[i].to->mode & 07777 };
+		which[k++] = &v[i];
+	}
+	e = !k ? SBX_OK : v[0].kind == SKOP_UPLOAD ? ops->upload_many(box, f, k) : ops->mkdir_many(box, f, k);
+	for (size_t i = 0; i < k; i++) {
+		if (f[i].fd >= 0)
+			close(f[i].fd);
+		which[i]->done = !e;
+	}
+	if (!e && v[0].kind == SKOP_UPLOAD) {
+		t->files += k;
+		t->bytes += bytes;
+	}
+	return e;
+}
+
 /* Scan, diff, apply, remember.  Scope lock held.  0 or an errno; the
  * reason is in why. */
 static int sync_run(struct skills_sbx *k, struct sbx_box *box, const struct skills_limits *lim,
@@ -441,16 +500,22 @@ static int sync_run(struct skills_sbx *k, struct sbx_box *box, const struct skil
 		return ENOMEM;
 	}
 	rootfd = n ? open(k->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-	for (size_t i = 0; i < n && !e; i++) {
-		e = rootfd < 0 ? SBX_ERR_IO : sync_op(box, rootfd, &v[i], t);
-		if (e == SBX_ERR_GONE && v[i].kind == SKOP_UPLOAD)
-			e = SBX_OK; /* gone or changed since the scan: not done, no failure */
-		else if (!e)
-			v[i].done = true;
+	for (size_t i = 0, end; i < n && !e; i = end) {
+		end = rootfd < 0 ? i + 1 : batch_end(sbx_skills(box), v, n, i);
+		if (rootfd < 0)
+			e = SBX_ERR_IO;
+		else if (end > i + 1)
+			e = sync_batch(box, rootfd, v + i, end - i, t);
 		else
-			note(why, whylen, "%s skills/%s: %s",
+			e = sync_op(box, rootfd, &v[i], t);
+		if (e == SBX_ERR_GONE && end == i + 1 && v[i].kind == SKOP_UPLOAD)
+			e = SBX_OK; /* gone or changed since the scan: not done, no failure */
+		else if (!e && end == i + 1)
+			v[i].done = true;
+		else if (e)
+			note(why, whylen, "%s skills/%s%s: %s",
 				v[i].kind == SKOP_REMOVE ? "remove" : v[i].kind == SKOP_MKDIR ? "mkdir" : "upload", v[i].path,
-				sbx_err_name(e));
+				end > i + 1 ? " (and the rest of its batch)" : "", sbx_err_name(e));
 	}
 	if (rootfd >= 0)
 		close(rootfd);

@@ -49,20 +49,27 @@ class Server:
         self.fake = fake
 
     def _log(self):
+        """[(route, body bytes sent, files uploaded)] of every request so far."""
         if self.remote == "opensandbox":
-            return [(e["route"], e.get("resp_bytes", 0)) for e in self.fake.requests()["log"]]
+            return [(e["route"], e.get("resp_bytes", 0), e.get("files") or 0) for e in self.fake.requests()["log"]]
         r = self.fake.api.get("/_fake/requests")
         assert r.status == 200, r
-        return [(f"{e['method']} {e['path']}", e.get("resp_bytes") or 0) for e in r.json["requests"]]
+        return [(f"{e['method']} {e['path']}", e.get("resp_bytes") or 0, 1) for e in r.json["requests"]]
 
     def count(self, what):
+        """`what` requests so far."""
         route = self.ROUTES[self.remote][what]
-        return sum(1 for r, _ in self._log() if r == route)
+        return sum(1 for r, _, _ in self._log() if r == route)
+
+    def files_uploaded(self):
+        """Files uploaded so far (an opensandbox upload request may carry several)."""
+        route = self.ROUTES[self.remote]["upload"]
+        return sum(n for r, _, n in self._log() if r == route)
 
     def served(self, what="download"):
         """Body bytes the server sent for `what` requests so far."""
         route = self.ROUTES[self.remote][what]
-        return sum(b for r, b in self._log() if r == route)
+        return sum(b for r, b, _ in self._log() if r == route)
 
     def fault(self, what, status=None, delay=None, times=None, body=None):
         """Inject a fault on `what` requests: an HTTP status (a canned body

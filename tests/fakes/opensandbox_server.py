@@ -123,7 +123,9 @@ never logged, never faulted), JSON in and out:
                                           "log":[{"seq","ts","method","path",
                                           "query","route","sandbox","status",
                                           "req_bytes","resp_bytes",
-                                          "request_id","faults","ms"}]}
+                                          "request_id","faults","ms",
+                                          "files" (uploads: files in the
+                                          request, else null)}]}
                                          (an entry is added when its response
                                          ends: a stream logs when it closes;
                                          routes look like "POST /v1/sandboxes",
@@ -1796,6 +1798,7 @@ class Handler(BaseHTTPRequestHandler):
         self.request_id = self.headers.get("X-Request-ID") or str(uuid.uuid4())
         self.status = None
         self.resp_bytes = 0
+        self.files = None
         self.faults = []
         self.route = "?"
         self.sid = None
@@ -1856,7 +1859,7 @@ class Handler(BaseHTTPRequestHandler):
                 APP.log.add({"ts": time.time(), "method": self.command, "path": self.upath,
                              "query": self.raw_query, "route": self.route, "sandbox": self.sid,
                              "status": self.status, "req_bytes": len(self.body),
-                             "resp_bytes": self.resp_bytes, "request_id": self.request_id,
+                             "resp_bytes": self.resp_bytes, "request_id": self.request_id, "files": self.files,
                              "faults": [f["kind"] for f in self.faults],
                              "ms": round((time.monotonic() - t0) * 1000, 1)})
 
@@ -2464,6 +2467,7 @@ class Handler(BaseHTTPRequestHandler):
         if len(metas) != len(files):
             raise ApiError(400, "INVALID_FILE", f"metadata count {len(metas)} does not match file count {len(files)}")
         env = sb.base_env()
+        self.files = len(files)
         for meta, f in zip(metas, files):
             try:
                 md = json.loads(meta.data)
