@@ -5,6 +5,7 @@
 #   make test       install missing packages, build, run the pytest suite
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks side by side with native I/O and bindfs
+#   make bench-remote  the remote providers against curl and against re-uploading every skill
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
 #   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below)
 #   make uninstall  remove what install put there (keeps mount.conf and state_dir)
@@ -63,7 +64,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static
 
-.PHONY: all run test unit asan bench bench-network deps clean distclean install uninstall check-style check-man
+.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
 
@@ -193,6 +194,13 @@ bench: deps all sbxfs-slow build/copy/sbxfs
 # the network policy: events wake-up latency, proxy and open-mode throughput
 bench-network: deps all
 	/usr/bin/python3 bench/network_bench.py
+
+# The remote providers against curl (jobs, remote files) and DeerFlow's
+# re-upload of every skill file, on the test fakes (bench/README.md).
+bench-remote: all
+	/usr/bin/python3 bench/remote_bench.py
+	/usr/bin/python3 bench/rfiles_bench.py
+	/usr/bin/python3 bench/skills_bench.py
 
 # Files generated for install: the units and mount.conf with the paths of
 # this PREFIX, SYSCONFDIR and STATEDIR.

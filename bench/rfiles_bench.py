@@ -4,7 +4,7 @@
 fs/rfiles.c) against curl doing the same requests to the same server
 directly, in one run.
 
-    /usr/bin/python3 bench/rfiles_bench.py [--rounds N] [--quick] [--out FILE]
+    /usr/bin/python3 bench/rfiles_bench.py [--rounds N] [--quick] [--latency-ms MS] [--out FILE]
 
 Needs root (FUSE), ./sbxfs built (or SBXFS_BIN), curl, bubblewrap and
 /usr/bin/python3.  The servers are the test fakes (tests/fakes/), started
@@ -25,6 +25,10 @@ is odd (ABAB), after one unrecorded warm-up round:
            open + read + close each | curl: one process uploading the 200
            files then downloading them, one request each on one kept-alive
            connection (`--next`), as fast as curl can be made to go
+
+--latency-ms MS delays every file request (and, at a base_url, every
+command) at the server by MS: a stand-in for the round trip to a server that
+is not on this host (the fakes answer on loopback in well under 1 ms).
 
 Ratio = curl's time / sbxfs's time in that round (above 1: sbxfs is faster).
 """
@@ -188,6 +192,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="2 rounds, 8 MiB, 40 files (a smoke run; no figures)")
+    ap.add_argument("--latency-ms", type=float, default=0,
+                    help="delay every file request at the server by this much (a stand-in for a round trip)")
     ap.add_argument("--out", default=str(HERE / "results" / "rfiles-latest.json"))
     args = ap.parse_args()
     big, nsmall = 50 * MiB, 200
@@ -205,6 +211,8 @@ def main():
         osf = OpenSandboxFake(work / "osfake", "--graceful-close", "0")
         osf.start()
         started.append(osf)
+        if args.latency_ms:
+            osf.fault({"kind": "delay", "ms": args.latency_ms, "path": r"/files|/directories"})
         d = Daemon(work / "os", {"use": "opensandbox", "state_dir": str(work / "os" / "state"),
                                 "domain": f"127.0.0.1:{osf.port}", "idle_timeout": 0})
         started.append(d)
@@ -222,6 +230,9 @@ def main():
         aio = AioFakeServer(work / "aiofake")
         aio.start()
         started.append(aio)
+        if args.latency_ms:
+            aio.api.post("/_fake/faults", {"kind": "delay", "seconds": args.latency_ms / 1000, "times": None,
+                                           "path": r"^/v1/file/|^/v1/bash/exec$"})
         base = f"http://127.0.0.1:{aio.port}"
         d = Daemon(work / "aio", {"use": "aio", "state_dir": str(work / "aio" / "state"), "base_url": base,
                                  "idle_timeout": 0})
@@ -245,7 +256,8 @@ def main():
     table = "\n".join(lines)
     print(table)
     meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
-            "load": os.getloadavg(), "rounds": args.rounds, "big": big, "small": nsmall, "rows": results,
+            "load": os.getloadavg(), "rounds": args.rounds, "latency_ms": args.latency_ms, "big": big,
+            "small": nsmall, "rows": results,
             "command": " ".join(["/usr/bin/python3", "bench/rfiles_bench.py", *sys.argv[1:]])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(meta, indent=1))

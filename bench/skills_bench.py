@@ -4,7 +4,7 @@
 re-uploading every file, what DeerFlow's upload-based providers do, through
 the same HTTP API to the same server, in one run.
 
-    /usr/bin/python3 bench/skills_bench.py [--rounds N] [--quick] [--out FILE]
+    /usr/bin/python3 bench/skills_bench.py [--rounds N] [--quick] [--latency-ms MS] [--out FILE]
 
 Needs root (FUSE), ./sbxfs built (or SBXFS_BIN), bubblewrap and
 /usr/bin/python3.  The servers are the test fakes (tests/fakes/), started
@@ -28,8 +28,14 @@ when j is odd (ABAB), after one unrecorded warm-up round:
             tree again (DeerFlow has no diff: a sync uploads every file)
 
 Each side's requests and request bytes (bodies) are counted in the fake's
-request log.  Ratio = peer's time / sbxfs's time in that round (above 1:
-sbxfs is faster).  After each round, skills/rJ/ is removed and synced
+request log.
+
+--latency-ms MS delays every file request (and, at a base_url, every
+command) at the server by MS: a stand-in for the round trip to a server that
+is not on this host (the fakes answer on loopback in well under 1 ms).
+
+Ratio = peer's time / sbxfs's time in that round (above 1: sbxfs is
+faster).  After each round, skills/rJ/ is removed and synced
 (untimed), so the tree stays under the default skills.max_files.
 """
 
@@ -235,6 +241,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--quick", action="store_true", help="2 rounds (a smoke run; no figures)")
+    ap.add_argument("--latency-ms", type=float, default=0,
+                    help="delay every file request at the server by this much (a stand-in for a round trip)")
     ap.add_argument("--out", default=str(HERE / "results" / "skills-latest.json"))
     args = ap.parse_args()
     if args.quick:
@@ -253,6 +261,8 @@ def main():
         osf = OpenSandboxFake(work / "osfake", "--graceful-close", "0")
         osf.start()
         started.append(osf)
+        if args.latency_ms:
+            osf.fault({"kind": "delay", "ms": args.latency_ms, "path": r"/files|/directories"})
         d = Daemon(work / "os", {"use": "opensandbox", "state_dir": str(work / "os" / "state"),
                                 "domain": f"127.0.0.1:{osf.port}", "idle_timeout": 0})
         started.append(d)
@@ -270,6 +280,9 @@ def main():
         aio = AioFakeServer(work / "aiofake")
         aio.start()
         started.append(aio)
+        if args.latency_ms:
+            aio.api.post("/_fake/faults", {"kind": "delay", "seconds": args.latency_ms / 1000, "times": None,
+                                           "path": r"^/v1/file/|^/v1/bash/exec$"})
         base = f"http://127.0.0.1:{aio.port}"
         d = Daemon(work / "aio", {"use": "aio", "state_dir": str(work / "aio" / "state"), "base_url": base,
                                  "idle_timeout": 0})
@@ -291,11 +304,12 @@ def main():
     for r in results:
         lines.append(f"| {r['row']} | {r['sbxfs_ms']:.1f} | {r['peer_ms']:.1f} | {r['ratio']:.2f} "
                      f"({r['min']:.2f}-{r['max']:.2f}) | {r['sbxfs_uploads']:g} / {r['peer_uploads']:g} | "
-                     f"{r['sbxfs_requests']:g} / {r['peer_requests']:g} | {r['sbxfs_bytes']:g} / {r['peer_bytes']:g} |")
+                     f"{r['sbxfs_requests']:g} / {r['peer_requests']:g} | {r["sbxfs_bytes"]:.0f} / {r["peer_bytes"]:.0f} |")
     table = "\n".join(lines)
     print(table)
     meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
-            "load": os.getloadavg(), "rounds": args.rounds, "files": NFILES, "bytes": total, "rows": results,
+            "load": os.getloadavg(), "rounds": args.rounds, "latency_ms": args.latency_ms, "files": NFILES,
+            "bytes": total, "rows": results,
             "command": " ".join(["/usr/bin/python3", "bench/skills_bench.py", *sys.argv[1:]])}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(meta, indent=1))
