@@ -304,7 +304,7 @@ def main():
     for r in results:
         lines.append(f"| {r['row']} | {r['sbxfs_ms']:.1f} | {r['peer_ms']:.1f} | {r['ratio']:.2f} "
                      f"({r['min']:.2f}-{r['max']:.2f}) | {r['sbxfs_uploads']:g} / {r['peer_uploads']:g} | "
-                     f"{r['sbxfs_requests']:g} / {r['peer_requests']:g} | {r["sbxfs_bytes"]:.0f} / {r["peer_bytes"]:.0f} |")
+                     f"{r['sbxfs_requests']:g} / {r['peer_requests']:g} | {r['sbxfs_bytes']:.0f} / {r['peer_bytes']:.0f} |")
     table = "\n".join(lines)
     print(table)
     meta = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": platform.node(),
