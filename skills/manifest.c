@@ -494,8 +494,10 @@ int skills_diff(const struct skills_manifest *from, const struct skills_manifest
 			r = -1;
 		} else {
 			rm.v = all;
-			memcpy(all + rm.n, mk.v, mk.n * sizeof(*all));
-			memcpy(all + rm.n + mk.n, up.v, up.n * sizeof(*all));
+			if (mk.n) /* memcpy from NULL is undefined, even of 0 bytes */
+				memcpy(all + rm.n, mk.v, mk.n * sizeof(*all));
+			if (up.n)
+				memcpy(all + rm.n + mk.n, up.v, up.n * sizeof(*all));
 			rm.n = total;
 		}
 	}
