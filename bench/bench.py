@@ -438,6 +438,11 @@ class Daemon:
         self.replicas = replicas
         os.makedirs(self.state, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
+        # network mode isolated unless a row asks otherwise: the bwrap peer has a
+        # loopback-only namespace too, and the default mode (open) adds a pasta
+        # process per sandbox, measured by its own metrics (acquire.mkdir cold_open)
+        if "network:" not in extra_conf:
+            extra_conf += "network:\n  mode: isolated\n"
         with open(self.conf, "w") as f:
             f.write("use: local\nstate_dir: %s\nreplicas: %d\nidle_timeout: 0\n%s"
                     % (self.state, replicas, extra_conf))
@@ -545,7 +550,7 @@ def tool_version(argv):
 
 @fixture("sbxfs", "through the mount: a sandbox's workspace, /sbx/bench/t1/workspace, of an "
                   "sbxfs daemon started from the repo with a generated mount.conf (local "
-                  "provider, replicas 256, idle_timeout 0)")
+                  "provider, replicas 256, idle_timeout 0, network mode isolated)")
 def fixture_sbxfs(ctx):
     d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256)
     try:

@@ -184,7 +184,10 @@ def _ms_median(xs):
      metrics=[Metric("cold", "ms", "mkdir (acquire) of a new sandbox, median of {k} — "
                                    "peer: bwrap to ready"),
               Metric("warm", "ms", "mkdir (acquire) warm reclaim, median of {warm_k}"),
-              Metric("release", "ms", "rmdir (release to the warm pool), median of {warm_k}")])
+              Metric("release", "ms", "rmdir (release to the warm pool), median of {warm_k}"),
+              Metric("cold_open", "ms", "mkdir (acquire) of a new sandbox in network mode open "
+                                        "(the default: one pasta process each), median of {k}"),
+              Metric("pasta_pss", "MiB", "memory (Pss) of one open sandbox's pasta process")])
 def acquire(ctx, t):
     """sbxfs: k mkdirs of new thread directories (each a cold start), then warm_k
     rmdir+mkdir cycles of one thread; bwrap: k persistent peer sandboxes started to ready
@@ -216,7 +219,52 @@ def acquire(ctx, t):
         rel.append(tr.s)
         warm.append(tm.s)
     os.rmdir(d)
-    return {"cold": _ms_median(cold), "warm": _ms_median(warm), "release": _ms_median(rel)}
+    cold_open, pss = _acquire_open(ctx)
+    return {"cold": _ms_median(cold), "warm": _ms_median(warm), "release": _ms_median(rel),
+            "cold_open": _ms_median(cold_open), "pasta_pss": pss}
+
+
+def _pss_mib(pid):
+    try:
+        with open("/proc/%d/smaps_rollup" % pid) as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def _acquire_open(ctx):
+    """k cold mkdirs on a daemon of its own in network mode open (pasta per sandbox);
+    returns their times and the median Pss of the pasta processes of those sandboxes."""
+    name = "open-%x" % (time.monotonic_ns() & 0xffffffff)
+    times, pss = [], []
+    with ctx.daemon(name, replicas=64, extra_conf="network:\n  mode: open\n") as d:
+        udir = os.path.join(d.mnt, "bench")
+        os.mkdir(udir)
+        for i in range(ctx.p.k):
+            p = os.path.join(udir, "o%d" % i)
+            with ctx.timer() as tm:
+                call_with_timeout(lambda: os.mkdir(p), 60, "mkdir " + p)
+            times.append(tm.s)
+        needle = (d.state + "/").encode()
+        for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
+            try:
+                with open("/proc/%d/comm" % pid) as f:
+                    comm = f.read().strip()
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if comm.startswith("pas") and needle in cmdline:
+                v = _pss_mib(pid)
+                if v is not None:
+                    pss.append(v)
+    if len(pss) != ctx.p.k:
+        raise RuntimeError("expected %d pasta processes for %d open sandboxes, found %d"
+                           % (ctx.p.k, ctx.p.k, len(pss)))
+    return times, statistics.median(pss)
 
 
 def _job_roundtrip(jobs, name):

@@ -226,6 +226,13 @@ static int ctl_metrics(struct buf *out)
 		(unsigned long long)ns.refused);
 	r |= metric_head(out, "sbxfs_proxy_connections", "gauge", "Connections the approval proxies hold now.");
 	r |= buf_addf(out, "sbxfs_proxy_connections %llu\n", (unsigned long long)ns.active);
+	r |= metric_head(out, "sbxfs_data_opens_total", "counter",
+		"Opens of data files (workspace/, uploads/, outputs/, skills/), by data path: "
+		"passthrough (the kernel reads and writes the host file) or copy (through the daemon).");
+	r |= buf_addf(out, "sbxfs_data_opens_total{path=\"passthrough\"} %llu\n"
+			   "sbxfs_data_opens_total{path=\"copy\"} %llu\n",
+		__atomic_load_n(&fs.opens_passthrough, __ATOMIC_RELAXED),
+		__atomic_load_n(&fs.opens_copy, __ATOMIC_RELAXED));
 	r |= metric_head(out, "sbxfs_healthy", "gauge", "1 when /sbx/.health says ok, else 0.");
 	r |= ctl_health(&health_line, &st);
 	r |= buf_addf(out, "sbxfs_healthy %d\n", !strcmp(buf_str(&health_line), "ok\n"));

@@ -670,14 +670,17 @@ static void data_cache_policy(struct node *n, const struct stat *st, struct fuse
 #ifdef SBXFS_FUSE_PASSTHROUGH
 /* A new open file of fd's host file, read-only and never blocking; -1 with
  * errno.  The kernel opens each passthrough file anew from the backing
- * file's path with the FUSE file's own flags, so read-only is enough. */
+ * file's path with the FUSE file's own flags, so read-only is enough.
+ * /proc/self/fd/N is a magic link to the open file itself, not a name
+ * looked up again, so following it is safe; O_NOFOLLOW would refuse it
+ * (ELOOP) and silently send every file down the copy path. */
 static int data_reopen(int fd)
 {
 	char proc[64];
 
 	if (str_fmt(proc, sizeof(proc), "/proc/self/fd/%d", fd))
 		return -1;
-	return open(proc, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	return open(proc, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 }
 #endif
 
@@ -763,7 +766,12 @@ static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struc
 	fi->fh = (uint64_t)fd;
 	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
 	__atomic_add_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
-	if (!data_passthrough_open(req, n, fd, fi) && st && !(fi->flags & O_TRUNC))
+	if (data_passthrough_open(req, n, fd, fi)) {
+		__atomic_add_fetch(&fs.opens_passthrough, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_add_fetch(&fs.opens_copy, 1, __ATOMIC_RELAXED);
+	if (st && !(fi->flags & O_TRUNC))
 		data_cache_policy(n, st, fi);
 }
 
