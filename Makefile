@@ -5,6 +5,7 @@
 #   make test       install missing packages, build, run the pytest suite
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
 #   make bench      benchmarks side by side with native I/O and bindfs
+#   make bench-remote  the remote providers against curl and against re-uploading every skill
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
 #   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below)
 #   make uninstall  remove what install put there (keeps mount.conf and state_dir)
@@ -47,12 +48,15 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
+      fs/ctl.o fs/data.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
-OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET)
-HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h)
+# skills/: the skill projection (manifest, diff, the upload sync)
+SKILLS_PURE := skills/manifest.o skills/library.o
+SKILLS := $(SKILLS_PURE) skills/skills.o
+OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
+HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h skills/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
@@ -60,7 +64,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static
 
-.PHONY: all run test unit asan bench bench-network deps clean distclean install uninstall check-style check-man
+.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
 
@@ -140,12 +144,19 @@ HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o provide
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
+# skills/ over the pool and the fault provider's skills ops
+SKILLS_TEST_OBJS := $(POOL_TEST_OBJS) $(SKILLS)
+
+tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/fault.h $(SKILLS_TEST_OBJS) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
+
 # the remote providers' files and skills ops against the fake servers (tests/fakes)
 tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/remote_test
+	tests/unit/skills_test tests/unit/remote_test
+	./tests/unit/skills_test
 	./tests/unit/unit
 	./tests/unit/pool_test
 	./tests/unit/net_test
@@ -158,7 +169,7 @@ test: deps all unit
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/remote_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -183,6 +194,13 @@ bench: deps all sbxfs-slow build/copy/sbxfs
 # the network policy: events wake-up latency, proxy and open-mode throughput
 bench-network: deps all
 	/usr/bin/python3 bench/network_bench.py
+
+# The remote providers against curl (jobs, remote files) and DeerFlow's
+# re-upload of every skill file, on the test fakes (bench/README.md).
+bench-remote: all
+	/usr/bin/python3 bench/remote_bench.py
+	/usr/bin/python3 bench/rfiles_bench.py
+	/usr/bin/python3 bench/skills_bench.py
 
 # Files generated for install: the units and mount.conf with the paths of
 # this PREFIX, SYSCONFDIR and STATEDIR.
@@ -249,7 +267,8 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/remote_test sbxfs-slow $(OBJS) fs/*.o providers/*.o common/*.o net/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
+		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 
 distclean: clean
 	rm -rf build

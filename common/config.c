@@ -806,6 +806,17 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 					c->skills_container_path);
 		} else if (!strcmp(sect, "skills") && !strcmp(k, "path"))
 			get_abs_path(x, key, v, &c->skills_path);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_file_size"))
+			get_size(x, key, v, 1, &c->skills_max_file_size);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_total_size"))
+			get_size(x, key, v, 1, &c->skills_max_total_size);
+		else if (!strcmp(sect, "remote_files") && !strcmp(k, "cache_size"))
+			get_size(x, key, v, 16ULL << 20, &c->rfiles_cache_max);
+		else if (!strcmp(sect, "skills") && !strcmp(k, "max_files")) {
+			long n;
+			if (!get_long(x, key, v, 0, 1000000, &n))
+				c->skills_max_files = (uint64_t)n;
+		}
 		else
 			log_warn("config", "%s: unknown key, ignored", key);
 	}
@@ -869,7 +880,7 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_network(x, c, v);
 	else if (!strcmp(k, "resources"))
 		parse_resources(x, c, v);
-	else if (!strcmp(k, "skills"))
+	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
 		get_str(x, k, v, &c->image);
@@ -914,6 +925,10 @@ static void config_defaults(struct sbx_config *c)
 	c->request_timeout = 30;
 	c->sandbox_timeout = 14400;
 	c->skills_container_path = strdup("/mnt/skills");
+	c->skills_max_file_size = 100ULL << 20; /* E2B's and DESIGN §8's limits */
+	c->skills_max_total_size = 512ULL << 20;
+	c->skills_max_files = 2000;
+	c->rfiles_cache_max = 4ULL << 30;
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
@@ -941,7 +956,8 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
  * that file is DeerFlow's, not ours): its own keys and providers' sections. */
 static bool sbxfs_top_key(const char *k)
 {
-	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "resources", NULL };
+	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
+		NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -1157,6 +1173,9 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	}
 	json_object_set_new(skills, "container_path", json_string(c->skills_container_path));
 	json_object_set_new(skills, "path", jstr_or_null(c->skills_path));
+	json_object_set_new(skills, "max_file_size", json_integer((json_int_t)c->skills_max_file_size));
+	json_object_set_new(skills, "max_total_size", json_integer((json_int_t)c->skills_max_total_size));
+	json_object_set_new(skills, "max_files", json_integer((json_int_t)c->skills_max_files));
 
 	json_object_set_new(o, "config_file", json_string(c->path));
 	json_object_set_new(o, "use", json_string(c->use));
@@ -1176,6 +1195,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 						  "cpus", c->res.cpus, "pids", (json_int_t)c->res.pids, "tmp_size",
 						  (json_int_t)c->res.tmp_size, "output", (json_int_t)c->res.output));
 	json_object_set_new(o, "skills", skills);
+	json_object_set_new(o, "remote_files", json_pack("{s:I}", "cache_size", (json_int_t)c->rfiles_cache_max));
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
 	json_object_set_new(o, "base_url", jstr_or_null(c->base_url));

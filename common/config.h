@@ -83,6 +83,13 @@ struct sbx_config {
 	bool keep_on_exit;
 	char *skills_container_path;
 	char *skills_path; /* optional library copied into new sandboxes */
+	/* skills/ limits (DESIGN §8), 0 = none: one file (EFBIG), all files'
+	 * bytes and their number (ENOSPC) */
+	uint64_t skills_max_file_size, skills_max_total_size, skills_max_files;
+	/* remote_files.cache_size: a soft cap on the bytes of the remote-files
+	 * caches of all sandboxes (fs/rfiles.c evicts what no one has open and
+	 * is uploaded, least recently used first); 0 = none */
+	uint64_t rfiles_cache_max;
 	struct config_kv *env;
 	size_t n_env;
 	struct config_mount *mounts;

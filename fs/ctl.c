@@ -17,6 +17,7 @@
 
 #include "../common/util.h"
 #include "../net/net.h"
+#include "../skills/skills.h"
 #include "ctl.h"
 
 #ifndef SBXFS_VERSION
@@ -161,6 +162,7 @@ static int ctl_metrics(struct buf *out)
 	struct sbx_config *cfg;
 	struct statvfs sv;
 	struct net_stats ns;
+	struct skills_stats sk;
 	int r = 0;
 
 	pool_stats(&st);
@@ -199,9 +201,18 @@ static int ctl_metrics(struct buf *out)
 	for (int k = 0; k < 3; k++)
 		r |= buf_addf(out, "sbxfs_errors_total{kind=\"%s\"} %llu\n", pool_error_kinds[k],
 			(unsigned long long)st.errors_by_kind[k]);
+	skills_stats(&sk);
 	r |= metric_head(out, "sbxfs_skill_syncs_total", "counter",
-		"Skill projection syncs by upload (0 with providers that mount skills/).");
-	r |= buf_adds(out, "sbxfs_skill_syncs_total 0\n");
+		"Skill projection syncs by upload, by result (none with providers that mount skills/).");
+	r |= buf_addf(out, "sbxfs_skill_syncs_total{result=\"ok\"} %llu\nsbxfs_skill_syncs_total{result=\"failed\"} %llu\n",
+		(unsigned long long)(sk.syncs - sk.sync_failures), (unsigned long long)sk.sync_failures);
+	r |= metric_head(out, "sbxfs_skill_files_uploaded_total", "counter", "Skill files uploaded by syncs.");
+	r |= buf_addf(out, "sbxfs_skill_files_uploaded_total %llu\n", (unsigned long long)sk.files_uploaded);
+	r |= metric_head(out, "sbxfs_skill_bytes_uploaded_total", "counter", "Bytes of skill files uploaded by syncs.");
+	r |= buf_addf(out, "sbxfs_skill_bytes_uploaded_total %llu\n", (unsigned long long)sk.bytes_uploaded);
+	r |= metric_head(out, "sbxfs_skill_paths_removed_total", "counter",
+		"Paths removed from sandboxes by syncs (files, links, directory trees).");
+	r |= buf_addf(out, "sbxfs_skill_paths_removed_total %llu\n", (unsigned long long)sk.removed);
 	r |= metric_head(out, "sbxfs_network_events_total", "counter", "Network-policy events recorded.");
 	r |= buf_addf(out, "sbxfs_network_events_total %llu\n", (unsigned long long)ns.events);
 	r |= metric_head(out, "sbxfs_proxy_connections_total", "counter",

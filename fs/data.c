@@ -43,6 +43,7 @@
 
 #include "../common/log.h"
 #include "../common/layout.h"
+#include "../skills/skills.h"
 #include "data.h"
 #include "handle.h"
 
@@ -85,7 +86,7 @@ static void data_stamp(struct node *n, const struct stat *st)
 }
 
 /* Find or insert the node for fd's file.  Takes ownership of fd. */
-static struct node *data_node_get(struct view *v, int fd, const struct stat *st)
+static struct node *data_node_get(struct view *v, int fd, const struct stat *st, int which)
 {
 	unsigned h = data_hash(st->st_dev, st->st_ino);
 	struct node *n;
@@ -107,6 +108,7 @@ static struct node *data_node_get(struct view *v, int fd, const struct stat *st)
 		return NULL;
 	}
 	n->kind = N_DATA;
+	n->which = which;
 	n->fd = fd;
 	n->dev = st->st_dev;
 	n->ino = st->st_ino;
@@ -159,7 +161,7 @@ static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_
 	e->entry_timeout = e->attr_timeout;
 }
 
-static int data_finish_lookup(struct view *v, int fd, struct fuse_entry_param *e)
+static int data_finish_lookup(struct view *v, int fd, int which, struct fuse_entry_param *e)
 {
 	struct stat st;
 	struct node *n;
@@ -169,7 +171,7 @@ static int data_finish_lookup(struct view *v, int fd, struct fuse_entry_param *e
 		close(fd);
 		return err;
 	}
-	n = data_node_get(v, fd, &st);
+	n = data_node_get(v, fd, &st, which);
 	if (!n)
 		return ENOMEM;
 	data_entry(n, &st, e);
@@ -190,12 +192,47 @@ int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
 	buf_free(&path);
 	if (fd < 0)
 		return errno == ENOENT ? ENOENT : EIO;
-	return data_finish_lookup(v, fd, e);
+	return data_finish_lookup(v, fd, which, e);
 }
 
 static bool bad_name(const char *name)
 {
 	return !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/');
+}
+
+/* ---- skills/ (DESIGN §8) ----------------------------------------------------------
+ *
+ * Under skills/ every change is an event of the sync engine (skills.h):
+ * a closed written file, unlink, rmdir, rename, mkdir, symlink, mknod and
+ * setattr; its limits are checked before a change (EFBIG, ENOSPC), symlinks
+ * that are absolute or leave skills/ are refused (EPERM), and nothing moves
+ * or links between skills/ and the other data directories (EXDEV: a hard
+ * link would let a job write a projected skill through workspace/). */
+
+/* The sandbox whose skills/ n is in, or NULL. */
+static struct sbx *data_skills(const struct node *n)
+{
+	return n->which == DD_SKILLS ? n->view->sbx : NULL;
+}
+
+static void data_skills_changed(const struct node *n, int err)
+{
+	if (!err && data_skills(n))
+		skills_changed(n->view->sbx);
+}
+
+/* Before fd's file (or n's, fd -1) grows to end bytes. */
+static int data_skills_grow(const struct node *n, int fd, off_t end)
+{
+	struct stat st;
+
+	if (!data_skills(n))
+		return 0;
+	if (fd >= 0 ? fstat(fd, &st) : fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+		return errno;
+	if (end <= st.st_size)
+		return 0;
+	return skills_check_grow(n->view->sbx, (uint64_t)st.st_size, (uint64_t)end);
 }
 
 /* The node of (st_dev, st_ino) if the view has one, counted as a lookup. */
@@ -236,7 +273,7 @@ static int data_do_lookup(struct node *parent, const char *name, struct fuse_ent
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno;
-	return data_finish_lookup(parent->view, fd, e); /* its own fstat decides */
+	return data_finish_lookup(parent->view, fd, parent->which, e); /* its own fstat decides */
 }
 
 /* ---- creating as the sandbox's uid --------------------------------------------
@@ -439,6 +476,12 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			goto out;
 	}
 	if (valid & FUSE_SET_ATTR_SIZE) {
+		int e = data_skills_grow(n, fi ? data_fd(fi) : -1, attr->st_size);
+		if (e) {
+			errno = e;
+			res = -1;
+			goto out;
+		}
 		if (fi) {
 			res = ftruncate(data_fd(fi), attr->st_size);
 		} else if ((res = data_truncate(n, attr->st_size))) {
@@ -465,6 +508,8 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 out:
 	if (res)
 		return (void)fuse_reply_err(req, errno);
+	if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_SIZE))
+		data_skills_changed(n, 0);
 	data_getattr(req, ino, fi);
 }
 
@@ -490,9 +535,14 @@ static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		return (void)fuse_reply_err(req, EPERM);
 	if (!S_ISREG(mode) && !S_ISFIFO(mode) && !S_ISSOCK(mode))
 		return (void)fuse_reply_err(req, EPERM); /* no device nodes in a sandbox */
+	if (data_skills(p) && !S_ISREG(mode))
+		return (void)fuse_reply_err(req, EPERM); /* a projection holds files, directories, links */
+	if (data_skills(p) && (res = skills_check_add(p->view->sbx, false)))
+		return (void)fuse_reply_err(req, res);
 	data_creds_enter(p->view);
 	res = mknodat(p->fd, name, mode, rdev) ? errno : 0;
 	data_creds_leave();
+	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, mode & S_IFMT);
 }
 
@@ -503,9 +553,12 @@ static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
+	if (data_skills(p) && (res = skills_check_add(p->view->sbx, true)))
+		return (void)fuse_reply_err(req, res);
 	data_creds_enter(p->view);
 	res = mkdirat(p->fd, name, mode) ? errno : 0;
 	data_creds_leave();
+	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, S_IFDIR);
 }
 
@@ -516,9 +569,16 @@ static void data_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, co
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
+	if (data_skills(p) && ((res = skills_check_symlink(p->view->sbx, p->fd, link)) ||
+				      (res = skills_check_add(p->view->sbx, false)))) {
+		if (res == EPERM)
+			log_warn(p->view->sbx->token, "skills/: symlink to '%s' refused: absolute or leaving skills/", link);
+		return (void)fuse_reply_err(req, res);
+	}
 	data_creds_enter(p->view);
 	res = symlinkat(link, p->fd, name) ? errno : 0;
 	data_creds_leave();
+	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, S_IFLNK);
 }
 
@@ -532,8 +592,8 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	if (p->kind != N_DATA || n->view != p->view)
-		return (void)fuse_reply_err(req, EXDEV);
+	if (p->kind != N_DATA || n->view != p->view || data_skills(n) || data_skills(p))
+		return (void)fuse_reply_err(req, EXDEV); /* projected skills are copies, never links */
 	res = linkat(n->fd, "", p->fd, name, AT_EMPTY_PATH);
 	if (res && errno == ENOENT && !data_proc_path(n, proc, sizeof(proc)))
 		res = linkat(AT_FDCWD, proc, p->fd, name, AT_SYMLINK_FOLLOW);
@@ -553,12 +613,18 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 
 static void data_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(dnode(parent)->fd, name, 0) ? errno : 0);
+	int err = unlinkat(dnode(parent)->fd, name, 0) ? errno : 0;
+
+	data_skills_changed(dnode(parent), err);
+	fuse_reply_err(req, err);
 }
 
 static void data_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	fuse_reply_err(req, unlinkat(dnode(parent)->fd, name, AT_REMOVEDIR) ? errno : 0);
+	int err = unlinkat(dnode(parent)->fd, name, AT_REMOVEDIR) ? errno : 0;
+
+	data_skills_changed(dnode(parent), err);
+	fuse_reply_err(req, err);
 }
 
 static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
@@ -570,9 +636,11 @@ static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fus
 		return (void)fuse_reply_err(req, EPERM);
 	if (np->kind != N_DATA)
 		return (void)fuse_reply_err(req, EPERM);
-	if (p->view != np->view)
-		return (void)fuse_reply_err(req, EXDEV);
-	fuse_reply_err(req, renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0);
+	if (p->view != np->view || !data_skills(p) != !data_skills(np))
+		return (void)fuse_reply_err(req, EXDEV); /* in or out of skills/: a copy (mv does it) */
+	int err = renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0;
+	data_skills_changed(p, err);
+	fuse_reply_err(req, err);
 }
 
 static void data_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -630,6 +698,9 @@ static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct
 	int id;
 
 	if (!fs.passthrough || (fi->flags & O_ACCMODE) == O_ACCMODE)
+		return false;
+	/* writes under skills/ must reach data_write_buf (its limits) */
+	if (data_skills(n) && (fi->flags & O_ACCMODE) != O_RDONLY)
 		return false;
 	pthread_mutex_lock(&n->view->lock);
 	if (!n->backing_id) {
@@ -758,7 +829,7 @@ static int data_node_of_fd(struct node *p, const char *name, int fd, const struc
 		opath = open(proc, O_PATH | O_CLOEXEC);
 	if (opath < 0)
 		return errno;
-	*out = data_node_get(p->view, opath, st);
+	*out = data_node_get(p->view, opath, st, p->which);
 	return *out ? 0 : ENOMEM;
 }
 
@@ -773,6 +844,8 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
+	if (data_skills(p) && (err = skills_check_add(p->view->sbx, false)))
+		return (void)fuse_reply_err(req, err);
 	/* O_NOFOLLOW: a symlink planted by a job between the kernel's lookup
 	 * and this call must not make the daemon create a file elsewhere.  A
 	 * new file is never a FIFO nor leased: no O_NONBLOCK needed for it. */
@@ -831,8 +904,10 @@ static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *i
 {
 	struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
 	ssize_t res;
+	int err;
 
-	(void)ino;
+	if ((err = data_skills_grow(dnode(ino), data_fd(fi), off + (off_t)fuse_buf_size(in))))
+		return (void)fuse_reply_err(req, err);
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = data_fd(fi);
 	out.buf[0].pos = off;
@@ -854,14 +929,28 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		data_stamp(n, &st);
 		pthread_mutex_unlock(&n->view->lock);
 	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		data_skills_changed(n, 0); /* a closed written file */
 	data_handle_close(req, n, fi);
 	fuse_reply_err(req, 0);
 }
 
+/* Under skills/, fsync returns once the sandbox has the change (or fails
+ * with the sync's error): skills_fsync answers. */
 static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
-	(void)ino;
-	fuse_reply_err(req, (datasync ? fdatasync(data_fd(fi)) : fsync(data_fd(fi))) ? errno : 0);
+	struct node *n = dnode(ino);
+	int fl;
+
+	if (datasync ? fdatasync(data_fd(fi)) : fsync(data_fd(fi)))
+		return (void)fuse_reply_err(req, errno);
+	if (!data_skills(n))
+		return (void)fuse_reply_err(req, 0);
+	/* FSYNC carries no open flags (libfuse leaves fi->flags 0): the
+	 * handle's own say whether it writes, i.e. whether this fsync is the
+	 * change's first news (before its close) */
+	fl = fcntl(data_fd(fi), F_GETFL);
+	skills_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 }
 
 struct data_dir {
@@ -999,8 +1088,11 @@ static void data_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct f
 	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
 	int fd = dirfd(d->dp);
 
-	(void)ino;
-	fuse_reply_err(req, (datasync ? fdatasync(fd) : fsync(fd)) ? errno : 0);
+	if (datasync ? fdatasync(fd) : fsync(fd))
+		return (void)fuse_reply_err(req, errno);
+	if (!data_skills(dnode(ino)))
+		return (void)fuse_reply_err(req, 0);
+	skills_fsync(req, dnode(ino)->view->sbx, false);
 }
 
 static void data_statfs(fuse_req_t req, fuse_ino_t ino)
@@ -1014,7 +1106,10 @@ static void data_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len, struct fuse_file_info *fi)
 {
-	(void)ino;
+	int err = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : data_skills_grow(dnode(ino), data_fd(fi), off + len);
+
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	fuse_reply_err(req, fallocate(data_fd(fi), mode, off, len) ? errno : 0);
 }
 
@@ -1141,6 +1236,9 @@ static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in
 	 * caller continue, as copy_file_range(2) allows. */
 	if (len > DATA_COPY_MAX)
 		len = DATA_COPY_MAX;
+	int err = data_skills_grow(dnode(ino_out), data_fd(fi_out), off_out + (off_t)len);
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	n = copy_file_range(data_fd(fi_in), &off_in, data_fd(fi_out), &off_out, len, (unsigned)flags);
 	if (n < 0)
 		return (void)fuse_reply_err(req, errno);

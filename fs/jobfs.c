@@ -29,6 +29,7 @@
 
 #include "../common/log.h"
 #include "data.h"
+#include "rfiles.h"
 #include "handle.h"
 #include "job.h"
 #include "jobfs.h"
@@ -674,6 +675,7 @@ static const struct node_kind_ops k_jobfile = { .ops = &jobfile_ops, .on_free = 
 static void jobfs_on_end(struct sbx *s)
 {
 	data_inval_sbx(s);
+	rfiles_inval_sbx(s);
 }
 
 int jobfs_init(void)

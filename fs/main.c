@@ -51,12 +51,14 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../net/net.h"
+#include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
 #include "handle.h"
 #include "jobfs.h"
 #include "node.h"
 #include "park.h"
+#include "rfiles.h"
 #include "service.h"
 #include "work.h"
 
@@ -536,6 +538,11 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
 		return -1;
 	}
+	/* before the pool too: new and adopted sandboxes get their skills synced */
+	if ((e = skills_init())) {
+		fprintf(stderr, "sbxfs: cannot start the skills sync: %s\n", strerror(e));
+		return -1;
+	}
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;
@@ -597,6 +604,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	data_init();
+	rfiles_init();
 	if (build_fuse_args(&o, cfg, &args))
 		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
@@ -623,8 +631,10 @@ int main(int argc, char **argv)
 	started = start_services(cfg, &reloader);
 	if (started) {
 		/* never destroy what was adopted: the next start takes it over */
+		skills_drain();
 		work_shutdown();
 		pool_shutdown(true);
+		skills_shutdown();
 		net_shutdown();
 		jobfs_shutdown();
 		park_shutdown();
@@ -641,8 +651,11 @@ int main(int argc, char **argv)
 	log_info("daemon", "shutting down");
 	reload_stop(reloader);
 	pool_stop();
+	skills_drain(); /* pending skills syncs run before the sandboxes go */
 	work_shutdown();
 	pool_shutdown(false);
+	skills_shutdown();
+	rfiles_shutdown();
 	net_shutdown();
 	jobfs_shutdown();
 	park_shutdown();

@@ -55,6 +55,7 @@ enum node_kind {
 	N_JOB,     /* jobs/<name>/ */
 	N_JOBFILE, /* jobs/<name>/{cmd,env,stdin,stdout,stderr,exit,status,ctl} */
 	N_DATA,
+	N_RFILE,   /* workspace/ uploads/ outputs/ of a sandbox with remote files (rfiles.c) */
 	N_KINDS
 };
 

@@ -28,6 +28,7 @@
 #include "data.h"
 #include "handle.h"
 #include "netfs.h"
+#include "rfiles.h"
 #include "node.h"
 #include "sbxctl.h"
 #include "vdir.h"
@@ -180,8 +181,12 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct node *n = NULL;
 	int i, err = 0;
 
-	if ((i = name_index(data_names, DD_COUNT, name)) >= 0)
-		return node_reply_entry(req, v->dead ? ENOENT : data_lookup_root(v, i, &e), &e);
+	if ((i = name_index(data_names, DD_COUNT, name)) >= 0) {
+		if (v->dead)
+			return node_reply_entry(req, ENOENT, &e);
+		/* the provider's files API, or the bind-mounted host directory */
+		return node_reply_entry(req, rfiles_is_remote(v, i) ? rfiles_lookup_root(v, i, &e) : data_lookup_root(v, i, &e), &e);
+	}
 	i = name_index(ctl_names, CTL_COUNT, name);
 	if (i >= 0) {
 		pthread_mutex_lock(&fs_lock);

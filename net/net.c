@@ -324,7 +324,10 @@ int net_init(void)
 
 	if (e)
 		return e;
-	pool_set_hooks(&net_pool_hooks);
+	if (pool_add_hooks(&net_pool_hooks)) {
+		proxy_shutdown();
+		return ENOMEM;
+	}
 	job_set_environ_hook(net_job_environ);
 	running = true;
 	return 0;
@@ -334,7 +337,7 @@ void net_shutdown(void)
 {
 	if (!running)
 		return;
-	pool_set_hooks(NULL);
+	pool_remove_hooks(&net_pool_hooks);
 	job_set_environ_hook(NULL);
 	proxy_shutdown();
 	pthread_mutex_lock(&net_lock);

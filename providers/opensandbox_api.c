@@ -914,10 +914,11 @@ static int decode_fileinfo(json_t *o, struct osapi_fileinfo *fi)
 	base = base ? base + 1 : path;
 	if (str_fmt(fi->name, sizeof(fi->name), "%s", base))
 		return -1;
+	/* "other" (a FIFO, a socket, a device) is no regular file: S_IFIFO
+	 * stands for all of them, so nothing tries to read one (the FUSE layer
+	 * shows it as an empty file that cannot be opened) */
 	fi->mode = (mode_t)bits | (!strcmp(type, "directory") ? S_IFDIR : !strcmp(type, "symlink") ? S_IFLNK :
-				    !strcmp(type, "file") ? S_IFREG : 0);
-	if (!(fi->mode & S_IFMT))
-		fi->mode |= S_IFREG; /* "other" (a fifo, a socket): shown as a file, never opened as one */
+				    !strcmp(type, "file") ? S_IFREG : S_IFIFO);
 	fi->size = size ? json_integer_value(size) : 0;
 	if (osapi_parse_time(json_string_value(json_object_get(o, "modified_at")), &fi->mtime))
 		fi->mtime = 0;
@@ -1158,6 +1159,21 @@ enum sbx_err osapi_make_dir(const struct osapi_execd *ex, const char *path, unsi
 	size_t errlen)
 {
 	return perm_call(ex, "/directories", path, mode, gone, err, errlen);
+}
+
+enum sbx_err osapi_make_dirs(const struct osapi_execd *ex, const char *const *paths, const unsigned *modes, size_t n,
+	bool *gone, char *err, size_t errlen)
+{
+	json_t *body = json_object();
+	enum sbx_err e = SBX_ERR_NOMEM;
+	int bad = !body;
+
+	for (size_t i = 0; i < n && !bad; i++)
+		bad = json_object_set_new(body, paths[i], json_pack("{s:I}", "mode", (json_int_t)digits_of(modes[i])));
+	if (!bad)
+		e = simple(ex, "POST", "/directories", NULL, body, gone, err, errlen);
+	json_decref(body);
+	return e;
 }
 
 enum sbx_err osapi_chmod(const struct osapi_execd *ex, const char *path, unsigned mode, bool *gone, char *err,

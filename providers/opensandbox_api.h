@@ -216,6 +216,9 @@ enum sbx_err osapi_delete_file(const struct osapi_execd *ex, const char *path, b
 /* POST /directories {path: {mode}}: mkdir -p. */
 enum sbx_err osapi_make_dir(const struct osapi_execd *ex, const char *path, unsigned mode, bool *gone, char *err,
 	size_t errlen);
+/* POST /directories {path: {mode}, ...}: mkdir -p of n directories at once. */
+enum sbx_err osapi_make_dirs(const struct osapi_execd *ex, const char *const *paths, const unsigned *modes, size_t n,
+	bool *gone, char *err, size_t errlen);
 /* DELETE /directories?path=: rm -rf (a missing path is no error). */
 enum sbx_err osapi_delete_dir(const struct osapi_execd *ex, const char *path, bool *gone, char *err, size_t errlen);
 /* POST /files/mv [{src, dest}]: EXIST when dest exists. */

@@ -495,8 +495,79 @@ static enum sbx_err s_remove(struct sbx_box *b, const char *rel, bool is_dir)
 	return e;
 }
 
+/* Whether put_file can send path as it is (execd expands '$' and '~'). */
+static bool plain_name(const char *path)
+{
+	return !strchr(path, '$') && !strstr(path, "/~");
+}
+
+/* execd's upload takes many metadata/file pairs in one request: the
+ * initial sync of a few hundred skill files is a handful of requests. */
+static enum sbx_err s_upload_many(struct sbx_box *b, const struct sbx_skill_file *f, size_t n)
+{
+	struct obox *ob = obox(b);
+	struct osapi_upload up[SBX_SKILLS_BATCH];
+	struct buf p[SBX_SKILLS_BATCH];
+	struct osapi_execd ex;
+	char err[OSAPI_ERR_LEN];
+	bool gone = false;
+	size_t k = 0;
+	enum sbx_err e = n > SBX_SKILLS_BATCH ? SBX_ERR_INVAL : obox_execd(ob, &ex);
+
+	for (size_t i = 0; i < n && !e; i++) {
+		p[k] = (struct buf)BUF_INIT(BUF_CAP_PATH);
+		e = skills_path(ob, f[i].path, &p[k]);
+		if (!e && (!plain_name(p[k].ptr) || !(f[i].mode & 07777) || f[i].size < 0)) {
+			e = s_upload(b, f[i].path, f[i].fd, f[i].size, f[i].mode); /* the careful way, alone */
+			buf_free(&p[k]);
+			continue;
+		}
+		if (!e)
+			up[k] = (struct osapi_upload){ p[k].ptr, f[i].fd, (long long)f[i].size, f[i].mode & 07777 };
+		k++;
+	}
+	if (!e && k) {
+		e = osapi_upload(&ex, up, k, &gone, err, sizeof(err));
+		if (e)
+			failed(ob, e, gone, "skills upload", k > 1 ? "(several files)" : up[0].path, err);
+	}
+	for (size_t i = 0; i < k; i++)
+		buf_free(&p[i]);
+	return e;
+}
+
+static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file *d, size_t n)
+{
+	struct obox *ob = obox(b);
+	const char *paths[SBX_SKILLS_BATCH];
+	unsigned modes[SBX_SKILLS_BATCH];
+	struct buf p[SBX_SKILLS_BATCH];
+	struct osapi_execd ex;
+	char err[OSAPI_ERR_LEN];
+	bool gone = false;
+	size_t k = 0;
+	enum sbx_err e = n > SBX_SKILLS_BATCH ? SBX_ERR_INVAL : obox_execd(ob, &ex);
+
+	for (; k < n && !e; k++) {
+		p[k] = (struct buf)BUF_INIT(BUF_CAP_PATH);
+		e = skills_path(ob, d[k].path, &p[k]);
+		paths[k] = p[k].ptr;
+		modes[k] = (d[k].mode & 07777) ? d[k].mode & 07777 : 0755;
+	}
+	if (!e) {
+		e = osapi_make_dirs(&ex, paths, modes, n, &gone, err, sizeof(err));
+		if (e)
+			failed(ob, e, gone, "skills mkdir", n > 1 ? "(several directories)" : paths[0], err);
+	}
+	for (size_t i = 0; i < k; i++)
+		buf_free(&p[i]);
+	return e;
+}
+
 const struct sbx_skills_ops os_skills_ops = {
 	.upload = s_upload,
 	.mkdir = s_mkdir,
 	.remove = s_remove,
+	.upload_many = s_upload_many,
+	.mkdir_many = s_mkdir_many,
 };

@@ -97,6 +97,7 @@ struct ojob {
 	struct osapi_execd ex;
 	/* the request, owned */
 	char *command;
+	char *inline_cmd; /* the command's text, when it travels in envs (SBXFS_CMD) */
 	struct osapi_kv *envs;
 	size_t n_envs;
 	struct buf envtext;
@@ -441,6 +442,7 @@ static void ojob_free(struct ojob *j)
 	buf_free(&j->pend[0]);
 	buf_free(&j->pend[1]);
 	free(j->envs);
+	free(j->inline_cmd);
 	free(j->command);
 	free(j->job_dir);
 	free(j);
@@ -512,8 +514,9 @@ static enum sbx_err ojob_command(struct ojob *j, const struct sbx_exec_spec *spe
 	if (sfd < 0 && cmd.len <= OJOB_INLINE_MAX && text_ok(buf_str(&cmd), cmd.len)) {
 		j->envs[j->n_envs++] = (struct osapi_kv){ "SBXFS_CMD", NULL };
 		j->command = strdup("SBXFS_C=$SBXFS_CMD; unset SBXFS_CMD; exec /bin/sh -c \"$SBXFS_C\" sh </dev/null");
-		/* the value lives in cmd: handed over */
-		j->envs[j->n_envs - 1].value = buf_take(&cmd, NULL);
+		/* the value lives in cmd: handed over, freed with j */
+		j->inline_cmd = buf_take(&cmd, NULL);
+		j->envs[j->n_envs - 1].value = j->inline_cmd;
 		if (!j->command || !j->envs[j->n_envs - 1].value) {
 			e = SBX_ERR_NOMEM;
 			goto out;

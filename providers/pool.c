@@ -52,11 +52,69 @@ static struct {
 	bool sweep_gone; /* protected by lock: a box went gone (sbx_box_gone): the reaper invalidates it */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .reaper_cond = PTHREAD_COND_INITIALIZER };
 
-static const struct pool_hooks *pool_hooks; /* set before pool_init */
+/* Other modules' hooks (net/, skills/), in the order they were added: set
+ * before pool_init and removed after pool_shutdown, so the list is never
+ * read while it changes. */
+#define POOL_MAX_HOOKS 4
+static const struct pool_hooks *pool_hooks[POOL_MAX_HOOKS];
 
-void pool_set_hooks(const struct pool_hooks *h)
+int pool_add_hooks(const struct pool_hooks *h)
 {
-	pool_hooks = h;
+	for (int i = 0; i < POOL_MAX_HOOKS; i++)
+		if (!pool_hooks[i]) {
+			pool_hooks[i] = h;
+			return 0;
+		}
+	return -1;
+}
+
+void pool_remove_hooks(const struct pool_hooks *h)
+{
+	for (int i = 0; i < POOL_MAX_HOOKS; i++)
+		if (pool_hooks[i] == h) {
+			memmove(&pool_hooks[i], &pool_hooks[i + 1], (POOL_MAX_HOOKS - 1 - (size_t)i) * sizeof(*pool_hooks));
+			pool_hooks[POOL_MAX_HOOKS - 1] = NULL;
+			return;
+		}
+}
+
+/* up: every hook in order; a failure undoes (down) the ones that ran and
+ * fails.  down: in reverse order. */
+static int pool_hooks_up(struct sbx *s, bool adopted)
+{
+	for (int i = 0; i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
+		if (pool_hooks[i]->up && pool_hooks[i]->up(s, adopted)) {
+			while (--i >= 0)
+				if (pool_hooks[i]->down)
+					pool_hooks[i]->down(s);
+			return -1;
+		}
+	return 0;
+}
+
+static void pool_hooks_down(struct sbx *s)
+{
+	int n = 0;
+
+	while (n < POOL_MAX_HOOKS && pool_hooks[n])
+		n++;
+	while (--n >= 0)
+		if (pool_hooks[n]->down)
+			pool_hooks[n]->down(s);
+}
+
+static void pool_hooks_release(struct sbx *s)
+{
+	for (int i = 0; i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
+		if (pool_hooks[i]->release)
+			pool_hooks[i]->release(s);
+}
+
+static void pool_hooks_reclaim(struct sbx *s)
+{
+	for (int i = 0; i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
+		if (pool_hooks[i]->reclaim)
+			pool_hooks[i]->reclaim(s);
 }
 
 static unsigned pool_hash(const char *token)
@@ -251,8 +309,8 @@ static void pool_destroy_held(struct sbx *s, const char *why)
 	enum sbx_err e;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
-	if (box && pool_hooks && pool_hooks->down)
-		pool_hooks->down(s);
+	if (box)
+		pool_hooks_down(s);
 	if (box) {
 		e = box->prov->ops->destroy(box);
 		if (e)
@@ -482,14 +540,13 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		return sbx_err_errno(e) == ENOENT ? EIO : sbx_err_errno(e);
 	}
 	pool_set_box_held(s, box, prov, config_get(cfg));
-	if (pool_hooks && pool_hooks->up && pool_hooks->up(s, false)) {
+	if (pool_hooks_up(s, false)) {
 		log_err(scope, "create failed: the sandbox's network policy could not be set up");
 		pool_note_error(scope, "create", "provider %s: network policy setup failed", prov->name);
 		err = EIO;
 	} else if (pool_save(s, prov, "ready")) {
 		log_err(scope, "cannot record the sandbox: %s", strerror(errno));
-		if (pool_hooks && pool_hooks->down)
-			pool_hooks->down(s);
+		pool_hooks_down(s);
 		err = EIO;
 	}
 	if (err) {
@@ -590,6 +647,8 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 		pool_observe(kind, (double)(util_now_ms() - t0) / 1000.0);
 	}
 	pthread_mutex_unlock(&pool.lock);
+	if (!err && kind == 1)
+		pool_hooks_reclaim(s);
 out:
 	pthread_mutex_unlock(&s->scope);
 	config_put(cfg);
@@ -614,6 +673,10 @@ int pool_release(struct sbx *s)
 		pthread_mutex_unlock(&s->scope);
 		return ENOENT;
 	}
+	pthread_mutex_unlock(&pool.lock);
+	/* still active: what the hooks finish (a skills sync) reaches the sandbox */
+	pool_hooks_release(s);
+	pthread_mutex_lock(&pool.lock);
 	/* A sandbox of a provider that a reload replaced is destroyed, not parked. */
 	stale = s->prov != pool.prov || pool.stopping;
 	s->state = stale ? SBX_DESTROYING : SBX_WARM;
@@ -701,6 +764,17 @@ struct sbx_box *pool_box(struct sbx *s)
 	return box;
 }
 
+int pool_scoped(struct sbx *s, int (*fn)(struct sbx *s, struct sbx_box *box, void *arg), void *arg)
+{
+	int r = ENOENT;
+
+	pthread_mutex_lock(&s->scope);
+	if (pool_state(s, NULL) == SBX_ACTIVE && s->box)
+		r = fn(s, s->box, arg);
+	pthread_mutex_unlock(&s->scope);
+	return r;
+}
+
 int pool_kill_all(struct sbx *s)
 {
 	enum sbx_err e = SBX_ERR_GONE;
@@ -737,6 +811,9 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		s->thread, "provider", s->prov ? s->prov->name : "none", "state", names[s->state], "created_at",
 		created, "acquired_at", acquired, "remote_id", s->box ? s->box->remote_id : "", "uid", (int)s->uid,
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
+	for (int i = 0; o && skills && i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
+		if (pool_hooks[i]->status)
+			pool_hooks[i]->status(s, skills);
 	if (o)
 		sbx_box_status(s->box, o);
 	if (o && s->box && s->box->note[0])
@@ -832,8 +909,7 @@ static void pool_adopt_one(const char *user, const char *thread, bool discovered
 		} else {
 			pthread_mutex_lock(&s->scope);
 			pool_set_box_held(s, box, pool.prov, config_get(pool.cfg));
-			if (pool_hooks && pool_hooks->up)
-				pool_hooks->up(s, true);
+			pool_hooks_up(s, true);
 			pthread_mutex_unlock(&s->scope);
 			s->created_at = json_real_value(json_object_get(j, "created_at"));
 			pthread_mutex_lock(&pool.lock);

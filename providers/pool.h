@@ -91,17 +91,33 @@ extern const double pool_hist_bounds[12];
 extern const char *const pool_error_kinds[3];
 
 /* What another module does when a sandbox comes to life or ends (the
- * network policy, net/net.h): up after a create (adopted false: a nonzero
- * return fails the create, which then leaves nothing) or an adoption (true),
- * down before a destroy.  Both run with the sandbox's scope lock held and
- * s->box, s->prov and s->cfg set, on a work thread (or the main thread at
- * start and exit); they may block.  Set before pool_init (NULL: none). */
+ * network policy, net/net.h; the skills sync, skills/skills.h):
+ *   up       after a create (adopted false: a nonzero return fails the
+ *            create, which then leaves nothing; the hooks that ran before
+ *            get their down) or an adoption (true);
+ *   down     before a destroy (hooks in reverse order);
+ *   release  at rmdir, while the sandbox is still active, before it is
+ *            parked or destroyed (e.g. drain a skills sync);
+ *   reclaim  after a warm sandbox was reclaimed (acquired again);
+ * all with the sandbox's scope lock held and s->box, s->prov and s->cfg
+ * set, on a work thread (or the main thread at start and exit); they may
+ * block.
+ *   status   add to the "skills" object of the sandbox's status JSON; called
+ *            with pool.lock held: MUST NOT block or take a lock that is
+ *            held across a call out.
+ * Any slot may be NULL.  Added before pool_init, removed after pool_shutdown. */
+struct json_t;
 struct pool_hooks {
 	int (*up)(struct sbx *s, bool adopted);
 	void (*down)(struct sbx *s);
+	void (*release)(struct sbx *s);
+	void (*reclaim)(struct sbx *s);
+	void (*status)(struct sbx *s, struct json_t *skills);
 };
 
-void pool_set_hooks(const struct pool_hooks *h);
+/* 0, or -1 when the (small, fixed) list is full. */
+int pool_add_hooks(const struct pool_hooks *h);
+void pool_remove_hooks(const struct pool_hooks *h);
 
 /* Start: pick the provider, load uid allocations, adopt what is running.
  * Returns 0 or -1 with err filled. */
@@ -129,6 +145,11 @@ int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, struct sbx_exec *
 int pool_exec_reattach(struct sbx *s, const char *job_dir, struct sbx_exec **out);
 /* The provider's clean-up of a removed job slot. */
 void pool_exec_cleanup(struct sbx *s, const char *job_dir, const char *job_name);
+/* Run fn(s, box, arg) with s's scope lock held while s is active, so it
+ * never overlaps an acquire, release, exec start or destroy of the scope
+ * (DESIGN §4: a skills sync).  fn's result, or ENOENT (not active).  Work
+ * threads only: it may wait behind a create. */
+int pool_scoped(struct sbx *s, int (*fn)(struct sbx *s, struct sbx_box *box, void *arg), void *arg);
 /* The sandbox's box, referenced (sbx_box_put it), while it has one. */
 struct sbx_box *pool_box(struct sbx *s);
 /* The sandbox's ctl "kill": end every process of an active sandbox but its

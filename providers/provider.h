@@ -160,11 +160,27 @@ struct sbx_files_ops {
  *   mkdir   make the directory (and missing parents); an existing one is OK
  *   remove  delete path (is_dir: with everything under it); a missing one is OK
  */
+struct sbx_skill_file {
+	const char *path; /* relative to the projection root, as above */
+	int fd;           /* upload_many: the content, size bytes from offset 0; mkdir_many: unused */
+	off_t size;
+	mode_t mode;
+};
+
 struct sbx_skills_ops {
 	enum sbx_err (*upload)(struct sbx_box *box, const char *path, int fd, off_t size, mode_t mode);
 	enum sbx_err (*mkdir)(struct sbx_box *box, const char *path, mode_t mode);
 	enum sbx_err (*remove)(struct sbx_box *box, const char *path, bool is_dir);
+	/* MAY: upload or mkdir n entries (up to SBX_SKILLS_BATCH) in as few
+	 * round trips as the API allows (an API that takes many files in one
+	 * request).  For the caller it is all or nothing: on an error none of
+	 * them counts as done, and the next sync sends them again. */
+	enum sbx_err (*upload_many)(struct sbx_box *box, const struct sbx_skill_file *files, size_t n);
+	enum sbx_err (*mkdir_many)(struct sbx_box *box, const struct sbx_skill_file *dirs, size_t n);
 };
+
+#define SBX_SKILLS_BATCH 64                        /* entries in one upload_many/mkdir_many */
+#define SBX_SKILLS_BATCH_BYTES (8 * 1024 * 1024) /* bytes in one upload_many */
 
 /* Network policy (DESIGN §7, docs/network.md).  Either the sandbox has a
  * network namespace of its own that the daemon can enter (netns_fd: in

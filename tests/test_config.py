@@ -24,6 +24,8 @@ BAD = [
     ("users-scalar", {"users": 7}, ["users"]),
     ("skills-container_path-relative", {"skills": {"container_path": "relative/skills"}},
      ["container_path"]),
+    ("remote_files-cache_size-small", {"remote_files": {"cache_size": "1M"}}, ["remote_files.cache_size"]),
+    ("remote_files-cache_size-x", {"remote_files": {"cache_size": "lots"}}, ["remote_files.cache_size"]),
 ]
 
 

@@ -45,7 +45,8 @@ API (paths, fields and envelopes as in openapi.json)
 
 Test control channel (never under /v1; this text is served at GET /_fake/help)
   GET  /_fake/health      {"ok", "pid", "port", "mode", "root", "ready"}
-  GET  /_fake/requests    request log (?path=REGEX&since=SEQ)
+  GET  /_fake/requests    request log (?path=REGEX&since=SEQ); an entry's
+                          resp_bytes counts the body bytes sent
   GET  /_fake/counters    {"total", "by_route": {"POST /v1/bash/exec": n}, "by_status"}
   POST /_fake/faults      add a fault (body below); GET lists, DELETE clears,
                           DELETE /_fake/faults/{id} removes one
@@ -1004,9 +1005,10 @@ class RequestLog:
             self.by_route[key] = self.by_route.get(key, 0) + 1
             return e
 
-    def end(self, e, status, t0):
+    def end(self, e, status, t0, resp_bytes=0):
         with self.lock:
             e["status"] = status
+            e["resp_bytes"] = resp_bytes
             e["duration_ms"] = round((time.monotonic() - t0) * 1000, 3)
             k = str(status)
             self.by_status[k] = self.by_status.get(k, 0) + 1
@@ -2431,6 +2433,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
     srv = None  # AioFake, set by main()
+    resp_bytes = 0  # body bytes sent for the request being served (the log's resp_bytes)
 
     def version_string(self):
         return self.server_version
@@ -2486,6 +2489,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
+            self.resp_bytes += len(body)
         self.status_sent = status
 
     def drop(self, reset=False):
@@ -2521,6 +2525,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if k.lower() in ("content-type", "accept", "content-length", "transfer-encoding",
                                  "x-aio-api-key", "authorization", "user-agent", "expect")}
         entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
+        self.resp_bytes = 0
         try:
             fault = srv.faults.match(method, path)
             if fault:
@@ -2563,7 +2568,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             except OSError:
                 self.close_connection = True
         finally:
-            srv.log.end(entry, self.status_sent, t0)
+            srv.log.end(entry, self.status_sent, t0, self.resp_bytes)
 
     def loggable(self, req):
         if req.logged_body is not None:
@@ -2688,6 +2693,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         self.drop()
                         return
                 self.wfile.write(chunk)
+                self.resp_bytes += len(chunk)
                 left -= len(chunk)
         finally:
             f.close()

@@ -123,7 +123,9 @@ never logged, never faulted), JSON in and out:
                                           "log":[{"seq","ts","method","path",
                                           "query","route","sandbox","status",
                                           "req_bytes","resp_bytes",
-                                          "request_id","faults","ms"}]}
+                                          "request_id","faults","ms",
+                                          "files" (uploads: files in the
+                                          request, else null)}]}
                                          (an entry is added when its response
                                          ends: a stream logs when it closes;
                                          routes look like "POST /v1/sandboxes",
@@ -156,6 +158,9 @@ requests), ...}; POST answers the fault with its "id".  Kinds:
                   after init) is cut
   ping_fail       "seconds" (null = until removed): execd GET /ping -> 502
   pending_forever while present, matching sandboxes stay Pending
+  reply           "status" (200), "body" (any JSON): answer exactly that
+                  (e.g. a listing with hostile names a broken or malicious
+                  server could send)
 
 CLI: --root DIR (required; sandboxes live in DIR/<id>), --port N (0 = OS
 chooses), --port-file PATH (the port, written atomically once listening),
@@ -1305,7 +1310,7 @@ class Sandbox:
 # faults and the request log
 
 
-FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever")
+FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever", "reply")
 
 
 class Faults:
@@ -1333,6 +1338,10 @@ class Faults:
             st = f.setdefault("status", 500)
             if not isinstance(st, int) or not 400 <= st <= 599:
                 raise ValueError("status must be 400..599")
+        if kind == "reply":
+            st = f.setdefault("status", 200)
+            if not isinstance(st, int) or not 200 <= st <= 599:
+                raise ValueError("status must be 200..599")
         if kind == "delay" and not isinstance(f.get("ms"), (int, float)):
             raise ValueError("delay needs ms")
         if kind == "ping_fail":
@@ -1789,6 +1798,7 @@ class Handler(BaseHTTPRequestHandler):
         self.request_id = self.headers.get("X-Request-ID") or str(uuid.uuid4())
         self.status = None
         self.resp_bytes = 0
+        self.files = None
         self.faults = []
         self.route = "?"
         self.sid = None
@@ -1809,7 +1819,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.control()
                 return
             ex = self.match_execd()
-            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json"),
+            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply"),
                                           self.command, self.upath, ex[0] if ex else None)
             d = self.fault_of("delay")
             if d is not None:
@@ -1820,6 +1830,11 @@ class Handler(BaseHTTPRequestHandler):
                 default = "RUNTIME_ERROR" if ex else "GENERAL::UNKNOWN_ERROR"
                 self.send_json(he["status"], {"code": he.get("code") or default,
                                               "message": he.get("message") or "injected fault"})
+                return
+            rp = self.fault_of("reply")
+            if rp is not None:
+                self.route = "fault"
+                self.send_json(rp["status"], rp.get("body"))
                 return
             if ex:
                 self.execd(*ex)
@@ -1844,7 +1859,7 @@ class Handler(BaseHTTPRequestHandler):
                 APP.log.add({"ts": time.time(), "method": self.command, "path": self.upath,
                              "query": self.raw_query, "route": self.route, "sandbox": self.sid,
                              "status": self.status, "req_bytes": len(self.body),
-                             "resp_bytes": self.resp_bytes, "request_id": self.request_id,
+                             "resp_bytes": self.resp_bytes, "request_id": self.request_id, "files": self.files,
                              "faults": [f["kind"] for f in self.faults],
                              "ms": round((time.monotonic() - t0) * 1000, 1)})
 
@@ -2452,6 +2467,7 @@ class Handler(BaseHTTPRequestHandler):
         if len(metas) != len(files):
             raise ApiError(400, "INVALID_FILE", f"metadata count {len(metas)} does not match file count {len(files)}")
         env = sb.base_env()
+        self.files = len(files)
         for meta, f in zip(metas, files):
             try:
                 md = json.loads(meta.data)

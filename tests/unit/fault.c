@@ -78,7 +78,9 @@ static struct fault_box *fault_box_new(const char *thread_dir, bool alive)
 	fb->base.uid = 12345;
 	fb->base.gid = 12345;
 	fb->alive = alive;
-	snprintf(fb->base.remote_id, sizeof(fb->base.remote_id), "fault:%p", (void *)fb);
+	/* stable across adoption, as a container id or a remote sandbox id is */
+	snprintf(fb->base.remote_id, sizeof(fb->base.remote_id), "fault:%.70s",
+		strrchr(thread_dir, '/') ? strrchr(thread_dir, '/') + 1 : thread_dir);
 	__atomic_add_fetch(&fault.live_boxes, 1, __ATOMIC_RELAXED);
 	return fb;
 }
@@ -302,7 +304,104 @@ static void fault_exec_free(struct sbx_exec *x)
 	__atomic_sub_fetch(&fault.live_execs, 1, __ATOMIC_RELAXED);
 }
 
+/* ---- files and skills over a local directory ----------------------------------- */
+
+/* Files ops take absolute paths, skills ops paths relative to the
+ * projection root (/mnt/skills here). */
+static enum sbx_err fault_path(const char *path, struct buf *out)
+{
+	if (!fault.remote_root[0] || strstr(path, "..") || buf_adds(out, fault.remote_root) ||
+	    (path[0] != '/' && buf_adds(out, "/mnt/skills/")) || buf_adds(out, path))
+		return SBX_ERR_IO;
+	return SBX_OK;
+}
+
+static enum sbx_err fault_op_begin(void)
+{
+	__atomic_add_fetch(&fault.file_ops, 1, __ATOMIC_RELAXED);
+	if (fault.files_delay_ms)
+		fault_msleep(fault.files_delay_ms);
+	return fault.files_err;
+}
+
+static enum sbx_err fault_upload(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	enum sbx_err e = fault_op_begin();
+	char chunk[65536];
+	off_t off = 0;
+	int out = -1;
+
+	(void)b;
+	if (!e)
+		e = fault_path(path, &p);
+	if (!e) {
+		char *slash = strrchr(p.ptr, '/');
+		*slash = '\0';
+		util_mkdir_p(p.ptr, 0755); /* as execd: parents are made */
+		*slash = '/';
+		out = open(p.ptr, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		e = out < 0 ? SBX_ERR_IO : SBX_OK;
+	}
+	while (!e && off < size) {
+		ssize_t n = pread(fd, chunk, sizeof(chunk), off);
+		if (n <= 0 || write(out, chunk, (size_t)n) != n)
+			e = SBX_ERR_IO;
+		else
+			off += n;
+	}
+	if (!e && fchmod(out, mode))
+		e = SBX_ERR_IO;
+	if (out >= 0)
+		close(out);
+	if (!e) {
+		__atomic_add_fetch(&fault.uploads, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&fault.upload_bytes, (int)size, __ATOMIC_RELAXED);
+	}
+	buf_free(&p);
+	return e;
+}
+
+static enum sbx_err fault_mkdir(struct sbx_box *b, const char *path, mode_t mode)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	enum sbx_err e = fault_op_begin();
+
+	(void)b;
+	if (!e)
+		e = fault_path(path, &p);
+	if (!e && util_mkdir_p(p.ptr, mode ? mode : 0755))
+		e = SBX_ERR_IO;
+	if (!e)
+		__atomic_add_fetch(&fault.skill_mkdirs, 1, __ATOMIC_RELAXED);
+	buf_free(&p);
+	return e;
+}
+
+static enum sbx_err fault_remove(struct sbx_box *b, const char *path, bool is_dir)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	enum sbx_err e = fault_op_begin();
+
+	(void)b;
+	if (!e)
+		e = fault_path(path, &p);
+	if (!e && (is_dir ? util_rm_rf(p.ptr) : unlink(p.ptr)) && errno != ENOENT)
+		e = SBX_ERR_IO;
+	if (!e)
+		__atomic_add_fetch(&fault.skill_removes, 1, __ATOMIC_RELAXED);
+	buf_free(&p);
+	return e;
+}
+
+static const struct sbx_skills_ops fault_skills_ops = {
+	.upload = fault_upload,
+	.mkdir = fault_mkdir,
+	.remove = fault_remove,
+};
+
 static const struct sbx_provider_ops fault_ops = {
+	.skills = &fault_skills_ops,
 	.init = fault_init,
 	.create = fault_create,
 	.health = fault_health,

@@ -33,6 +33,12 @@ struct fault_knobs {
 	bool reattach_ok;   /* a restarted daemon finds the job still running */
 	bool ignore_term;   /* FAULT_EXEC_SIGNAL ends only on SIGKILL */
 	int signal_delay_ms; /* exec_signal returns this long after delivering (the job may end meanwhile) */
+	/* files and skills ops (fault.c: over the local directory remote_root,
+	 * which plays the sandbox's filesystem: a path P is remote_root/P) */
+	char remote_root[256];
+	enum sbx_err files_err;  /* every files/skills op fails with it */
+	int files_delay_ms;      /* every files/skills op takes this long */
+	int uploads, upload_bytes, skill_mkdirs, skill_removes, file_ops;
 	/* counters */
 	int creates, destroys, adopts, healths;
 	int creating, max_creating; /* creates running now, and the most at once */

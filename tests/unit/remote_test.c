@@ -424,7 +424,7 @@ static void test_opensandbox(void)
 		size_t i;
 		char *r;
 
-		ctl(&s, "POST", "/_fake/reset", "{}");
+		json_decref(ctl(&s, "POST", "/_fake/reset", "{}"));
 		r = read_range(box, WS "/big.bin", 100, 1000, &got, &e);
 		free(r);
 		log = ctl(&s, "GET", "/_fake/requests", NULL);
