@@ -520,6 +520,13 @@ int job_init(void (*on_end)(struct sbx *s))
 	job_on_end = on_end;
 	ev_epoll = epoll_create1(EPOLL_CLOEXEC);
 	ev_inotify = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (ev_inotify < 0 && errno == EMFILE) {
+		/* per-user, not per-process: every pasta of an open sandbox
+		 * holds one of root's (docs/network.md) */
+		log_err("job", "inotify_init1: %s: the user's inotify instances are used up "
+			"(sysctl fs.inotify.max_user_instances)", strerror(errno));
+		errno = EMFILE;
+	}
 	ev_kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (ev_epoll < 0 || ev_inotify < 0 || ev_kick < 0)
 		return errno;
