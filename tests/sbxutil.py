@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -232,3 +233,21 @@ def expect_errno(fn, *errnos):
 
 def errname(e):
     return errno.errorcode.get(e, str(e))
+
+
+def make_no_build(*args, timeout=170):
+    """Run make in the repository for a goal that must not compile (install,
+    uninstall, check-man): the suite tests the binaries it was given, and a
+    rebuild here would replace them mid-run (an ASan build by a plain one).
+    `-o all` keeps make from remaking them; the libfuse variant they were
+    built with is passed on, so build/libfuse.mk is not rewritten."""
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    try:
+        m = re.search(r"SBXFS_LIBFUSE=(\w+)", (repo / "build" / "libfuse.mk").read_text())
+        if m:
+            env["SBXFS_LIBFUSE"] = m.group(1)
+    except OSError:
+        pass
+    return subprocess.run(["make", "-s", "-o", "all", *args], cwd=repo, capture_output=True, text=True,
+                          timeout=timeout, env=env)

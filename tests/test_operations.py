@@ -38,7 +38,7 @@ VERSION_RE = re.compile(r"^\.Os sbxfs (\S+)$", re.M)
 
 
 def make(*args, timeout=170):
-    return subprocess.run(["make", "-s", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return sbxutil.make_no_build(*args, timeout=timeout)
 
 
 def mode(p):
