@@ -717,17 +717,6 @@ static bool box_live(struct dbox *db)
 	return !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE) && !sbx_box_is_gone(&db->base);
 }
 
-static bool path_ok(const char *p)
-{
-	json_t *s;
-
-	if (!p || p[0] != '/')
-		return false;
-	s = json_string(p);
-	json_decref(s);
-	return s != NULL;
-}
-
 /* A failure of the API on the box: a missing path is an answer; anything
  * else is logged. */
 static enum sbx_err api_failed(struct dbox *db, enum sbx_err e, const char *what, const char *path, const char *err)
@@ -762,7 +751,7 @@ static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 	long long size, mtime, ctime;
 	enum sbx_err e;
 
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	/* %y for the mtime's nanoseconds: a change that keeps the size within
 	 * the second is still a change to the remote-files cache */
@@ -830,7 +819,7 @@ static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_diren
 
 	*ents = NULL;
 	*n = 0;
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	if (!box_live(db))
 		return SBX_ERR_GONE;
@@ -853,7 +842,7 @@ static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_
 	enum sbx_err e;
 
 	*got = 0;
-	if (!path_ok(path) || off < 0)
+	if (!sbx_remote_path_ok(path) || off < 0)
 		return SBX_ERR_INVAL;
 	if (!box_live(db))
 		return SBX_ERR_GONE;
@@ -891,7 +880,7 @@ static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, m
 
 static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
 {
-	if (!path_ok(path) || size < 0)
+	if (!sbx_remote_path_ok(path) || size < 0)
 		return SBX_ERR_INVAL;
 	return put(&abox(b)->db, path, fd, size, mode);
 }
@@ -911,31 +900,31 @@ static enum sbx_err mode_cmd(struct dbox *db, const char *script, const char *pa
 
 static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 {
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	return mode_cmd(&abox(b)->db, "exec mkdir -m \"$M\" -- \"$A\"", path, mode);
 }
 
 static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
 {
-	return path_ok(path) ? run_paths(&abox(b)->db, "exec rmdir -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
+	return sbx_remote_path_ok(path) ? run_paths(&abox(b)->db, "exec rmdir -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
 }
 
 static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
 {
-	return path_ok(path) ? run_paths(&abox(b)->db, "exec unlink -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
+	return sbx_remote_path_ok(path) ? run_paths(&abox(b)->db, "exec unlink -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
 }
 
 static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to)
 {
-	if (!path_ok(from) || !path_ok(to))
+	if (!sbx_remote_path_ok(from) || !sbx_remote_path_ok(to))
 		return SBX_ERR_INVAL;
 	return run_paths(&abox(b)->db, "exec mv -f -T -- \"$A\" \"$B\"", from, to, NULL);
 }
 
 static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
 {
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	return mode_cmd(&abox(b)->db, "exec chmod \"$M\" -- \"$A\"", path, mode);
 }
@@ -944,7 +933,7 @@ static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
 {
 	char script[160];
 
-	if (!path_ok(path) || size < 0)
+	if (!sbx_remote_path_ok(path) || size < 0)
 		return SBX_ERR_INVAL;
 	snprintf(script, sizeof(script),
 		"test -e \"$A\" || { echo \"$A: No such file or directory\" >&2; exit 1; }; exec truncate -s %lld -- \"$A\"",
@@ -969,21 +958,7 @@ static const struct sbx_files_ops aior_files_ops = {
 
 static enum sbx_err skills_path(struct dbox *db, const char *rel, struct buf *out)
 {
-	const char *p = rel;
-
-	if (!rel || !rel[0] || rel[0] == '/')
-		return SBX_ERR_INVAL;
-	while (*p) {
-		size_t n = strcspn(p, "/");
-		if (!n || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return SBX_ERR_INVAL;
-		p += n;
-		if (*p)
-			p++;
-	}
-	if (buf_addf(out, "%s/%s", db->cfg->skills_container_path, rel))
-		return SBX_ERR_NOMEM;
-	return path_ok(out->ptr) ? SBX_OK : SBX_ERR_INVAL;
+	return sbx_skills_remote_path(db->cfg->skills_container_path, rel, out);
 }
 
 static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)

@@ -122,17 +122,6 @@ static enum sbx_err run_paths(struct obox *ob, const char *what, const char *scr
 /* ---- helpers ------------------------------------------------------------------------------- */
 
 /* Absolute, and text the JSON bodies can carry (UTF-8, no NUL). */
-static bool path_ok(const char *p)
-{
-	json_t *s;
-
-	if (!p || p[0] != '/')
-		return false;
-	s = json_string(p);
-	json_decref(s);
-	return s != NULL;
-}
-
 static enum sbx_err failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, const char *path,
 	const char *err)
 {
@@ -171,7 +160,7 @@ static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 	bool gone = false;
 	enum sbx_err e;
 
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (!e)
@@ -218,7 +207,7 @@ static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_diren
 
 	*ents = NULL;
 	*n = 0;
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (!e)
@@ -241,7 +230,7 @@ static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_
 	enum sbx_err e;
 
 	*got = 0;
-	if (!path_ok(path) || off < 0)
+	if (!sbx_remote_path_ok(path) || off < 0)
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (!e)
@@ -297,7 +286,7 @@ static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t s
 	unsigned bits = mode & 07777;
 	enum sbx_err e;
 
-	if (!path_ok(path) || size < 0)
+	if (!sbx_remote_path_ok(path) || size < 0)
 		return SBX_ERR_INVAL;
 	e = put_file(ob, path, fd, size, bits);
 	if (!e && !bits) /* execd reads mode 0 as "leave it" */
@@ -314,7 +303,7 @@ static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 	bool gone = false;
 	enum sbx_err e;
 
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (e)
@@ -335,7 +324,7 @@ static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 
 static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
 {
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	return run_paths(obox(b), "rmdir", "exec rmdir -- \"$A\"", path, NULL);
 }
@@ -348,7 +337,7 @@ static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
 	bool gone = false;
 	enum sbx_err e;
 
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (!e)
@@ -364,7 +353,7 @@ static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to
 	bool gone = false;
 	enum sbx_err e;
 
-	if (!path_ok(from) || !path_ok(to))
+	if (!sbx_remote_path_ok(from) || !sbx_remote_path_ok(to))
 		return SBX_ERR_INVAL;
 	e = obox_execd(ob, &ex);
 	if (!e)
@@ -382,7 +371,7 @@ static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
 	bool gone = false;
 	enum sbx_err e;
 
-	if (!path_ok(path))
+	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
 	if (!(mode & 07777))
 		return run_paths(ob, "chmod", "exec chmod 0 -- \"$A\"", path, NULL);
@@ -396,7 +385,7 @@ static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
 {
 	char script[128];
 
-	if (!path_ok(path) || size < 0)
+	if (!sbx_remote_path_ok(path) || size < 0)
 		return SBX_ERR_INVAL;
 	/* truncate(1) makes a missing file: truncate(2) does not */
 	snprintf(script, sizeof(script),
@@ -420,24 +409,9 @@ const struct sbx_files_ops os_files_ops = {
 
 /* ---- skills ops --------------------------------------------------------------------------- */
 
-/* skills_container_path + "/" + rel, rel checked (relative, no . or ..). */
 static enum sbx_err skills_path(struct obox *ob, const char *rel, struct buf *out)
 {
-	const char *p = rel;
-
-	if (!rel || !rel[0] || rel[0] == '/')
-		return SBX_ERR_INVAL;
-	while (*p) {
-		size_t n = strcspn(p, "/");
-		if (!n || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return SBX_ERR_INVAL;
-		p += n;
-		if (*p)
-			p++;
-	}
-	if (buf_addf(out, "%s/%s", ob->cfg->skills_container_path, rel))
-		return SBX_ERR_NOMEM;
-	return path_ok(out->ptr) ? SBX_OK : SBX_ERR_INVAL;
+	return sbx_skills_remote_path(ob->cfg->skills_container_path, rel, out);
 }
 
 static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)

@@ -337,6 +337,14 @@ void sbx_exec_free(struct sbx_exec *x);
 void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_name);
 void sbx_dirents_free(struct sbx_dirent *ents, size_t n);
 
+/* For providers whose files and skills ops name paths inside a remote
+ * sandbox: path is absolute and can travel in JSON (valid UTF-8, no NUL);
+ * and root + "/" + rel for a skills path rel that is relative and has no
+ * empty, "." or ".." component (SBX_ERR_INVAL otherwise). */
+struct buf;
+bool sbx_remote_path_ok(const char *path);
+enum sbx_err sbx_skills_remote_path(const char *root, const char *rel, struct buf *out);
+
 /* The capability tables of the provider that made box (NULL: not offered). */
 static inline const struct sbx_files_ops *sbx_files(const struct sbx_box *box)
 {

@@ -15,6 +15,9 @@
 
 #include <pthread.h>
 
+#include <jansson.h>
+
+#include "../common/buf.h"
 #include "provider.h"
 
 /* ---- provider level ------------------------------------------------------------ */
@@ -133,4 +136,34 @@ void sbx_dirents_free(struct sbx_dirent *ents, size_t n)
 	for (size_t i = 0; i < n; i++)
 		free(ents[i].name);
 	free(ents);
+}
+
+bool sbx_remote_path_ok(const char *path)
+{
+	json_t *s;
+
+	if (!path || path[0] != '/')
+		return false;
+	s = json_string(path); /* NULL: not valid UTF-8 */
+	json_decref(s);
+	return s != NULL;
+}
+
+enum sbx_err sbx_skills_remote_path(const char *root, const char *rel, struct buf *out)
+{
+	const char *p = rel;
+
+	if (!rel || !rel[0] || rel[0] == '/')
+		return SBX_ERR_INVAL;
+	while (*p) {
+		size_t n = strcspn(p, "/");
+		if (!n || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return SBX_ERR_INVAL;
+		p += n;
+		if (*p)
+			p++;
+	}
+	if (buf_addf(out, "%s/%s", root, rel))
+		return SBX_ERR_NOMEM;
+	return sbx_remote_path_ok(out->ptr) ? SBX_OK : SBX_ERR_INVAL;
 }
