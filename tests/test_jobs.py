@@ -415,7 +415,10 @@ def test_blocked_exit_read_is_interruptible(sandbox, sig):
     m, t = sandbox
     j = mkjob(t, "long")
     start_ready(j, "sleep 300")
-    p = subprocess.Popen(["cat", str(j / "exit")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # the signal's default action, even when the suite was started in the
+    # background by a shell (which leaves SIGINT ignored for its children)
+    p = subprocess.Popen(["cat", str(j / "exit")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         time.sleep(1)
         assert p.poll() is None, f"cat exit returned on a running job: {p.communicate()}"
