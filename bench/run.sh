@@ -65,6 +65,14 @@ cleanup() {
 	for pid in $(grep -lF "$work/" /proc/[0-9]*/cmdline 2>/dev/null | cut -d/ -f3); do
 		[ "$pid" != "$$" ] && kill -KILL "$pid" 2>/dev/null
 	done
+	# ... and a sandbox whose bwrap has gone is a process in a mount namespace of
+	# its own with our scratch dir in its mounts (every process of ours sees the
+	# bench's FUSE mounts there too, hence the namespace test)
+	selfns=$(readlink /proc/self/ns/mnt)
+	for d in /proc/[0-9]*; do
+		ns=$(readlink "$d/ns/mnt" 2>/dev/null) || continue
+		[ "$ns" != "$selfns" ] && grep -qF "$work/" "$d/mountinfo" 2>/dev/null && kill -KILL "${d#/proc/}" 2>/dev/null
+	done
 	if ! awk -v w="$work/" 'index($2, w) == 1 { f = 1 } END { exit !f }' /proc/mounts; then
 		rm -rf --one-file-system "$work"
 	else
