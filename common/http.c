@@ -496,3 +496,36 @@ out:
 	free(fdparts);
 	return result;
 }
+
+void http_range_status(long status, void *arg)
+{
+	struct http_range *d = arg;
+
+	if (status == 200) /* Range ignored: the whole resource comes */
+		d->skip = (size_t)d->off;
+}
+
+bool http_range_sink(const char *data, size_t len, void *arg)
+{
+	struct http_range *d = arg;
+	size_t k = len < d->skip ? len : d->skip;
+
+	data += k;
+	len -= k;
+	d->skip -= k;
+	if (len > d->want - d->got)
+		len = d->want - d->got;
+	while (len) {
+		ssize_t w = write(d->fd, data, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			d->werr = w < 0 ? errno : EIO;
+			return false;
+		}
+		data += w;
+		len -= (size_t)w;
+		d->got += (size_t)w;
+	}
+	return d->got < d->want;
+}

@@ -139,6 +139,21 @@ enum sbx_err http_status_err(long status);
  * characters) to b: a path or query value in a URL.  0 or -1 (b freed). */
 __attribute__((warn_unused_result)) int http_escape(struct buf *b, const char *s);
 
+/* A ranged download into a file: rq->sink = http_range_sink, rq->on_status
+ * = http_range_status, both with a struct http_range as their argument.
+ * Bytes [off, off + want) of the resource are written to fd at its current
+ * position; a server that ignores Range (200 instead of 206) has what
+ * precedes off dropped.  got counts what was written; werr is the errno of
+ * a failed write (the transfer stops). */
+struct http_range {
+	int fd;
+	long long off;
+	size_t want, got, skip;
+	int werr;
+};
+bool http_range_sink(const char *data, size_t len, void *arg);
+void http_range_status(long status, void *arg);
+
 /* "Name: value" for a log line, the value shown as "***" when secret. */
 void http_header_for_log(const struct http_header *h, char *out, size_t len);
 /* The URL for a log line: scheme, host and path; the query (which may carry

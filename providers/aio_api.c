@@ -548,48 +548,6 @@ enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*f
 	return e;
 }
 
-struct aio_dl {
-	int fd;
-	long long off;
-	size_t skip, want, got;
-	int werr;
-};
-
-static void aio_dl_status(long status, void *arg)
-{
-	struct aio_dl *d = arg;
-
-	if (status == 200) /* Range ignored: the whole file comes */
-		d->skip = (size_t)d->off;
-}
-
-static bool aio_dl_sink(const char *data, size_t len, void *arg)
-{
-	struct aio_dl *d = arg;
-
-	if (d->skip) {
-		size_t k = len < d->skip ? len : d->skip;
-		data += k;
-		len -= k;
-		d->skip -= k;
-	}
-	if (len > d->want - d->got)
-		len = d->want - d->got;
-	while (len) {
-		ssize_t w = write(d->fd, data, len);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			d->werr = w < 0 ? errno : EIO;
-			return false;
-		}
-		data += w;
-		len -= (size_t)w;
-		d->got += (size_t)w;
-	}
-	return d->got < d->want;
-}
-
 enum sbx_err aio_file_download(const struct aio_target *t, const char *path, long long off, size_t len, int fd,
 	size_t *got, char *err, size_t errlen)
 {
@@ -598,7 +556,7 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 	char range[64];
 	struct http_header hd[2] = { { "Range", range, false }, { "X-AIO-API-Key", t->api_key, true } };
 	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), errbody = BUF_INIT(64 * 1024);
-	struct aio_dl d = { .fd = fd, .off = off, .want = len };
+	struct http_range d = { .fd = fd, .off = off, .want = len };
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	*got = 0;
@@ -611,9 +569,9 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 	rq.netns_fd = t->netns_fd;
 	rq.headers = hd;
 	rq.n_headers = t->api_key && t->api_key[0] ? 2 : 1;
-	rq.sink = aio_dl_sink;
+	rq.sink = http_range_sink;
 	rq.sink_arg = &d;
-	rq.on_status = aio_dl_status;
+	rq.on_status = http_range_status;
 	rq.err_out = &errbody;
 	rq.stall_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
 	rq.connect_timeout_ms = 2000;

@@ -990,58 +990,16 @@ out:
 	return e;
 }
 
-struct dl {
-	int fd;
-	off_t off;
-	size_t skip, want, got;
-	int werr;
-};
-
-static void dl_status(long status, void *arg)
-{
-	struct dl *d = arg;
-
-	if (status == 200) /* the server ignored Range: the whole file comes */
-		d->skip = (size_t)d->off;
-}
-
-static bool dl_sink(const char *data, size_t len, void *arg)
-{
-	struct dl *d = arg;
-
-	if (d->skip) { /* a server that ignored Range: drop what precedes off */
-		size_t k = len < d->skip ? len : d->skip;
-		data += k;
-		len -= k;
-		d->skip -= k;
-	}
-	if (len > d->want - d->got)
-		len = d->want - d->got;
-	while (len) {
-		ssize_t w = write(d->fd, data, len);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			d->werr = w < 0 ? errno : EIO;
-			return false;
-		}
-		data += w;
-		len -= (size_t)w;
-		d->got += (size_t)w;
-	}
-	return d->got < d->want;
-}
-
 enum sbx_err osapi_download(const struct osapi_execd *ex, const char *path, off_t off, size_t len, int fd,
 	size_t *got, bool *gone, char *err, size_t errlen)
 {
 	struct http_header hd[OSAPI_MAX_HEADERS + 3];
 	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), errbody = BUF_INIT(OSAPI_CAP_ERR);
 	char range[64];
-	struct dl d = { .fd = fd, .off = off, .want = len };
+	struct http_range d = { .fd = fd, .off = off, .want = len };
 	struct http_response rs;
-	struct call c = { .method = "GET", .hd = hd, .sink = dl_sink, .sink_arg = &d, .err_out = &errbody,
-		.on_status = dl_status,
+	struct call c = { .method = "GET", .hd = hd, .sink = http_range_sink, .sink_arg = &d, .err_out = &errbody,
+		.on_status = http_range_status,
 		.stall_ms = ex->timeout_ms > 0 ? ex->timeout_ms : 30000, .scope = ex->scope };
 	enum sbx_err e = SBX_ERR_NOMEM;
 

@@ -60,6 +60,31 @@ static void test_status_and_log_helpers(void)
 	CHECK(!strcmp(out, "http://h:1/v1/x?...") && !strstr(out, "abc"));
 }
 
+/* The ranged-download sink: a 206 is written as it comes, up to want; a
+ * 200 (Range ignored) has what precedes off dropped first. */
+static void test_range_sink(void)
+{
+	char path[] = "/tmp/sbxfs-range-XXXXXX", got[16] = { 0 };
+	int fd = mkstemp(path);
+	struct http_range d = { .fd = fd, .off = 3, .want = 4 };
+
+	CHECK(fd >= 0);
+	unlink(path);
+	http_range_status(200, &d);
+	CHECK(http_range_sink("ab", 2, &d) && d.got == 0);
+	CHECK(!http_range_sink("cdefgh", 6, &d) && d.got == 4); /* want reached: stop */
+	CHECK(pread(fd, got, sizeof(got), 0) == 4 && !strcmp(got, "defg"));
+	CHECK(ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0);
+	d = (struct http_range){ .fd = fd, .off = 3, .want = 4 };
+	http_range_status(206, &d);
+	CHECK(http_range_sink("de", 2, &d) && !http_range_sink("fgXX", 4, &d) && d.got == 4);
+	memset(got, 0, sizeof(got));
+	CHECK(pread(fd, got, sizeof(got), 0) == 4 && !strcmp(got, "defg"));
+	close(fd);
+	d = (struct http_range){ .fd = fd, .want = 4 }; /* a closed fd: the write error is kept */
+	CHECK(!http_range_sink("abcd", 4, &d) && d.werr == EBADF);
+}
+
 static void test_unix_get_post_and_reuse(void)
 {
 	char r1[256], r2[256];
@@ -555,6 +580,7 @@ int main(void)
 	snprintf(sock_path, sizeof(sock_path), "/tmp/sbxfs-http-test-%d.sock", (int)getpid());
 	CHECK(http_init() == 0);
 	test_status_and_log_helpers();
+	test_range_sink();
 	test_unix_get_post_and_reuse();
 	test_cap_refused_and_timeout();
 	test_sink_stops();
