@@ -38,6 +38,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -680,7 +681,7 @@ out_moved:
 	return pid;
 }
 
-static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
+static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
@@ -842,6 +843,51 @@ out:
 	buf_free(&logpath);
 	local_box_free(lb);
 	return result;
+}
+
+/*
+ * Setting a sandbox up is CPU work (bubblewrap's namespaces and mounts, the
+ * init, pasta) and a burst of acquires on a small host would run dozens of
+ * them at once: none finishes sooner than in turns, and every other process
+ * on the host, including the ones reading the mount, waits behind them.  So
+ * at most local_gate.max set-ups run at once (twice the CPUs, at least 4);
+ * the rest wait here, before their ready_timeout starts counting.
+ */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t freed;
+	unsigned busy, max; /* protected by lock */
+} local_gate = { .lock = PTHREAD_MUTEX_INITIALIZER, .freed = PTHREAD_COND_INITIALIZER };
+
+static void local_gate_enter(void)
+{
+	pthread_mutex_lock(&local_gate.lock);
+	if (!local_gate.max) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		local_gate.max = n > 2 ? (unsigned)n * 2 : 4;
+	}
+	while (local_gate.busy >= local_gate.max)
+		pthread_cond_wait(&local_gate.freed, &local_gate.lock);
+	local_gate.busy++;
+	pthread_mutex_unlock(&local_gate.lock);
+}
+
+static void local_gate_leave(void)
+{
+	pthread_mutex_lock(&local_gate.lock);
+	local_gate.busy--;
+	pthread_cond_signal(&local_gate.freed);
+	pthread_mutex_unlock(&local_gate.lock);
+}
+
+static enum sbx_err local_create(const struct sbx_spec *s, struct sbx_box **out)
+{
+	enum sbx_err e;
+
+	local_gate_enter();
+	e = local_create_now(s, out);
+	local_gate_leave();
+	return e;
 }
 
 /* The sandbox's init (and so its namespaces) is still there. */
