@@ -426,10 +426,48 @@ static int data_open_checked(int fd, int host_flags, int user_flags, struct stat
 	return 0;
 }
 
+/*
+ * Set-id bits on write and truncate (FUSE_CAP_HANDLE_KILLPRIV_V2, see
+ * d_init).  With it the kernel no longer asks for security.capability
+ * before every write (a GETXATTR round trip each: a tenth of a sequential
+ * write's time) and leaves removing the set-id bits to us, as the kernel
+ * does for a local file when the writer lacks CAP_FSETID.  libfuse does not
+ * pass the kernel's flags saying so for WRITE and OPEN, so a caller other
+ * than root counts as lacking it.  security.capability itself goes with any
+ * write or truncate of the host file (the host kernel removes it).
+ */
+static mode_t data_setid_bits(mode_t mode)
+{
+	mode_t kill = mode & S_ISUID;
+
+	/* set-group-ID without group execute marks mandatory locking: kept */
+	if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP))
+		kill |= S_ISGID;
+	return kill;
+}
+
+static bool data_caller_unprivileged(fuse_req_t req)
+{
+	return fuse_req_ctx(req)->uid != 0;
+}
+
+static int data_kill_setid(int fd)
+{
+	struct stat st;
+	mode_t kill;
+
+	if (fstat(fd, &st))
+		return errno;
+	kill = data_setid_bits(st.st_mode);
+	if (kill && fchmod(fd, st.st_mode & 07777 & ~kill))
+		return errno;
+	return 0;
+}
+
 /* truncate(2) without an open file: the path-based call would wait for a
  * lease a job holds (lease-break-time, 45 s), so open the file O_NONBLOCK
  * and ftruncate it. */
-static int data_truncate(struct node *n, off_t size)
+static int data_truncate(struct node *n, off_t size, bool kill_setid)
 {
 	char proc[64];
 	struct stat st;
@@ -446,6 +484,8 @@ static int data_truncate(struct node *n, off_t size)
 		err = EINVAL;
 	else
 		err = ftruncate(fd, size) ? errno : 0;
+	if (!err && kill_setid)
+		err = data_kill_setid(fd);
 	close(fd);
 	return err;
 }
@@ -482,9 +522,15 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			res = -1;
 			goto out;
 		}
+		/* FUSE_SET_ATTR_KILL_SUID is the kernel's FATTR_KILL_SUIDGID */
+		bool kill = valid & FUSE_SET_ATTR_KILL_SUID;
 		if (fi) {
 			res = ftruncate(data_fd(fi), attr->st_size);
-		} else if ((res = data_truncate(n, attr->st_size))) {
+			if (!res && kill && (res = data_kill_setid(data_fd(fi)))) {
+				errno = res;
+				res = -1;
+			}
+		} else if ((res = data_truncate(n, attr->st_size, kill))) {
 			errno = res;
 			res = -1;
 		}
@@ -691,7 +737,8 @@ static int data_reopen(int fd)
  * stale).  A file that cannot be registered (a backing file on a stacked
  * file system, a kernel without it) takes the copy path.  Returns true
  * when fi uses a backing file. */
-static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct fuse_file_info *fi)
+static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, const struct stat *st,
+	struct fuse_file_info *fi)
 {
 #ifdef SBXFS_FUSE_PASSTHROUGH
 	static bool warned;
@@ -699,6 +746,14 @@ static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct
 
 	if (!fs.passthrough || (fi->flags & O_ACCMODE) == O_ACCMODE)
 		return false;
+	/* a passthrough write never reaches us, and the host kernel writes as
+	 * the daemon (which keeps set-id bits): a writer of a set-id file
+	 * takes the copy path, in direct I/O so that it may share the file
+	 * with passthrough opens */
+	if ((fi->flags & O_ACCMODE) != O_RDONLY && data_setid_bits(st->st_mode)) {
+		fi->direct_io = 1;
+		return false;
+	}
 	/* writes under skills/ must reach data_write_buf (its limits) */
 	if (data_skills(n) && (fi->flags & O_ACCMODE) != O_RDONLY)
 		return false;
@@ -733,6 +788,7 @@ static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, struct
 	(void)req;
 	(void)n;
 	(void)fd;
+	(void)st;
 	(void)fi;
 	return false;
 #endif
@@ -760,18 +816,20 @@ static void data_passthrough_close(fuse_req_t req, struct node *n, struct fuse_f
 #endif
 }
 
-/* An open file handle: counted on its node (see data_getattr). */
-static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struct stat *st, struct fuse_file_info *fi)
+/* An open file handle: counted on its node (see data_getattr).  st: the
+ * file's stat; fresh: a file this call made (no page cache to keep). */
+static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struct stat *st, bool fresh,
+	struct fuse_file_info *fi)
 {
 	fi->fh = (uint64_t)fd;
 	fi->noflush = 1; /* a local file's close reports nothing: no FLUSH round trip */
 	__atomic_add_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
-	if (data_passthrough_open(req, n, fd, fi)) {
+	if (data_passthrough_open(req, n, fd, st, fi)) {
 		__atomic_add_fetch(&fs.opens_passthrough, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	__atomic_add_fetch(&fs.opens_copy, 1, __ATOMIC_RELAXED);
-	if (st && !(fi->flags & O_TRUNC))
+	if (!fresh && !fi->direct_io && !(fi->flags & O_TRUNC))
 		data_cache_policy(n, st, fi);
 }
 
@@ -796,11 +854,15 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fd < 0)
 		return (void)fuse_reply_err(req, errno);
 	err = data_open_checked(fd, hflags, fi->flags, &st);
+	/* the kernel's O_TRUNC (atomic_o_trunc) by a caller without CAP_FSETID */
+	if (!err && (fi->flags & O_TRUNC) && data_caller_unprivileged(req) && data_setid_bits(st.st_mode) &&
+	    !(err = data_kill_setid(fd)))
+		st.st_mode &= ~data_setid_bits(st.st_mode);
 	if (err) {
 		close(fd);
 		return (void)fuse_reply_err(req, err);
 	}
-	data_handle_open(req, n, fd, &st, fi);
+	data_handle_open(req, n, fd, &st, false, fi);
 	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE will come */
 		data_handle_close(req, n, fi);
 }
@@ -881,7 +943,7 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		return (void)fuse_reply_err(req, err);
 	}
 	data_entry(n, &st, &e);
-	data_handle_open(req, n, fd, NULL, fi);
+	data_handle_open(req, n, fd, &st, true, fi);
 	if (fuse_reply_create(req, &e, fi) == -ENOENT) { /* interrupted: neither entry nor file reached the kernel */
 		data_handle_close(req, n, fi);
 		data_forget(n, 1);
@@ -907,6 +969,8 @@ static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *i
 	int err;
 
 	if ((err = data_skills_grow(dnode(ino), data_fd(fi), off + (off_t)fuse_buf_size(in))))
+		return (void)fuse_reply_err(req, err);
+	if (data_caller_unprivileged(req) && (err = data_kill_setid(data_fd(fi))))
 		return (void)fuse_reply_err(req, err);
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = data_fd(fi);
@@ -1108,6 +1172,8 @@ static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, 
 {
 	int err = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : data_skills_grow(dnode(ino), data_fd(fi), off + len);
 
+	if (!err && data_caller_unprivileged(req))
+		err = data_kill_setid(data_fd(fi)); /* as a write would */
 	if (err)
 		return (void)fuse_reply_err(req, err);
 	fuse_reply_err(req, fallocate(data_fd(fi), mode, off, len) ? errno : 0);
@@ -1237,6 +1303,8 @@ static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in
 	if (len > DATA_COPY_MAX)
 		len = DATA_COPY_MAX;
 	int err = data_skills_grow(dnode(ino_out), data_fd(fi_out), off_out + (off_t)len);
+	if (!err && data_caller_unprivileged(req))
+		err = data_kill_setid(data_fd(fi_out)); /* as a write would */
 	if (err)
 		return (void)fuse_reply_err(req, err);
 	n = copy_file_range(data_fd(fi_in), &off_in, data_fd(fi_out), &off_out, len, (unsigned)flags);

@@ -10,12 +10,14 @@ that report their size."""
 
 import errno
 import grp
+import json
 import mmap
 import os
 import re
 import resource
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -24,6 +26,7 @@ import pytest
 
 import sbxutil
 from sbxutil import expect_errno, wait_until
+from test_users import SETPRIV, accounts  # noqa: F401  (accounts is a fixture)
 
 MiB = 1 << 20
 
@@ -233,6 +236,66 @@ def test_setid_bits_are_kept_on_create(sandbox):
     for name in ("suid", "sgid", "sticky"):
         st = os.lstat(back / name)
         assert (st.st_uid, st.st_gid) == (uid, uid), name  # no chown needed, none done
+
+
+SETID_AS_USER = r"""
+import json, os, sys
+ws = sys.argv[1]
+os.umask(0)
+def write(name, flags=os.O_WRONLY, data=b"x"):
+    fd = os.open(os.path.join(ws, name), flags, 0o4755)
+    try:
+        if data:
+            os.write(fd, data)
+    finally:
+        os.close(fd)
+write("w_suid")
+write("w_sgid_x")
+write("w_sgid_nox")
+write("w_plain")
+os.truncate(os.path.join(ws, "t_suid"), 1)
+write("o_suid", os.O_WRONLY | os.O_TRUNC, b"")
+fd = os.open(os.path.join(ws, "f_suid"), os.O_WRONLY)
+os.posix_fallocate(fd, 0, 8192)
+os.close(fd)
+write("n_suid", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+print(json.dumps({n: os.stat(os.path.join(ws, n)).st_mode & 0o7777 for n in sorted(os.listdir(ws))}))
+"""
+
+
+@pytest.mark.timeout_s(150)
+def test_setid_bits_go_with_an_unprivileged_write_or_truncate(sbxfs, accounts):  # noqa: F811
+    """The daemon removes set-id bits itself (FUSE_CAP_HANDLE_KILLPRIV_V2,
+    which spares a GETXATTR before every write): a write, truncate,
+    O_TRUNC open or fallocate by a user clears set-user-ID, and
+    set-group-ID when the group may execute, as on a local file system,
+    on the passthrough path as well; root's writes keep them."""
+    (a, ua), _ = accounts
+    m = sbxfs(config={"users": {a: ua}, "allow_other": True})
+    t = m.mnt / a / "t"
+    os.makedirs(t)
+    m.init_pid(t)
+    ws, back = t / "workspace", m.workspace_data(a, "t")
+    modes = {"w_suid": 0o4777, "w_sgid_x": 0o2777, "w_sgid_nox": 0o2767, "w_plain": 0o777,
+             "t_suid": 0o4777, "o_suid": 0o4777, "f_suid": 0o4777, "r_suid": 0o4777}
+    with umask(0):
+        for name, mode in modes.items():
+            (ws / name).write_bytes(b"0123")
+            os.chmod(ws / name, mode)
+    with open(ws / "r_suid", "r+b") as f:  # root keeps the bits
+        f.write(b"root")
+    os.truncate(ws / "r_suid", 2)
+    r = subprocess.run([SETPRIV, "--reuid", str(ua), "--regid", str(ua), "--clear-groups", sys.executable, "-c",
+                        SETID_AS_USER, str(ws)], capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    want = {"w_suid": 0o777, "w_sgid_x": 0o777, "w_sgid_nox": 0o2767, "w_plain": 0o777, "t_suid": 0o777,
+            "o_suid": 0o777, "f_suid": 0o777, "r_suid": 0o4777, "n_suid": 0o755}
+    assert {k: oct(v) for k, v in seen.items()} == {k: oct(v) for k, v in want.items()}
+    for name, mode in want.items():  # the host file says the same
+        assert host_mode(back / name) == mode, name
+    assert (ws / "w_suid").read_bytes() == b"x123"
+    assert (ws / "o_suid").read_bytes() == b""
 
 
 def _some_group():
