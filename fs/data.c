@@ -451,6 +451,12 @@ static bool data_caller_unprivileged(fuse_req_t req)
 	return fuse_req_ctx(req)->uid != 0;
 }
 
+/* Must this caller's write clear set-id bits here (not the kernel)? */
+static bool data_write_kills_setid(fuse_req_t req)
+{
+	return fs.killpriv && data_caller_unprivileged(req);
+}
+
 static int data_kill_setid(int fd)
 {
 	struct stat st;
@@ -750,7 +756,7 @@ static bool data_passthrough_open(fuse_req_t req, struct node *n, int fd, const 
 	 * the daemon (which keeps set-id bits): a writer of a set-id file
 	 * takes the copy path, in direct I/O so that it may share the file
 	 * with passthrough opens */
-	if ((fi->flags & O_ACCMODE) != O_RDONLY && data_setid_bits(st->st_mode)) {
+	if (fs.killpriv && (fi->flags & O_ACCMODE) != O_RDONLY && data_setid_bits(st->st_mode)) {
 		fi->direct_io = 1;
 		return false;
 	}
@@ -854,7 +860,8 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fd < 0)
 		return (void)fuse_reply_err(req, errno);
 	err = data_open_checked(fd, hflags, fi->flags, &st);
-	/* the kernel's O_TRUNC (atomic_o_trunc) by a caller without CAP_FSETID */
+	/* O_TRUNC by a caller without CAP_FSETID: the kernel leaves it to us
+	 * with atomic_o_trunc, whether or not killpriv was agreed */
 	if (!err && (fi->flags & O_TRUNC) && data_caller_unprivileged(req) && data_setid_bits(st.st_mode) &&
 	    !(err = data_kill_setid(fd)))
 		st.st_mode &= ~data_setid_bits(st.st_mode);
@@ -970,7 +977,7 @@ static void data_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *i
 
 	if ((err = data_skills_grow(dnode(ino), data_fd(fi), off + (off_t)fuse_buf_size(in))))
 		return (void)fuse_reply_err(req, err);
-	if (data_caller_unprivileged(req) && (err = data_kill_setid(data_fd(fi))))
+	if (data_write_kills_setid(req) && (err = data_kill_setid(data_fd(fi))))
 		return (void)fuse_reply_err(req, err);
 	out.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	out.buf[0].fd = data_fd(fi);
@@ -1172,7 +1179,7 @@ static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, 
 {
 	int err = (mode & FALLOC_FL_KEEP_SIZE) ? 0 : data_skills_grow(dnode(ino), data_fd(fi), off + len);
 
-	if (!err && data_caller_unprivileged(req))
+	if (!err && data_write_kills_setid(req))
 		err = data_kill_setid(data_fd(fi)); /* as a write would */
 	if (err)
 		return (void)fuse_reply_err(req, err);
@@ -1303,7 +1310,7 @@ static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in
 	if (len > DATA_COPY_MAX)
 		len = DATA_COPY_MAX;
 	int err = data_skills_grow(dnode(ino_out), data_fd(fi_out), off_out + (off_t)len);
-	if (!err && data_caller_unprivileged(req))
+	if (!err && data_write_kills_setid(req))
 		err = data_kill_setid(data_fd(fi_out)); /* as a write would */
 	if (err)
 		return (void)fuse_reply_err(req, err);

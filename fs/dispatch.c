@@ -372,9 +372,15 @@ static void d_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want |= FUSE_CAP_PARALLEL_DIROPS & conn->capable;
 	conn->want |= FUSE_CAP_FLOCK_LOCKS & conn->capable;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
 	/* set-id bits are ours to remove on write and truncate (data.c): the
-	 * kernel then stops asking for security.capability before each write */
-	conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2 & conn->capable;
+	 * kernel then stops asking for security.capability before each write
+	 * (libfuse 3.14 lacks the constant: there the kernel does it) */
+	if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV_V2) {
+		conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2;
+		fs.killpriv = true;
+	}
+#endif
 #ifdef SBXFS_FUSE_PASSTHROUGH
 	/* reads, writes and mmap of data files go straight to the host file
 	 * (kernel >= 6.9, libfuse >= 3.16); data.c falls back per file */

@@ -122,6 +122,7 @@ struct fs {
 	uid_t mount_uid;
 	gid_t mount_gid;
 	bool passthrough;         /* the kernel takes data file reads and writes (FUSE passthrough) */
+	bool killpriv;            /* set-id bits are the daemon's to clear (FUSE_CAP_HANDLE_KILLPRIV_V2) */
 	unsigned long long opens_passthrough, opens_copy; /* atomic: data file opens by path taken */
 	double data_timeout;      /* entry/attr timeout for data nodes */
 	double data_timeout_busy; /* the same while a job runs in the sandbox */
