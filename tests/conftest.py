@@ -336,6 +336,9 @@ class SbxfsInstance:
             if ref.alive():
                 self.leaks.append(f"{ref.pid}: {sbxutil.proc_cmdline(ref.pid)}")
                 ref.kill()
+        if self.proc is None or self.proc.poll() is not None:  # its sandboxes are gone too
+            for d in sbxutil.remove_sandbox_cgroups(self.state_dir):
+                self.leaks.append(f"cgroup {d}")
         self.leaks = sorted(set(self.leaks))
         if self.leaks and not self.config.get("keep_on_exit"):
             warnings.warn(f"sbxfs left processes behind (killed): {self.leaks}")

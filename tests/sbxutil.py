@@ -3,6 +3,8 @@
 status/metrics parsing.  Nothing here talks to sbxfs except through files."""
 
 import errno
+import glob
+import hashlib
 import json
 import os
 import re
@@ -115,6 +117,40 @@ def proc_cmdline(pid):
 def pid_alive(pid):
     st = proc_stat(pid)
     return st is not None and st[0] not in ("Z", "X")
+
+
+def sandbox_cgroups(state_dir):
+    """The cgroup directories of the sandboxes of the daemon of state_dir,
+    in every hierarchy (named <key>-<token> under sbxfs/, key the first 8 hex
+    digits of sha256(state_dir): providers/cgroup.c), deepest first."""
+    keys = {hashlib.sha256(str(p).encode()).hexdigest()[:8] for p in (state_dir, os.path.realpath(state_dir))}
+    found = []
+    for top in glob.glob("/sys/fs/cgroup/*/sbxfs") + glob.glob("/sys/fs/cgroup/sbxfs"):
+        for d in os.listdir(top):
+            if d.split("-", 1)[0] in keys and os.path.isdir(os.path.join(top, d)):
+                for root, dirs, _ in os.walk(os.path.join(top, d)):
+                    found.append(root)
+    return sorted(found, key=lambda d: d.count("/"), reverse=True)
+
+
+def remove_sandbox_cgroups(state_dir, timeout=5):
+    """Remove what sandbox_cgroups() finds (a test that kill -9s the daemon
+    and ends its sandboxes by pid leaves them; the next start would adopt or
+    clean them, but no next start comes).  A cgroup whose processes are
+    still exiting is retried until timeout; returns those left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for d in sandbox_cgroups(state_dir):
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(d)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def procs_matching(substr, exclude=()):
