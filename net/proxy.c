@@ -59,6 +59,7 @@
 #define PROXY_LINGER_MS 2000
 #define PROXY_REPLY_MS 5000
 #define PROXY_PIPE_SIZE (1024 * 1024) /* fs.pipe-max-size's default; smaller if refused */
+#define PROXY_BIG_PIPES 16               /* a sandbox's pipes of that size (pipe_new) */
 #define PROXY_IN_MAX (HTTP_HEAD_MAX + TLS_HELLO_MAX + 4096)
 
 enum tag_kind { TAG_WAKE, TAG_LISTENER, TAG_CLIENT, TAG_UPSTREAM };
@@ -75,6 +76,7 @@ struct listener {
 	struct netpol *pol; /* referenced */
 	char scope[NAMES_SCOPE_MAX];
 	unsigned nconns;
+	unsigned big_pipes; /* pipes of its connections enlarged to PROXY_PIPE_SIZE */
 	bool paused; /* out of descriptors: out of the epoll set until the next scan */
 	struct listener *next;
 };
@@ -87,6 +89,7 @@ struct dir {
 	int pipe[2];
 	size_t cap; /* the pipe's size */
 	size_t in_pipe;
+	bool big;  /* the pipe was enlarged: counted in its listener's big_pipes */
 	bool eof;  /* from has ended */
 	bool done; /* everything was delivered and to was shut down (or need not be) */
 	bool want_in, want_out;
@@ -202,8 +205,11 @@ static void set_mask(int fd, struct tag *t, unsigned *cur, unsigned want)
 
 /* ---- connections: life and death ------------------------------------------------------ */
 
-static void dir_close(struct dir *d)
+static void dir_close(struct conn *c, struct dir *d)
 {
+	if (d->big && c->l)
+		c->l->big_pipes--;
+	d->big = false;
 	for (int i = 0; i < 2; i++)
 		if (d->pipe[i] >= 0) {
 			close(d->pipe[i]);
@@ -227,8 +233,8 @@ static void conn_close(struct conn *c)
 	if (c->ufd >= 0)
 		close(c->ufd);
 	c->cfd = c->ufd = -1;
-	dir_close(&c->d[0]);
-	dir_close(&c->d[1]);
+	dir_close(c, &c->d[0]);
+	dir_close(c, &c->d[1]);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -520,15 +526,24 @@ static void on_connected(struct conn *c)
 	start_relay(c);
 }
 
-static int pipe_new(struct dir *d)
+/* A bigger pipe moves more per splice, but what it holds is the daemon's
+ * memory (root: no pipe-user-pages limit), and a job that opens its 512
+ * connections and never reads could pin a GiB.  So a sandbox's first
+ * PROXY_BIG_PIPES pipes get PROXY_PIPE_SIZE, later ones the kernel's 64 KiB
+ * (at most 16 MiB + 512 x 2 x 64 KiB = 80 MiB a sandbox); a refused size
+ * keeps the default too. */
+static int pipe_new(struct conn *c, struct dir *d)
 {
 	int size;
 
 	if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC))
 		return -1;
-	/* a bigger pipe moves more per splice; a refused size keeps the default */
-	if (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_PIPE_SIZE) < 0)
-		fcntl(d->pipe[1], F_SETPIPE_SZ, 256 * 1024);
+	if (c->l && c->l->big_pipes < PROXY_BIG_PIPES &&
+	    (fcntl(d->pipe[1], F_SETPIPE_SZ, PROXY_PIPE_SIZE) >= 0 ||
+	     fcntl(d->pipe[1], F_SETPIPE_SZ, 256 * 1024) >= 0)) {
+		d->big = true;
+		c->l->big_pipes++;
+	}
 	size = fcntl(d->pipe[1], F_GETPIPE_SZ);
 	d->cap = size > 0 ? (size_t)size : 65536;
 	return 0;
@@ -540,7 +555,7 @@ static void start_relay(struct conn *c)
 	c->deadline = util_now_ms() + PROXY_IDLE_S * 1000ULL;
 	c->d[0] = (struct dir){ .from = c->cfd, .to = c->ufd, .pipe = { -1, -1 } };
 	c->d[1] = (struct dir){ .from = c->ufd, .to = c->cfd, .pipe = { -1, -1 } };
-	if (pipe_new(&c->d[1]) || (c->req.connect && pipe_new(&c->d[0])))
+	if (pipe_new(c, &c->d[1]) || (c->req.connect && pipe_new(c, &c->d[0])))
 		return conn_close(c);
 }
 

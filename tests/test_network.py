@@ -1081,3 +1081,99 @@ def test_out_of_file_descriptors_costs_nothing(sbxfs):
     # descriptors again: the listener is served again
     r = py(t, "after", "show(a=raw(b'CONNECT api.example.test:443 HTTP/1.1\\r\\n\\r\\n'))")
     assert r["a"].startswith("HTTP/1.1 403"), r
+
+
+class _Quiet:
+    """A server on a random loopback address that accepts connections and
+    keeps them open, never sending or reading."""
+
+    def __init__(self, port):
+        self.addr = netlab.random_loopback()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.addr, port))
+        self.sock.listen(128)
+        self.sock.settimeout(0.2)
+        self.conns = []
+        self.stop = threading.Event()
+        self.th = threading.Thread(target=self._run, daemon=True)
+        self.th.start()
+
+    def _run(self):
+        while not self.stop.is_set():
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except socket.timeout:
+                continue
+            except OSError:
+                break
+
+    def close(self):
+        self.stop.set()
+        self.th.join(5)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+TUNNELS = r'''
+socks = []
+for i in range(40):
+    s = socket.create_connection(P, timeout=20)
+    s.sendall(b"CONNECT quiet.example.test:443 HTTP/1.1\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    s.sendall(hello("quiet.example.test"))
+    socks.append(s)
+print(json.dumps({"opened": len(socks)}), flush=True)
+time.sleep(15)
+'''
+
+
+def _pipe_sizes(pid):
+    """{pipe inode: size} of the pipes open in process pid."""
+    import fcntl
+    sizes = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if not target.startswith("pipe:") or target in sizes:
+            continue
+        try:
+            f = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            sizes[target] = fcntl.fcntl(f, 1032)  # F_GETPIPE_SZ
+        finally:
+            os.close(f)
+    return sizes
+
+
+@pytest.mark.timeout_s(120)
+def test_tunnels_that_never_read_pin_little_daemon_memory(sbxfs):
+    """What a relay's pipes hold is the daemon's memory (root has no pipe
+    limit): a job holding 40 tunnels open gets 1 MiB pipes for its first 16
+    pipes only, the kernel's 64 KiB for the rest (512 tunnels, the most a
+    sandbox may have, could otherwise pin a GiB)."""
+    quiet = _Quiet(443)
+    try:
+        conf = {"network": {"mode": "allowlist", "allow_domains": ["quiet.example.test"],
+                            "allow_private_destinations": True, "hosts": {"quiet.example.test": quiet.addr}}}
+        m = sbxfs(config=conf)
+        t = acquire(m)
+        j = mkjob(t, "tunnels")
+        start(j, "python3 -", stdin=PYLIB + TUNNELS)
+        assert wait_until(lambda: '"opened"' in read_text(j / "stdout"), 60), read_text(j / "stderr")
+        before = _pipe_sizes(m.proc.pid)
+        sizes = sorted(before.values())
+        big = [s for s in sizes if s > 65536]
+        assert len(sizes) >= 80, sizes  # two a tunnel
+        assert 1 <= len(big) <= 16, sizes
+        assert all(s == 1 << 20 for s in big), sizes
+    finally:
+        quiet.close()
