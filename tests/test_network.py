@@ -939,20 +939,18 @@ show(ok=1)
         slow.close()
 
 
-class _Drip:
-    """A server on a random loopback address and port that, once its client
-    has said something, sends 2000 bytes every millisecond (as a server on
-    the internet sends segments) for as long as they are taken, and never
-    reads again."""
+class _LoopbackServer:
+    """A server on a random loopback address and the given port whose
+    thread accepts connections one after another and hands each to
+    serve(conn), which owns it."""
 
     def __init__(self, port):
         self.addr = netlab.random_loopback()
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((self.addr, port))
-        self.sock.listen(16)
+        self.sock.listen(128)
         self.sock.settimeout(0.2)
-        self.dripped = 0
         self.stop = threading.Event()
         self.th = threading.Thread(target=self._run, daemon=True)
         self.th.start()
@@ -965,26 +963,37 @@ class _Drip:
                 continue
             except OSError:
                 break
-            c.settimeout(10)
-            try:
-                c.recv(65536)
-                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                c.setblocking(False)
-                while not self.stop.is_set() and self.dripped < (24 << 20):
-                    try:
-                        self.dripped += c.send(b"d" * 2000)
-                    except BlockingIOError:
-                        pass
-                    time.sleep(0.001)
-                self.stop.wait(20)
-            except OSError:
-                pass
-            c.close()
+            self.serve(c)
 
     def close(self):
         self.stop.set()
         self.th.join(5)
         self.sock.close()
+
+
+class _Drip(_LoopbackServer):
+    """Once its client has said something, sends 2000 bytes every
+    millisecond (as a server on the internet sends segments) for as long as
+    they are taken, and never reads again."""
+
+    dripped = 0
+
+    def serve(self, c):
+        c.settimeout(10)
+        try:
+            c.recv(65536)
+            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c.setblocking(False)
+            while not self.stop.is_set() and self.dripped < (24 << 20):
+                try:
+                    self.dripped += c.send(b"d" * 2000)
+                except BlockingIOError:
+                    pass
+                time.sleep(0.001)
+            self.stop.wait(20)
+        except OSError:
+            pass
+        c.close()
 
 
 STILL = r'''
@@ -1083,37 +1092,20 @@ def test_out_of_file_descriptors_costs_nothing(sbxfs):
     assert r["a"].startswith("HTTP/1.1 403"), r
 
 
-class _Quiet:
-    """A server on a random loopback address that accepts connections and
-    keeps them open, never sending or reading."""
+class _Quiet(_LoopbackServer):
+    """Keeps every connection open, never sending or reading."""
 
     def __init__(self, port):
-        self.addr = netlab.random_loopback()
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((self.addr, port))
-        self.sock.listen(128)
-        self.sock.settimeout(0.2)
         self.conns = []
-        self.stop = threading.Event()
-        self.th = threading.Thread(target=self._run, daemon=True)
-        self.th.start()
+        super().__init__(port)
 
-    def _run(self):
-        while not self.stop.is_set():
-            try:
-                self.conns.append(self.sock.accept()[0])
-            except socket.timeout:
-                continue
-            except OSError:
-                break
+    def serve(self, c):
+        self.conns.append(c)
 
     def close(self):
-        self.stop.set()
-        self.th.join(5)
+        super().close()
         for c in self.conns:
             c.close()
-        self.sock.close()
 
 
 TUNNELS = r'''
