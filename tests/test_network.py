@@ -1258,3 +1258,52 @@ print("closed")
     time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
     n = log.stat().st_size
     assert n <= 2, f"{n} lookups for a sandbox that gave up after 2 s (at most 2 run at a time)"
+
+
+def _proxy_tid(pid):
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "sbxfs-proxy":
+                    return int(tid)
+        except FileNotFoundError:
+            pass
+    return None
+
+
+@pytest.mark.timeout_s(90)
+def test_recording_an_event_never_waits_for_the_disk_on_the_proxy_thread(sbxfs, servers):
+    m = sbxfs(config=allowlist_conf(servers))
+    a, b = acquire(m, "alice"), acquire(m, "bob")
+    state = m.thread_data("alice", "t") / "network.json"
+    assert state.is_file(), state
+    tid = _proxy_tid(m.daemon_pid())
+    assert tid, "no sbxfs-proxy thread"
+    # a disk that never answers, for the proxy thread only: util_write_atomic's
+    # open() of its temporary file blocks on a FIFO until a reader comes
+    fifo = state.parent / f"network.json.tmp.{tid}"
+    os.mkfifo(fifo, 0o600)
+    try:
+        denied = mkjob(a, "denied")
+        start(denied, "python3 -", stdin=PYLIB + "show(o=raw(b'CONNECT denied.example.test:443 HTTP/1.1\\r\\n\\r\\n',"
+                                                 " timeout=10))")
+        assert wait_until(lambda: network(a)["events"], 10), "the denial was not recorded"
+        r = py(b, "fast", "t0 = time.time()\n"
+                          "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n',"
+                          " timeout=8)\n"
+                          "show(out=o, took=time.time() - t0)", timeout=40)
+        assert r["out"].startswith("HTTP/1.1 200"), r
+        assert r["took"] < 5, r
+        assert wait_exit(denied, 20) == 0
+        out = read_text(denied / "stdout")
+        assert json.loads(out)["o"].startswith("HTTP/1.1 403"), out
+        # the file is still written, by another thread
+        assert wait_until(lambda: state.is_file() and "denied.example.test" in state.read_text(), 10)
+    finally:
+        if os.path.exists(fifo):  # a writer stuck in open() gets its reader
+            fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            time.sleep(0.5)
+            os.close(fd)
+        for p in (fifo, state):
+            if os.path.lexists(p) and not os.path.isfile(p) and not os.path.islink(p):
+                os.unlink(p)
