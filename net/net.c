@@ -320,12 +320,18 @@ static const struct pool_hooks net_pool_hooks = {
 
 int net_init(void)
 {
-	int e = proxy_init();
+	int e = netpol_writer_start();
 
 	if (e)
 		return e;
+	e = proxy_init();
+	if (e) {
+		netpol_writer_stop();
+		return e;
+	}
 	if (pool_add_hooks(&net_pool_hooks)) {
 		proxy_shutdown();
+		netpol_writer_stop();
 		return ENOMEM;
 	}
 	job_set_environ_hook(net_job_environ);
@@ -351,5 +357,6 @@ void net_shutdown(void)
 			pthread_mutex_lock(&net_lock);
 		}
 	pthread_mutex_unlock(&net_lock);
+	netpol_writer_stop(); /* after the proxy: the events it recorded reach their files */
 	running = false;
 }

@@ -56,6 +56,8 @@ struct netpol {
 	bool closed;
 	void (*notify)(void *arg, unsigned changes); /* set before sharing */
 	void *notify_arg;
+	bool queued;              /* on the writer's queue; protected by wr.lock */
+	struct netpol *wr_next;   /* protected by wr.lock */
 };
 
 static const char *const decision_names[] = { NULL, "superseded", "deny", "allow_temporary", "allow_sandbox" };
@@ -337,6 +339,106 @@ static int persist(struct netpol *p)
 	return r;
 }
 
+/* ---- the writer thread -------------------------------------------------------------
+ *
+ * netpol_record() runs on the proxy's loop thread, and persist() serialises up
+ * to NETPOL_MAX_EVENTS events, writes and renames a file: a sandbox asking
+ * for many hosts made the loop do that once per new event, and a slow or
+ * stalled disk held every sandbox's connections.  Records hand the write to
+ * this thread instead; a state queued again before its write is written once
+ * (the write takes its snapshot when it runs).  Decisions and consumes come
+ * from FUSE workers and still write before they return. */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct netpol *head, *tail; /* queued states, each holding a reference; lock */
+	bool running, stop;         /* lock */
+	pthread_t thread;
+} wr = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void *writer_main(void *arg)
+{
+	(void)arg;
+	pthread_setname_np(pthread_self(), "sbxfs-netpol");
+	for (;;) {
+		struct netpol *p;
+
+		pthread_mutex_lock(&wr.lock);
+		while (!wr.head && !wr.stop)
+			pthread_cond_wait(&wr.cond, &wr.lock);
+		p = wr.head;
+		if (p) {
+			wr.head = p->wr_next;
+			if (!wr.head)
+				wr.tail = NULL;
+			p->queued = false; /* a change from now on queues it again */
+		}
+		pthread_mutex_unlock(&wr.lock);
+		if (!p)
+			return NULL; /* stopping, everything written */
+		persist(p);
+		netpol_put(p);
+	}
+}
+
+int netpol_writer_start(void)
+{
+	int e;
+
+	pthread_mutex_lock(&wr.lock);
+	wr.stop = false;
+	pthread_mutex_unlock(&wr.lock);
+	e = pthread_create(&wr.thread, NULL, writer_main, NULL);
+	if (e)
+		return e;
+	pthread_mutex_lock(&wr.lock);
+	wr.running = true;
+	pthread_mutex_unlock(&wr.lock);
+	return 0;
+}
+
+void netpol_writer_stop(void)
+{
+	pthread_mutex_lock(&wr.lock);
+	if (!wr.running) {
+		pthread_mutex_unlock(&wr.lock);
+		return;
+	}
+	wr.stop = true;
+	pthread_cond_signal(&wr.cond);
+	pthread_mutex_unlock(&wr.lock);
+	pthread_join(wr.thread, NULL); /* it writes what is queued first */
+	pthread_mutex_lock(&wr.lock);
+	wr.running = false;
+	pthread_mutex_unlock(&wr.lock);
+}
+
+/* Write p's file soon, on the writer thread (now, on this one, without it). */
+static void persist_later(struct netpol *p)
+{
+	bool now = false;
+
+	if (!p->path)
+		return;
+	pthread_mutex_lock(&wr.lock);
+	if (!wr.running || wr.stop) {
+		now = true;
+	} else if (!p->queued) {
+		p->queued = true;
+		p->wr_next = NULL;
+		netpol_get(p);
+		if (wr.tail)
+			wr.tail->wr_next = p;
+		else
+			wr.head = p;
+		wr.tail = p;
+		pthread_cond_signal(&wr.cond);
+	}
+	pthread_mutex_unlock(&wr.lock);
+	if (now)
+		persist(p);
+}
+
 int netpol_save(struct netpol *p)
 {
 	return persist(p);
@@ -544,7 +646,7 @@ int netpol_record(struct netpol *p, const char *host, int port, const char *meth
 	if (r)
 		return -1;
 	if (fresh) {
-		persist(p);
+		persist_later(p); /* on the proxy's thread: never the disk (see the writer) */
 		notify(p, NETPOL_RECORDED);
 	}
 	return 0;

@@ -22,7 +22,8 @@
  * Grants match (host, port); expired ones are dropped lazily.
  *
  * Persistence: every change is written to the file given at creation
- * (thread_dir/network.json: policy, events, grants), so a restarted daemon
+ * (thread_dir/network.json: policy, events, grants; a recorded event by the
+ * writer thread moments later, the rest before the call returns), so a restarted daemon
  * finds them while the sandbox lives (netpol_load); netpol_close() removes
  * the file when the sandbox is destroyed, so its grants go with it.
  *
@@ -94,6 +95,11 @@ void netpol_close(struct netpol *p);
 void netpol_set_notify(struct netpol *p, void (*fn)(void *arg, unsigned changes), void *arg);
 /* The policy (immutable: no lock needed). */
 const struct netpol_conf *netpol_conf(const struct netpol *p);
+/* The thread that writes the files of recorded events (netpol_record never
+ * writes on its caller's thread while it runs); stop writes what is queued,
+ * then joins it.  Without it, netpol_record writes before it returns. */
+int netpol_writer_start(void);
+void netpol_writer_stop(void);
 /* Write the state now (a new sandbox's file exists from its start). */
 int netpol_save(struct netpol *p);
 

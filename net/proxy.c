@@ -247,7 +247,8 @@ static void conn_close(struct conn *c)
 		c->l->nconns--;
 	c->l = NULL;
 	if (c->rr && c->st == CS_RESOLVE) {
-		c->zombie = true; /* freed when the resolver hands it back */
+		resolve_cancel(c->rr); /* still queued: no lookup for it */
+		c->zombie = true;      /* freed when the resolver hands it back */
 		return;
 	}
 	free(c->rr); /* the addresses a connect was trying: the resolver is done with them */
@@ -392,11 +393,13 @@ static void start_resolve(struct conn *c)
 	r->port = c->req.port;
 	r->mapped = policy_hosts_find(pc->hosts, pc->n_hosts, c->host);
 	r->allow_private = pc->allow_private;
+	r->owner = c->pol; /* a sandbox's share of the resolver threads (resolve.h) */
 	r->arg = c;
 	c->rr = r;
 	c->st = CS_RESOLVE;
 	c->connect_by = util_now_ms() + PROXY_READ_TIMEOUT_S * 1000;
 	c->deadline = c->connect_by;
+	r->deadline_ms = c->connect_by;
 	resolve_submit(r);
 }
 
@@ -851,7 +854,8 @@ static void conn_masks(struct conn *c)
 		set_mask(c->cfd, &c->ctag, &c->cmask, EPOLLRDHUP);
 		break;
 	case CS_RESOLVE:
-		set_mask(c->cfd, &c->ctag, &c->cmask, 0);
+		/* as when held: a client that gives up cancels its lookup */
+		set_mask(c->cfd, &c->ctag, &c->cmask, EPOLLRDHUP);
 		break;
 	case CS_CONNECT:
 		set_mask(c->cfd, &c->ctag, &c->cmask, 0);
@@ -892,6 +896,8 @@ static void conn_step(struct conn *c, bool upstream_event, unsigned events)
 				return conn_close(c); /* the client gave up waiting */
 			break;
 		case CS_RESOLVE:
+			if (events & EPOLLRDHUP)
+				return conn_close(c); /* the client gave up waiting */
 			break;
 		case CS_CONNECT:
 			if (upstream_event) {

@@ -3,10 +3,16 @@
  * resolve.c - resolver threads for the proxy (see resolve.h).  Why threads
  * and not getaddrinfo_a(): glibc's getaddrinfo_a() also runs getaddrinfo()
  * on threads of its own, with completion by signal or by a new thread per
- * request; a fixed pair with a queue is simpler to bound and to stop.
+ * request; a fixed set with a queue is simpler to bound and to stop.
+ *
+ * The queue is served in order, except that a request whose owner already
+ * has RESOLVE_PER_OWNER lookups in progress waits for one of them and lets
+ * later requests of other owners pass (resolve.h says why).
  */
 #define _GNU_SOURCE
 #include "resolve.h"
+
+#include "../common/util.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,6 +27,10 @@ static struct {
 	pthread_cond_t cond;
 	struct resolve_req *head, *tail; /* protected by lock */
 	bool stop;                       /* protected by lock */
+	struct {
+		bool on;
+		const void *owner;
+	} busy[RESOLVE_THREADS];         /* the lookups in progress; protected by lock */
 	pthread_t threads[RESOLVE_THREADS];
 	int n_threads;
 	void (*done)(struct resolve_req *r);
@@ -110,32 +120,80 @@ void resolve_now(struct resolve_req *r)
 	}
 }
 
+/* Caller holds rs.lock. */
+static int owner_busy_locked(const void *owner)
+{
+	int n = 0;
+
+	for (int i = 0; i < RESOLVE_THREADS; i++)
+		n += rs.busy[i].on && rs.busy[i].owner == owner;
+	return n;
+}
+
+/* Is r no longer worth a lookup? */
+static bool req_stale(struct resolve_req *r, uint64_t now)
+{
+	return __atomic_load_n(&r->cancelled, __ATOMIC_RELAXED) || (r->deadline_ms && now >= r->deadline_ms);
+}
+
+/* Caller holds rs.lock: take the first request a thread may serve now
+ * (any, when stopping; a stale one is always taken: it costs nothing), or
+ * NULL. */
+static struct resolve_req *take_locked(uint64_t now)
+{
+	struct resolve_req **pp, *prev = NULL;
+
+	for (pp = &rs.head; *pp; prev = *pp, pp = &(*pp)->next) {
+		struct resolve_req *r = *pp;
+
+		if (!rs.stop && !req_stale(r, now) && owner_busy_locked(r->owner) >= RESOLVE_PER_OWNER)
+			continue;
+		*pp = r->next;
+		if (rs.tail == r)
+			rs.tail = prev;
+		return r;
+	}
+	return NULL;
+}
+
+/* Answer r without a lookup. */
+static void req_fail(struct resolve_req *r, const char *why)
+{
+	r->n = 0;
+	r->err = RESOLVE_FAILED;
+	snprintf(r->why, sizeof(r->why), "%s", why);
+}
+
 static void *resolve_main(void *arg)
 {
-	(void)arg;
+	int self = (int)(intptr_t)arg;
+
 	for (;;) {
 		struct resolve_req *r;
-		bool stop;
+		bool stop, lookup;
 
 		pthread_mutex_lock(&rs.lock);
-		while (!rs.head && !rs.stop)
+		while (!(r = take_locked(util_now_ms())) && !rs.stop)
 			pthread_cond_wait(&rs.cond, &rs.lock);
-		r = rs.head;
-		if (r) {
-			rs.head = r->next;
-			if (!rs.head)
-				rs.tail = NULL;
-		}
 		stop = rs.stop;
+		lookup = r && !stop && !req_stale(r, util_now_ms());
+		rs.busy[self].on = lookup;
+		rs.busy[self].owner = lookup ? r->owner : NULL;
 		pthread_mutex_unlock(&rs.lock);
 		if (!r)
 			return NULL; /* stopping, queue empty */
-		if (stop) {
-			r->n = 0;
-			r->err = RESOLVE_FAILED;
-			snprintf(r->why, sizeof(r->why), "shutting down");
-		} else {
+		if (stop)
+			req_fail(r, "shutting down");
+		else if (!lookup)
+			req_fail(r, __atomic_load_n(&r->cancelled, __ATOMIC_RELAXED) ? "cancelled" : "timed out");
+		else
 			resolve_now(r);
+		if (lookup) {
+			pthread_mutex_lock(&rs.lock);
+			rs.busy[self].on = false;
+			/* a request of this owner may have been waiting for the slot */
+			pthread_cond_broadcast(&rs.cond);
+			pthread_mutex_unlock(&rs.lock);
 		}
 		rs.done(r);
 	}
@@ -146,7 +204,7 @@ int resolve_init(void (*done)(struct resolve_req *r))
 	rs.done = done;
 	rs.stop = false;
 	for (int i = 0; i < RESOLVE_THREADS; i++) {
-		int e = pthread_create(&rs.threads[i], NULL, resolve_main, NULL);
+		int e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
 		if (e)
 			return e;
 		rs.n_threads++;
@@ -163,8 +221,15 @@ void resolve_submit(struct resolve_req *r)
 	else
 		rs.head = r;
 	rs.tail = r;
-	pthread_cond_signal(&rs.cond);
+	/* broadcast: a thread that is woken may be unable to take it (its
+	 * owner at RESOLVE_PER_OWNER) while another could take an earlier one */
+	pthread_cond_broadcast(&rs.cond);
 	pthread_mutex_unlock(&rs.lock);
+}
+
+void resolve_cancel(struct resolve_req *r)
+{
+	__atomic_store_n(&r->cancelled, true, __ATOMIC_RELAXED);
 }
 
 void resolve_shutdown(void)

@@ -13,11 +13,22 @@
  * succeeds on it) fails the whole request with RESOLVE_PRIVATE unless
  * allow_private is set, so a name cannot be pointed at the host or the
  * local network through DNS.
+ *
+ * A lookup cannot be interrupted (glibc's resolver gives up after
+ * resolv.conf's timeout x attempts per server, 10 s by default), so the queue
+ * protects the threads instead:
+ *   - a sandbox (the owner of a request) has at most RESOLVE_PER_OWNER
+ *     lookups in progress: one whose names never answer holds at most half of
+ *     the threads, and the others keep serving every other sandbox;
+ *   - a request whose deadline has passed, or that its submitter cancelled
+ *     (the client went away), comes back RESOLVE_FAILED without a lookup, so
+ *     a burst of connections opened and dropped costs the threads nothing.
  */
 #ifndef SBX_NET_RESOLVE_H
 #define SBX_NET_RESOLVE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -25,7 +36,8 @@
 #include "policy.h"
 
 #define RESOLVE_MAX_ADDRS 16
-#define RESOLVE_THREADS 2
+#define RESOLVE_THREADS 4
+#define RESOLVE_PER_OWNER (RESOLVE_THREADS / 2)
 
 enum resolve_err { RESOLVE_OK = 0, RESOLVE_NONAME, RESOLVE_PRIVATE, RESOLVE_FAILED };
 
@@ -35,6 +47,9 @@ struct resolve_req {
 	int port;
 	const struct config_host *mapped; /* network.hosts entry, or NULL */
 	bool allow_private;
+	const void *owner;    /* the sandbox asking: compared, never dereferenced */
+	uint64_t deadline_ms; /* util_now_ms() clock; 0: none */
+	bool cancelled;       /* atomic: resolve_cancel() */
 	void *arg;
 	/* out */
 	enum resolve_err err;
@@ -49,6 +64,8 @@ struct resolve_req {
 int resolve_init(void (*done)(struct resolve_req *r));
 /* Queue r (never fails; r comes back through done()). */
 void resolve_submit(struct resolve_req *r);
+/* The submitter no longer wants r (r still comes back through done()). */
+void resolve_cancel(struct resolve_req *r);
 /* Resolve r on the calling thread (resolve_submit's worker; unit tests). */
 void resolve_now(struct resolve_req *r);
 /* Stop the threads; requests still queued come back with RESOLVE_FAILED. */

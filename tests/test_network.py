@@ -1169,3 +1169,133 @@ def test_tunnels_that_never_read_pin_little_daemon_memory(sbxfs):
         assert all(s == 1 << 20 for s in big), sizes
     finally:
         quiet.close()
+
+
+# --------------------------------------------------------------------------
+# review: resolver starvation and slow work on the proxy thread
+
+# getaddrinfo() for names starting with "slow-" hangs 3 s (a resolver that never
+# answers, cut short) and is counted in $SBXFS_SLOW_LOG; other names resolve.
+_SLOW_DNS = r'''
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int getaddrinfo(const char *node, const char *service, const struct addrinfo *hints, struct addrinfo **res)
+{
+	int (*real)(const char *, const char *, const struct addrinfo *, struct addrinfo **) =
+		(int (*)(const char *, const char *, const struct addrinfo *, struct addrinfo **))dlsym(RTLD_NEXT, "getaddrinfo");
+	const char *log = getenv("SBXFS_SLOW_LOG");
+	if (node && !strncmp(node, "slow-", 5)) {
+		int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
+		if (fd >= 0) {
+			if (write(fd, "x", 1) < 0) {}
+			close(fd);
+		}
+		sleep(3);
+		return EAI_AGAIN;
+	}
+	return real(node, service, hints, res);
+}
+'''
+
+
+@pytest.fixture
+def slow_dns():
+    from pathlib import Path
+    d = Path(netlab.tmpdir())
+    try:
+        (d / "slow.c").write_text(_SLOW_DNS)
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(d / "slow.so"), str(d / "slow.c"), "-ldl"],
+                       check=True, capture_output=True, timeout=60)
+        yield d
+    finally:
+        netlab.rmtree(d)
+
+
+@pytest.mark.timeout_s(90)
+def test_hanging_lookups_of_one_sandbox_do_not_stall_the_others(sbxfs, servers, slow_dns):
+    log = slow_dns / "lookups"
+    m = sbxfs(config=allowlist_conf(servers),
+              env={"LD_PRELOAD": str(slow_dns / "slow.so"), "SBXFS_SLOW_LOG": str(log)})
+    a, b = acquire(m, "alice"), acquire(m, "bob")
+    # a: 12 connections to names whose lookups hang (allowed by *.pypi.example),
+    # dropped after 2 s
+    hog = mkjob(a, "hog")
+    start(hog, "python3 -", stdin=PYLIB + r'''
+ss = []
+for i in range(12):
+    s = socket.create_connection(P, timeout=10)
+    s.sendall(("GET http://slow-%d.pypi.example/ HTTP/1.1\r\nHost: slow-%d.pypi.example\r\n\r\n" % (i, i)).encode())
+    ss.append(s)
+time.sleep(2)
+for s in ss:
+    s.close()
+print("closed")
+''')
+    assert wait_until(lambda: log.exists() and log.stat().st_size >= 1, 10), "the slow lookups never started"
+    t0 = time.monotonic()
+    # b: a name of network.hosts, no DNS at all: it must not wait behind a's lookups
+    r = py(b, "fast", "t0 = time.time()\n"
+                      "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n')\n"
+                      "show(out=o, took=time.time() - t0)", timeout=40)
+    assert r["out"].startswith("HTTP/1.1 200"), r
+    assert r["took"] < 5, r
+    assert wait_exit(hog, 20) == 0
+    # a's requests whose clients went away are never looked up: the lookups
+    # started before the close are all there is
+    time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
+    n = log.stat().st_size
+    assert n <= 2, f"{n} lookups for a sandbox that gave up after 2 s (at most 2 run at a time)"
+
+
+def _proxy_tid(pid):
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() == "sbxfs-proxy":
+                    return int(tid)
+        except FileNotFoundError:
+            pass
+    return None
+
+
+@pytest.mark.timeout_s(90)
+def test_recording_an_event_never_waits_for_the_disk_on_the_proxy_thread(sbxfs, servers):
+    m = sbxfs(config=allowlist_conf(servers))
+    a, b = acquire(m, "alice"), acquire(m, "bob")
+    state = m.thread_data("alice", "t") / "network.json"
+    assert state.is_file(), state
+    tid = _proxy_tid(m.daemon_pid())
+    assert tid, "no sbxfs-proxy thread"
+    # a disk that never answers, for the proxy thread only: util_write_atomic's
+    # open() of its temporary file blocks on a FIFO until a reader comes
+    fifo = state.parent / f"network.json.tmp.{tid}"
+    os.mkfifo(fifo, 0o600)
+    try:
+        denied = mkjob(a, "denied")
+        start(denied, "python3 -", stdin=PYLIB + "show(o=raw(b'CONNECT denied.example.test:443 HTTP/1.1\\r\\n\\r\\n',"
+                                                 " timeout=10))")
+        assert wait_until(lambda: network(a)["events"], 10), "the denial was not recorded"
+        r = py(b, "fast", "t0 = time.time()\n"
+                          "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n',"
+                          " timeout=8)\n"
+                          "show(out=o, took=time.time() - t0)", timeout=40)
+        assert r["out"].startswith("HTTP/1.1 200"), r
+        assert r["took"] < 5, r
+        assert wait_exit(denied, 20) == 0
+        out = read_text(denied / "stdout")
+        assert json.loads(out)["o"].startswith("HTTP/1.1 403"), out
+        # the file is still written, by another thread
+        assert wait_until(lambda: state.is_file() and "denied.example.test" in state.read_text(), 10)
+    finally:
+        if os.path.exists(fifo):  # a writer stuck in open() gets its reader
+            fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            time.sleep(0.5)
+            os.close(fd)
+        for p in (fifo, state):
+            if os.path.lexists(p) and not os.path.isfile(p) and not os.path.islink(p):
+                os.unlink(p)
