@@ -13,9 +13,9 @@
 #include <string.h>
 #include <strings.h>
 
-ssize_t http_head_len(const char *p, size_t len)
+ssize_t http_head_len(const char *p, size_t len, size_t from)
 {
-	for (size_t i = 0; i < len; i++) {
+	for (size_t i = from; i < len; i++) {
 		if (p[i] != '\n')
 			continue;
 		/* "\r\n\r\n" ends a head; so does "\n\n", which http_parse refuses */
@@ -257,6 +257,12 @@ int http_parse(const char *p, size_t len, struct http_req *r, const char **why)
 	}
 	if (r->chunked && r->content_length >= 0) {
 		*why = "Content-Length together with Transfer-Encoding";
+		return 400;
+	}
+	if (r->chunked && r->minor == 0) {
+		/* RFC 9112 §6.1: chunked framing in HTTP/1.0 is faulty; an
+		 * HTTP/1.0 upstream could read the body by other rules */
+		*why = "Transfer-Encoding in an HTTP/1.0 request";
 		return 400;
 	}
 	if (r->connect && (r->chunked || r->content_length > 0)) {

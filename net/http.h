@@ -47,8 +47,10 @@ struct http_req {
 };
 
 /* The length of the head at p (through the empty line), 0 when it is not
- * complete yet, -1 when it cannot fit HTTP_HEAD_MAX. */
-ssize_t http_head_len(const char *p, size_t len);
+ * complete yet, -1 when it cannot fit HTTP_HEAD_MAX.  p[0..from) was
+ * scanned before without finding the end (a client's head arrives in
+ * pieces: scanning it whole after each would be quadratic). */
+ssize_t http_head_len(const char *p, size_t len, size_t from);
 
 /* Parse the complete head p[0..len).  0, or an HTTP status to answer with
  * (400, 405, 417, 501, 505) and *why a short reason. */

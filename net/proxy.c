@@ -105,6 +105,7 @@ struct conn {
 	uint64_t connect_by; /* the shared resolve + connect deadline */
 	struct buf in;      /* client bytes read before the relay */
 	size_t head_len;
+	size_t head_scanned; /* CS_HEAD: in[0..head_scanned) holds no end of head */
 	struct http_req req;
 	char host[POLICY_HOST_MAX + 1];
 	char id[NETPOL_ID_LEN + 1];
@@ -615,7 +616,8 @@ static void on_head(struct conn *c)
 	}
 	if (errno != EAGAIN && errno != EINTR && errno != E2BIG)
 		return conn_close(c);
-	hl = http_head_len(c->in.ptr ? c->in.ptr : "", c->in.len);
+	hl = http_head_len(c->in.ptr ? c->in.ptr : "", c->in.len, c->head_scanned);
+	c->head_scanned = c->in.len;
 	if (hl < 0)
 		return conn_reply(c, 431, "the request head is larger than %d bytes", HTTP_HEAD_MAX);
 	if (hl == 0)
