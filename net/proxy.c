@@ -60,6 +60,7 @@
 #define PROXY_REPLY_MS 5000
 #define PROXY_PIPE_SIZE (1024 * 1024) /* fs.pipe-max-size's default; smaller if refused */
 #define PROXY_BIG_PIPES 16               /* a sandbox's pipes of that size (pipe_new) */
+#define PROXY_LOG_PER_S 10               /* a sandbox's connection log lines a second (log_allowed) */
 #define PROXY_IN_MAX (HTTP_HEAD_MAX + TLS_HELLO_MAX + 4096)
 
 enum tag_kind { TAG_WAKE, TAG_LISTENER, TAG_CLIENT, TAG_UPSTREAM };
@@ -77,6 +78,8 @@ struct listener {
 	char scope[NAMES_SCOPE_MAX];
 	unsigned nconns;
 	unsigned big_pipes; /* pipes of its connections enlarged to PROXY_PIPE_SIZE */
+	uint64_t log_sec;   /* log_allowed(): the second counted, lines in it, lines not logged */
+	unsigned log_n, log_dropped;
 	bool paused; /* out of descriptors: out of the epoll set until the next scan */
 	struct listener *next;
 };
@@ -151,6 +154,7 @@ static struct {
 	struct conn *dead; /* closed this round: freed once no event can name them */
 	unsigned nconns;
 	unsigned paused;   /* listeners paused (resume_listeners) */
+	bool log_owed;     /* a listener has lines not logged, to count when its second ends */
 	bool fd_short;     /* out of descriptors since the last accept (logged once) */
 	uint64_t last_scan;
 	/* statistics: written by the loop, read anywhere (relaxed atomics) */
@@ -161,6 +165,36 @@ static struct {
 static void stat_add(uint64_t *c, int64_t d)
 {
 	__atomic_add_fetch(c, (uint64_t)d, __ATOMIC_RELAXED);
+}
+
+/* The lines not logged in a second that has ended, logged as one. */
+static void log_flush(struct listener *l, uint64_t sec)
+{
+	if (sec == l->log_sec)
+		return;
+	if (l->log_dropped)
+		log_info(l->scope, "proxy: %u more such lines not logged (over %d a second)", l->log_dropped,
+			PROXY_LOG_PER_S);
+	l->log_sec = sec;
+	l->log_n = l->log_dropped = 0;
+}
+
+/* A sandbox decides how often the proxy has something to say about its
+ * connections (a line per refusal, held request, closed tunnel): past
+ * PROXY_LOG_PER_S lines in a second they are counted, not written, so a
+ * job cannot flood the daemon's log (and spend the loop on it). */
+static bool log_allowed(struct listener *l)
+{
+	if (!l)
+		return true;
+	log_flush(l, util_now_ms() / 1000);
+	if (l->log_n < PROXY_LOG_PER_S) {
+		l->log_n++;
+		return true;
+	}
+	l->log_dropped++;
+	px.log_owed = true; /* the loop wakes for the scan that logs the count */
+	return false;
 }
 
 static void wake(void)
@@ -320,7 +354,8 @@ static void conn_reply(struct conn *c, int status, const char *fmt, ...)
 		stat_add(&px.denied, 1);
 	else
 		stat_add(&px.refused, 1);
-	log_info(c->l ? c->l->scope : "proxy", "proxy: %d %.*s", status, (int)blen - 1, body);
+	if (log_allowed(c->l))
+		log_info(c->l ? c->l->scope : "proxy", "proxy: %d %.*s", status, (int)blen - 1, body);
 	c->st = CS_REPLY;
 	c->deadline = util_now_ms() + PROXY_REPLY_MS;
 }
@@ -363,7 +398,9 @@ static void decide(struct conn *c)
 	if (pc->wait > 0) {
 		c->st = CS_HOLD;
 		c->deadline = util_now_ms() + (uint64_t)pc->wait * 1000;
-		log_info(c->l->scope, "proxy: %s:%d held for approval (request %s)", c->host, c->req.port, c->id);
+		if (log_allowed(c->l))
+			log_info(c->l->scope, "proxy: %s:%d held for approval (request %s)", c->host, c->req.port,
+				c->id);
 		return;
 	}
 	deny(c, NULL);
@@ -661,8 +698,9 @@ static void on_hello(struct conn *c)
 		if (send(c->cfd, alert, sizeof(alert), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 			log_debug("proxy", "cannot send the TLS alert: %s", strerror(errno));
 		stat_add(&px.denied, 1);
-		log_info(c->l->scope, "proxy: CONNECT %s:443 closed: %s", c->host,
-			h == TLS_HELLO_OK ? "the ClientHello names another host" : tls_hello_name(h));
+		if (log_allowed(c->l))
+			log_info(c->l->scope, "proxy: CONNECT %s:443 closed: %s", c->host,
+				h == TLS_HELLO_OK ? "the ClientHello names another host" : tls_hello_name(h));
 		return conn_close(c);
 	}
 	/* the ClientHello and whatever followed it go upstream first */
@@ -1010,9 +1048,15 @@ static void on_accept(struct listener *l)
 	}
 }
 
-/* Paused listeners back into the set (a scan: at most every PROXY_SCAN_MS). */
-static void resume_listeners(void)
+/* Paused listeners back into the set, counts of lines not logged out (a
+ * scan: at most every PROXY_SCAN_MS). */
+static void resume_listeners(uint64_t now)
 {
+	px.log_owed = false;
+	for (struct listener *l = px.listeners; l; l = l->next) {
+		log_flush(l, now / 1000);
+		px.log_owed = px.log_owed || l->log_dropped;
+	}
 	for (struct listener *l = px.listeners; l && px.paused; l = l->next)
 		if (l->paused) {
 			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &l->tag };
@@ -1217,8 +1261,9 @@ static void scan_deadlines(uint64_t now)
 				PROXY_READ_TIMEOUT_S);
 			break;
 		case CS_HELLO:
-			log_info(c->l->scope, "proxy: CONNECT %s:443 closed: no ClientHello within %d seconds", c->host,
-				PROXY_READ_TIMEOUT_S);
+			if (log_allowed(c->l))
+				log_info(c->l->scope, "proxy: CONNECT %s:443 closed: no ClientHello within %d seconds",
+					c->host, PROXY_READ_TIMEOUT_S);
 			conn_close(c);
 			continue;
 		case CS_RELAY:
@@ -1238,7 +1283,7 @@ static void *proxy_main(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "sbxfs-proxy");
 	for (;;) {
-		int n = epoll_wait(px.ep, evs, 256, px.nconns || px.paused ? PROXY_SCAN_MS : -1);
+		int n = epoll_wait(px.ep, evs, 256, px.nconns || px.paused || px.log_owed ? PROXY_SCAN_MS : -1);
 		uint64_t now;
 		bool stop;
 
@@ -1263,7 +1308,7 @@ static void *proxy_main(void *arg)
 		if (now - px.last_scan >= PROXY_SCAN_MS) {
 			px.last_scan = now;
 			scan_deadlines(now);
-			resume_listeners();
+			resume_listeners(now);
 		}
 		free_dead();
 		pthread_mutex_lock(&px.lock);

@@ -1316,3 +1316,23 @@ def test_recording_an_event_never_waits_for_the_disk_on_the_proxy_thread(sbxfs, 
         for p in (fifo, state):
             if os.path.lexists(p) and not os.path.isfile(p) and not os.path.islink(p):
                 os.unlink(p)
+
+
+@pytest.mark.timeout_s(90)
+def test_a_flood_of_refused_connections_is_logged_in_brief(allow):
+    """A job that opens 300 refused connections in a burst gets at most 10
+    log lines a second for them, and one line counting the rest; its
+    clients all still get their 403."""
+    m, t, _ = allow
+    r = py(t, "flood", "n = 0\n"
+                       "t0 = time.time()\n"
+                       "for i in range(300):\n"
+                       "    n += raw(b'CONNECT denied%d.example.test:443 HTTP/1.1\\r\\n\\r\\n' % i)"
+                       ".startswith(b'HTTP/1.1 403')\n"
+                       "show(n=n, took=time.time() - t0)", timeout=60)
+    assert r["n"] == 300, r
+    time.sleep(1.5)  # the next scan logs the count of a second that has ended
+    lines = [ln for ln in m.log.splitlines() if "proxy: 403" in ln]
+    assert len(lines) <= 10 * (int(r["took"]) + 2), f"{len(lines)} lines in {r['took']:.1f} s"
+    counted = sum(int(x) for x in re.findall(r"proxy: (\d+) more such lines not logged", m.log))
+    assert len(lines) + counted >= 300, (len(lines), counted)
