@@ -153,7 +153,7 @@ static struct {
 	struct conn *conns;
 	struct conn *dead; /* closed this round: freed once no event can name them */
 	unsigned nconns;
-	unsigned paused;   /* listeners paused (resume_listeners) */
+	unsigned paused;   /* listeners paused (scan_listeners) */
 	bool log_owed;     /* a listener has lines not logged, to count when its second ends */
 	bool fd_short;     /* out of descriptors since the last accept (logged once) */
 	uint64_t last_scan;
@@ -1050,7 +1050,7 @@ static void on_accept(struct listener *l)
 
 /* Paused listeners back into the set, counts of lines not logged out (a
  * scan: at most every PROXY_SCAN_MS). */
-static void resume_listeners(uint64_t now)
+static void scan_listeners(uint64_t now)
 {
 	px.log_owed = false;
 	for (struct listener *l = px.listeners; l; l = l->next) {
@@ -1308,7 +1308,7 @@ static void *proxy_main(void *arg)
 		if (now - px.last_scan >= PROXY_SCAN_MS) {
 			px.last_scan = now;
 			scan_deadlines(now);
-			resume_listeners(now);
+			scan_listeners(now);
 		}
 		free_dead();
 		pthread_mutex_lock(&px.lock);
