@@ -312,6 +312,13 @@ for i in range({n}):
         return res
 
     def cleanup(self):
+        # the servers first: one started by `ip netns exec` lives in a mount
+        # namespace of its own, copied from ours with the sbxfs mounts in it,
+        # and a daemon whose mount is still referenced there does not exit
+        # at fusermount -u (it was killed after 30 s, its sandbox left behind)
+        for p in self.procs:
+            p.kill()
+            p.wait(10)
         for mnt in self.mounts:
             subprocess.run(["fusermount3", "-u", mnt], capture_output=True, timeout=60)
         for p in self.daemons:
@@ -322,9 +329,6 @@ for i in range({n}):
                 p.wait(10)
         for mnt in self.mounts:
             subprocess.run(["fusermount3", "-uz", mnt], capture_output=True, timeout=30)
-        for p in self.procs:
-            p.kill()
-            p.wait(10)
         for link in self.links:
             sh("ip", "link", "del", link, check=False)
         for ns in self.netns:
