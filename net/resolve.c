@@ -8,10 +8,17 @@
  * The queue is served in order, except that a request whose owner already
  * has RESOLVE_PER_OWNER lookups in progress waits for one of them and lets
  * later requests of other owners pass (resolve.h says why).
+ *
+ * Threads are added, never removed before shutdown: whenever a request that
+ * may run now is queued and no thread is idle or starting (checked at each
+ * submit and each time a thread begins a lookup), one more is started, up to
+ * RESOLVE_THREADS_MAX.  pthread_create runs outside the lock, in a slot
+ * reserved under it; resolve_shutdown waits for those in progress.
  */
 #define _GNU_SOURCE
 #include "resolve.h"
 
+#include "../common/log.h"
 #include "../common/util.h"
 
 #include <arpa/inet.h>
@@ -30,11 +37,17 @@ static struct {
 	struct {
 		bool on;
 		const void *owner;
-	} busy[RESOLVE_THREADS];         /* the lookups in progress; protected by lock */
-	pthread_t threads[RESOLVE_THREADS];
-	int n_threads;
+	} busy[RESOLVE_THREADS_MAX];     /* the lookups in progress; protected by lock */
+	pthread_t threads[RESOLVE_THREADS_MAX];
+	bool started[RESOLVE_THREADS_MAX]; /* threads[i] is a thread to join; protected by lock */
+	int n_threads;                   /* slots taken (started or starting); protected by lock */
+	int idle;                        /* threads waiting for a request; protected by lock */
+	int starting;                    /* slots taken, thread not yet waiting; protected by lock */
+	int creating;                    /* pthread_create calls in progress; protected by lock */
 	void (*done)(struct resolve_req *r);
 } rs = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void *resolve_main(void *arg);
 
 /* Is a an address of this host (in the daemon's network namespace)? */
 static bool addr_is_local(const struct sockaddr *a, socklen_t len)
@@ -120,20 +133,55 @@ void resolve_now(struct resolve_req *r)
 	}
 }
 
+/* Is r no longer worth a lookup? */
+static bool req_stale(struct resolve_req *r, uint64_t now)
+{
+	return __atomic_load_n(&r->cancelled, __ATOMIC_RELAXED) || (r->deadline_ms && now >= r->deadline_ms);
+}
+
 /* Caller holds rs.lock. */
 static int owner_busy_locked(const void *owner)
 {
 	int n = 0;
 
-	for (int i = 0; i < RESOLVE_THREADS; i++)
+	for (int i = 0; i < rs.n_threads; i++)
 		n += rs.busy[i].on && rs.busy[i].owner == owner;
 	return n;
 }
 
-/* Is r no longer worth a lookup? */
-static bool req_stale(struct resolve_req *r, uint64_t now)
+/* Caller holds rs.lock: a slot for one more thread when a queued request
+ * could run now but no thread is idle or on its way; -1 if none is needed
+ * (or none is left).  The caller passes the slot to grow(). */
+static int want_thread_locked(uint64_t now)
 {
-	return __atomic_load_n(&r->cancelled, __ATOMIC_RELAXED) || (r->deadline_ms && now >= r->deadline_ms);
+	if (rs.stop || rs.idle + rs.starting > 0 || rs.n_threads >= RESOLVE_THREADS_MAX)
+		return -1;
+	for (struct resolve_req *r = rs.head; r; r = r->next)
+		if (req_stale(r, now) || owner_busy_locked(r->owner) < RESOLVE_PER_OWNER) {
+			rs.starting++;
+			rs.creating++;
+			return rs.n_threads++;
+		}
+	return -1;
+}
+
+/* Start the thread of slot i (taken by want_thread_locked). */
+static void grow(int i)
+{
+	int e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
+
+	pthread_mutex_lock(&rs.lock);
+	rs.started[i] = e == 0;
+	if (e)
+		rs.starting--; /* the slot stays unused */
+	rs.creating--;
+	pthread_cond_broadcast(&rs.cond); /* resolve_shutdown may wait for this */
+	pthread_mutex_unlock(&rs.lock);
+	if (e)
+		log_warn("proxy", "cannot start resolver thread %d: %s", i + 1, strerror(e));
+	else if (i >= RESOLVE_THREADS)
+		log_info("proxy", "every resolver thread was busy: started thread %d of at most %d", i + 1,
+			RESOLVE_THREADS_MAX);
 }
 
 /* Caller holds rs.lock: take the first request a thread may serve now
@@ -166,22 +214,34 @@ static void req_fail(struct resolve_req *r, const char *why)
 
 static void *resolve_main(void *arg)
 {
-	int self = (int)(intptr_t)arg;
+	int self = (int)(intptr_t)arg, more = -1;
 
+	pthread_mutex_lock(&rs.lock);
+	rs.starting--;
+	pthread_mutex_unlock(&rs.lock);
 	for (;;) {
 		struct resolve_req *r;
 		bool stop, lookup;
 
 		pthread_mutex_lock(&rs.lock);
-		while (!(r = take_locked(util_now_ms())) && !rs.stop)
+		while (!(r = take_locked(util_now_ms())) && !rs.stop) {
+			rs.idle++;
 			pthread_cond_wait(&rs.cond, &rs.lock);
+			rs.idle--;
+		}
 		stop = rs.stop;
 		lookup = r && !stop && !req_stale(r, util_now_ms());
 		rs.busy[self].on = lookup;
 		rs.busy[self].owner = lookup ? r->owner : NULL;
+		if (lookup)
+			more = want_thread_locked(util_now_ms());
 		pthread_mutex_unlock(&rs.lock);
 		if (!r)
 			return NULL; /* stopping, queue empty */
+		if (more >= 0) {
+			grow(more);
+			more = -1;
+		}
 		if (stop)
 			req_fail(r, "shutting down");
 		else if (!lookup)
@@ -204,16 +264,28 @@ int resolve_init(void (*done)(struct resolve_req *r))
 	rs.done = done;
 	rs.stop = false;
 	for (int i = 0; i < RESOLVE_THREADS; i++) {
-		int e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
+		int e;
+
+		pthread_mutex_lock(&rs.lock);
+		rs.starting++;
+		pthread_mutex_unlock(&rs.lock);
+		e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
+		pthread_mutex_lock(&rs.lock);
+		if (e)
+			rs.starting--;
+		else
+			rs.started[rs.n_threads++] = true;
+		pthread_mutex_unlock(&rs.lock);
 		if (e)
 			return e;
-		rs.n_threads++;
 	}
 	return 0;
 }
 
 void resolve_submit(struct resolve_req *r)
 {
+	int more;
+
 	r->next = NULL;
 	pthread_mutex_lock(&rs.lock);
 	if (rs.tail)
@@ -224,7 +296,10 @@ void resolve_submit(struct resolve_req *r)
 	/* broadcast: a thread that is woken may be unable to take it (its
 	 * owner at RESOLVE_PER_OWNER) while another could take an earlier one */
 	pthread_cond_broadcast(&rs.cond);
+	more = want_thread_locked(util_now_ms());
 	pthread_mutex_unlock(&rs.lock);
+	if (more >= 0)
+		grow(more);
 }
 
 void resolve_cancel(struct resolve_req *r)
@@ -234,10 +309,21 @@ void resolve_cancel(struct resolve_req *r)
 
 void resolve_shutdown(void)
 {
+	int n;
+
 	pthread_mutex_lock(&rs.lock);
-	rs.stop = true;
+	rs.stop = true; /* no slot is taken from now on */
 	pthread_cond_broadcast(&rs.cond);
+	while (rs.creating > 0)
+		pthread_cond_wait(&rs.cond, &rs.lock);
+	n = rs.n_threads;
 	pthread_mutex_unlock(&rs.lock);
-	while (rs.n_threads > 0)
-		pthread_join(rs.threads[--rs.n_threads], NULL);
+	for (int i = n - 1; i >= 0; i--)
+		if (rs.started[i])
+			pthread_join(rs.threads[i], NULL);
+	pthread_mutex_lock(&rs.lock);
+	memset(rs.started, 0, sizeof(rs.started));
+	memset(rs.busy, 0, sizeof(rs.busy));
+	rs.n_threads = rs.idle = rs.starting = 0;
+	pthread_mutex_unlock(&rs.lock);
 }

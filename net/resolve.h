@@ -4,7 +4,7 @@
  *
  * getaddrinfo() blocks (seconds, for a slow or absent DNS server), so the
  * proxy never calls it: it submits a request here and goes on serving other
- * connections; one of RESOLVE_THREADS threads resolves it and hands it back
+ * connections; one of the resolver threads resolves it and hands it back
  * through the done() callback given at resolve_init().
  *
  * A name of network.hosts resolves to its configured addresses without DNS.
@@ -18,8 +18,14 @@
  * resolv.conf's timeout x attempts per server, 10 s by default), so the queue
  * protects the threads instead:
  *   - a sandbox (the owner of a request) has at most RESOLVE_PER_OWNER
- *     lookups in progress: one whose names never answer holds at most half of
- *     the threads, and the others keep serving every other sandbox;
+ *     lookups in progress, so one whose names never answer holds at most
+ *     that many threads;
+ *   - RESOLVE_THREADS threads start with the proxy; while a request that
+ *     may run now (its owner under RESOLVE_PER_OWNER) finds no idle thread,
+ *     one more is started, up to RESOLVE_THREADS_MAX: sandboxes whose names
+ *     hang take threads of their own instead of the others' (it takes
+ *     RESOLVE_THREADS_MAX / RESOLVE_PER_OWNER such sandboxes at once to make
+ *     the rest wait).  Threads once started stay until shutdown;
  *   - a request whose deadline has passed, or that its submitter cancelled
  *     (the client went away), comes back RESOLVE_FAILED without a lookup, so
  *     a burst of connections opened and dropped costs the threads nothing.
@@ -36,8 +42,9 @@
 #include "policy.h"
 
 #define RESOLVE_MAX_ADDRS 16
-#define RESOLVE_THREADS 4
-#define RESOLVE_PER_OWNER (RESOLVE_THREADS / 2)
+#define RESOLVE_THREADS 4      /* started with the proxy */
+#define RESOLVE_THREADS_MAX 32 /* started as requests wait (see above) */
+#define RESOLVE_PER_OWNER 2
 
 enum resolve_err { RESOLVE_OK = 0, RESOLVE_NONAME, RESOLVE_PRIVATE, RESOLVE_FAILED };
 

@@ -1182,8 +1182,9 @@ def test_tunnels_that_never_read_pin_little_daemon_memory(sbxfs):
 # --------------------------------------------------------------------------
 # review: resolver starvation and slow work on the proxy thread
 
-# getaddrinfo() for names starting with "slow-" hangs 3 s (a resolver that never
-# answers, cut short) and is counted in $SBXFS_SLOW_LOG; other names resolve.
+# getaddrinfo() for names starting with "slow-" hangs $SBXFS_SLOW_S seconds (3 if
+# unset: a resolver that never answers, cut short) and is counted in
+# $SBXFS_SLOW_LOG; other names resolve.
 _SLOW_DNS = r'''
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -1203,7 +1204,7 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 			if (write(fd, "x", 1) < 0) {}
 			close(fd);
 		}
-		sleep(3);
+		sleep(getenv("SBXFS_SLOW_S") ? (unsigned)atoi(getenv("SBXFS_SLOW_S")) : 3);
 		return EAI_AGAIN;
 	}
 	return real(node, service, hints, res);
@@ -1267,6 +1268,49 @@ print("closed")
     time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
     n = log.stat().st_size
     assert n <= 2, f"{n} lookups for a sandbox that gave up after 2 s (at most 2 run at a time)"
+
+
+def _hog(sbx, name, n, hold):
+    """A job opening n proxy connections to names whose lookups hang, closed
+    after hold seconds."""
+    j = mkjob(sbx, name)
+    start(j, "python3 -", stdin=PYLIB + r'''
+ss = []
+for i in range(%d):
+    s = socket.create_connection(P, timeout=10)
+    s.sendall(("GET http://slow-%%d.pypi.example/ HTTP/1.1\r\nHost: slow-%%d.pypi.example\r\n\r\n" %% (i, i)).encode())
+    ss.append(s)
+time.sleep(%g)
+for s in ss:
+    s.close()
+print("closed")
+''' % (n, hold))
+    return j
+
+
+@pytest.mark.timeout_s(90)
+def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, servers, slow_dns):
+    # two hostile sandboxes hold every thread the proxy starts with (2 each),
+    # their lookups hanging 8 s: bob's lookup gets a thread of its own at once
+    log = slow_dns / "lookups"
+    m = sbxfs(config=allowlist_conf(servers),
+              env={"LD_PRELOAD": _preload(slow_dns / "slow.so"), "SBXFS_SLOW_LOG": str(log), "SBXFS_SLOW_S": "8"})
+    a, c, b = acquire(m, "alice"), acquire(m, "carol"), acquire(m, "bob")
+    hogs = [_hog(a, "hog", 12, 3), _hog(c, "hog", 12, 3)]
+    assert wait_until(lambda: log.exists() and log.stat().st_size >= 4, 10), "the slow lookups never started"
+    t0 = time.monotonic()
+    r = py(b, "fast", "t0 = time.time()\n"
+                      "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n')\n"
+                      "show(out=o, took=time.time() - t0)", timeout=40)
+    assert r["out"].startswith("HTTP/1.1 200"), r
+    assert r["took"] < 5, r
+    for h in hogs:
+        assert wait_exit(h, 20) == 0
+    # still at most 2 lookups of each hog at a time, and none after they left
+    time.sleep(max(0.0, 10 - (time.monotonic() - t0)))
+    n = log.stat().st_size
+    assert n <= 4, f"{n} lookups for two sandboxes that gave up after 3 s (at most 2 each at a time)"
+    assert "every resolver thread was busy: started thread 5" in m.log, m.log[-2000:]
 
 
 def _proxy_tid(pid):
