@@ -228,7 +228,7 @@ rm -rf "$d"
 
 # ---- pass 4: decoded requests -------------------------------------------------
 NT=50
-fusefd=$(for f in /proc/"$dpid"/fd/*; do [ "$(readlink "$f")" = /dev/fuse ] && basename "$f"; done | head -1)
+fusefd=$(for f in /proc/"$dpid"/fd/*; do [ "$(readlink "$f")" != /dev/fuse ] || basename "$f"; done | head -1)
 d=$ws/decode
 mkdir "$d"
 for ph in $PHASES; do
