@@ -1339,8 +1339,10 @@ int proxy_init(void)
 		return e;
 	px.stop = false;
 	e = pthread_create(&px.thread, NULL, proxy_main, NULL);
-	if (e)
+	if (e) {
+		resolve_shutdown();
 		return e;
+	}
 	px.running = true;
 	return 0;
 }

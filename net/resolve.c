@@ -3,17 +3,18 @@
  * resolve.c - resolver threads for the proxy (see resolve.h).  Why threads
  * and not getaddrinfo_a(): glibc's getaddrinfo_a() also runs getaddrinfo()
  * on threads of its own, with completion by signal or by a new thread per
- * request; a fixed set with a queue is simpler to bound and to stop.
+ * request; threads of our own with one queue are simpler to bound and to
+ * stop.
  *
  * The queue is served in order, except that a request whose owner already
  * has RESOLVE_PER_OWNER lookups in progress waits for one of them and lets
  * later requests of other owners pass (resolve.h says why).
  *
- * Threads are added, never removed before shutdown: whenever a request that
- * may run now is queued and no thread is idle or starting (checked at each
- * submit and each time a thread begins a lookup), one more is started, up to
- * RESOLVE_THREADS_MAX.  pthread_create runs outside the lock, in a slot
- * reserved under it; resolve_shutdown waits for those in progress.
+ * Threads are added, never removed before shutdown: whenever a queued
+ * request may start its lookup now and every thread is in a lookup (checked
+ * at each submit and each time a thread begins a lookup), one more is
+ * started, up to RESOLVE_THREADS_MAX.  pthread_create runs outside the lock,
+ * in a slot taken under it; resolve_shutdown waits for those in progress.
  */
 #define _GNU_SOURCE
 #include "resolve.h"
@@ -29,21 +30,23 @@
 #include <string.h>
 #include <unistd.h>
 
+enum slot_state { SLOT_FREE, SLOT_CREATING, SLOT_RUNNING };
+
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct resolve_req *head, *tail; /* protected by lock */
 	bool stop;                       /* protected by lock */
 	struct {
-		bool on;
-		const void *owner;
-	} busy[RESOLVE_THREADS_MAX];     /* the lookups in progress; protected by lock */
-	pthread_t threads[RESOLVE_THREADS_MAX];
-	bool started[RESOLVE_THREADS_MAX]; /* threads[i] is a thread to join; protected by lock */
-	int n_threads;                   /* slots taken (started or starting); protected by lock */
-	int idle;                        /* threads waiting for a request; protected by lock */
-	int starting;                    /* slots taken, thread not yet waiting; protected by lock */
-	int creating;                    /* pthread_create calls in progress; protected by lock */
+		enum slot_state state; /* protected by lock */
+		bool on;               /* a lookup in progress; protected by lock */
+		const void *owner;     /* ... for this sandbox; protected by lock */
+		pthread_t thread;      /* set by pthread_create before state leaves SLOT_CREATING */
+	} slot[RESOLVE_THREADS_MAX];
+	int live;                        /* slots not SLOT_FREE; protected by lock */
+	int lookups;                     /* slots with on; protected by lock */
+	int creating;                    /* slots SLOT_CREATING; protected by lock */
+	uint64_t grow_after;             /* no thread before (after a failed start); protected by lock */
 	void (*done)(struct resolve_req *r);
 } rs = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
@@ -144,44 +147,65 @@ static int owner_busy_locked(const void *owner)
 {
 	int n = 0;
 
-	for (int i = 0; i < rs.n_threads; i++)
-		n += rs.busy[i].on && rs.busy[i].owner == owner;
+	for (int i = 0; i < RESOLVE_THREADS_MAX; i++)
+		n += rs.slot[i].on && rs.slot[i].owner == owner;
 	return n;
 }
 
-/* Caller holds rs.lock: a slot for one more thread when a queued request
- * could run now but no thread is idle or on its way; -1 if none is needed
- * (or none is left).  The caller passes the slot to grow(). */
-static int want_thread_locked(uint64_t now)
+/* Caller holds rs.lock: take a free slot for a thread to be started by
+ * grow() (SLOT_CREATING), or -1. */
+static int slot_take_locked(void)
 {
-	if (rs.stop || rs.idle + rs.starting > 0 || rs.n_threads >= RESOLVE_THREADS_MAX)
-		return -1;
-	for (struct resolve_req *r = rs.head; r; r = r->next)
-		if (req_stale(r, now) || owner_busy_locked(r->owner) < RESOLVE_PER_OWNER) {
-			rs.starting++;
+	for (int i = 0; i < RESOLVE_THREADS_MAX; i++)
+		if (rs.slot[i].state == SLOT_FREE) {
+			rs.slot[i].state = SLOT_CREATING;
+			rs.live++;
 			rs.creating++;
-			return rs.n_threads++;
+			return i;
 		}
 	return -1;
 }
 
-/* Start the thread of slot i (taken by want_thread_locked). */
-static void grow(int i)
+/* Caller holds rs.lock: a slot for one more thread when a queued request
+ * needs a lookup it may start now (its owner under RESOLVE_PER_OWNER) and
+ * every thread is in a lookup, or -1.  A thread that is not in a lookup
+ * (idle, starting, or handing back an answer) looks at the queue again
+ * before it waits, so it serves the request; a stale request is answered by
+ * whichever thread comes next and never starts one. */
+static int want_thread_locked(uint64_t now)
 {
-	int e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
+	if (rs.stop || rs.live > rs.lookups || now < rs.grow_after)
+		return -1;
+	for (struct resolve_req *r = rs.head; r; r = r->next)
+		if (!req_stale(r, now) && owner_busy_locked(r->owner) < RESOLVE_PER_OWNER)
+			return slot_take_locked();
+	return -1;
+}
+
+/* Start the thread of slot i (SLOT_CREATING).  0, or pthread_create's
+ * error: then the slot is free again and no thread is started for a second
+ * (one log line a second at most while the system refuses threads). */
+static int grow(int i)
+{
+	int e = pthread_create(&rs.slot[i].thread, NULL, resolve_main, (void *)(intptr_t)i);
+	int live;
 
 	pthread_mutex_lock(&rs.lock);
-	rs.started[i] = e == 0;
-	if (e)
-		rs.starting--; /* the slot stays unused */
+	rs.slot[i].state = e ? SLOT_FREE : SLOT_RUNNING;
+	if (e) {
+		rs.live--;
+		rs.grow_after = util_now_ms() + 1000;
+	}
+	live = rs.live;
 	rs.creating--;
 	pthread_cond_broadcast(&rs.cond); /* resolve_shutdown may wait for this */
 	pthread_mutex_unlock(&rs.lock);
 	if (e)
-		log_warn("proxy", "cannot start resolver thread %d: %s", i + 1, strerror(e));
-	else if (i >= RESOLVE_THREADS)
-		log_info("proxy", "every resolver thread was busy: started thread %d of at most %d", i + 1,
+		log_warn("proxy", "cannot start a resolver thread (%d running): %s", live, strerror(e));
+	else if (live > RESOLVE_THREADS)
+		log_info("proxy", "every resolver thread was busy: started thread %d of at most %d", live,
 			RESOLVE_THREADS_MAX);
+	return e;
 }
 
 /* Caller holds rs.lock: take the first request a thread may serve now
@@ -216,25 +240,22 @@ static void *resolve_main(void *arg)
 {
 	int self = (int)(intptr_t)arg, more = -1;
 
-	pthread_mutex_lock(&rs.lock);
-	rs.starting--;
-	pthread_mutex_unlock(&rs.lock);
+	pthread_setname_np(pthread_self(), "sbxfs-resolve");
 	for (;;) {
 		struct resolve_req *r;
 		bool stop, lookup;
 
 		pthread_mutex_lock(&rs.lock);
-		while (!(r = take_locked(util_now_ms())) && !rs.stop) {
-			rs.idle++;
+		while (!(r = take_locked(util_now_ms())) && !rs.stop)
 			pthread_cond_wait(&rs.cond, &rs.lock);
-			rs.idle--;
-		}
 		stop = rs.stop;
 		lookup = r && !stop && !req_stale(r, util_now_ms());
-		rs.busy[self].on = lookup;
-		rs.busy[self].owner = lookup ? r->owner : NULL;
-		if (lookup)
+		rs.slot[self].on = lookup;
+		rs.slot[self].owner = lookup ? r->owner : NULL;
+		if (lookup) {
+			rs.lookups++;
 			more = want_thread_locked(util_now_ms());
+		}
 		pthread_mutex_unlock(&rs.lock);
 		if (!r)
 			return NULL; /* stopping, queue empty */
@@ -250,7 +271,8 @@ static void *resolve_main(void *arg)
 			resolve_now(r);
 		if (lookup) {
 			pthread_mutex_lock(&rs.lock);
-			rs.busy[self].on = false;
+			rs.slot[self].on = false;
+			rs.lookups--;
 			/* a request of this owner may have been waiting for the slot */
 			pthread_cond_broadcast(&rs.cond);
 			pthread_mutex_unlock(&rs.lock);
@@ -262,22 +284,20 @@ static void *resolve_main(void *arg)
 int resolve_init(void (*done)(struct resolve_req *r))
 {
 	rs.done = done;
+	pthread_mutex_lock(&rs.lock);
 	rs.stop = false;
+	rs.grow_after = 0;
+	pthread_mutex_unlock(&rs.lock);
 	for (int i = 0; i < RESOLVE_THREADS; i++) {
-		int e;
+		int e, slot;
 
 		pthread_mutex_lock(&rs.lock);
-		rs.starting++;
+		slot = slot_take_locked();
 		pthread_mutex_unlock(&rs.lock);
-		e = pthread_create(&rs.threads[i], NULL, resolve_main, (void *)(intptr_t)i);
-		pthread_mutex_lock(&rs.lock);
-		if (e)
-			rs.starting--;
-		else
-			rs.started[rs.n_threads++] = true;
-		pthread_mutex_unlock(&rs.lock);
-		if (e)
+		if ((e = grow(slot))) {
+			resolve_shutdown();
 			return e;
+		}
 	}
 	return 0;
 }
@@ -305,25 +325,26 @@ void resolve_submit(struct resolve_req *r)
 void resolve_cancel(struct resolve_req *r)
 {
 	__atomic_store_n(&r->cancelled, true, __ATOMIC_RELAXED);
+	/* an idle thread answers it now, even behind its owner's cap, so the
+	 * submitter gets it back without waiting for a lookup to end */
+	pthread_mutex_lock(&rs.lock);
+	pthread_cond_broadcast(&rs.cond);
+	pthread_mutex_unlock(&rs.lock);
 }
 
 void resolve_shutdown(void)
 {
-	int n;
-
 	pthread_mutex_lock(&rs.lock);
 	rs.stop = true; /* no slot is taken from now on */
 	pthread_cond_broadcast(&rs.cond);
 	while (rs.creating > 0)
 		pthread_cond_wait(&rs.cond, &rs.lock);
-	n = rs.n_threads;
 	pthread_mutex_unlock(&rs.lock);
-	for (int i = n - 1; i >= 0; i--)
-		if (rs.started[i])
-			pthread_join(rs.threads[i], NULL);
+	for (int i = RESOLVE_THREADS_MAX - 1; i >= 0; i--)
+		if (rs.slot[i].state == SLOT_RUNNING) /* no thread changes it now */
+			pthread_join(rs.slot[i].thread, NULL);
 	pthread_mutex_lock(&rs.lock);
-	memset(rs.started, 0, sizeof(rs.started));
-	memset(rs.busy, 0, sizeof(rs.busy));
-	rs.n_threads = rs.idle = rs.starting = 0;
+	memset(rs.slot, 0, sizeof(rs.slot));
+	rs.live = rs.lookups = 0;
 	pthread_mutex_unlock(&rs.lock);
 }

@@ -20,12 +20,13 @@
  *   - a sandbox (the owner of a request) has at most RESOLVE_PER_OWNER
  *     lookups in progress, so one whose names never answer holds at most
  *     that many threads;
- *   - RESOLVE_THREADS threads start with the proxy; while a request that
- *     may run now (its owner under RESOLVE_PER_OWNER) finds no idle thread,
- *     one more is started, up to RESOLVE_THREADS_MAX: sandboxes whose names
- *     hang take threads of their own instead of the others' (it takes
- *     RESOLVE_THREADS_MAX / RESOLVE_PER_OWNER such sandboxes at once to make
- *     the rest wait).  Threads once started stay until shutdown;
+ *   - RESOLVE_THREADS threads start with the proxy; when a queued request
+ *     may start its lookup (its owner under RESOLVE_PER_OWNER) and every
+ *     thread is in a lookup, one more is started, up to RESOLVE_THREADS_MAX:
+ *     sandboxes whose names hang take threads of their own instead of the
+ *     others' (it takes RESOLVE_THREADS_MAX / RESOLVE_PER_OWNER such
+ *     sandboxes at once to make the rest wait).  Threads once started stay
+ *     until shutdown (named sbxfs-resolve);
  *   - a request whose deadline has passed, or that its submitter cancelled
  *     (the client went away), comes back RESOLVE_FAILED without a lookup, so
  *     a burst of connections opened and dropped costs the threads nothing.
@@ -67,11 +68,13 @@ struct resolve_req {
 	struct resolve_req *next; /* the queue's */
 };
 
-/* Start the threads; done(r) runs on one of them for every submitted r. */
+/* Start the first RESOLVE_THREADS threads (0, or an errno with none left
+ * running); done(r) runs on a resolver thread for every submitted r. */
 int resolve_init(void (*done)(struct resolve_req *r));
 /* Queue r (never fails; r comes back through done()). */
 void resolve_submit(struct resolve_req *r);
-/* The submitter no longer wants r (r still comes back through done()). */
+/* The submitter no longer wants r: it comes back through done() without a
+ * lookup as soon as a thread is idle (or at once after a lookup ends). */
 void resolve_cancel(struct resolve_req *r);
 /* Resolve r on the calling thread (resolve_submit's worker; unit tests). */
 void resolve_now(struct resolve_req *r);

@@ -1304,6 +1304,8 @@ def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, s
                       "show(out=o, took=time.time() - t0)", timeout=40)
     assert r["out"].startswith("HTTP/1.1 200"), r
     assert r["took"] < 5, r
+    # one thread more for bob's lookup, not one per waiting request
+    assert _threads_named(m.daemon_pid(), "sbxfs-resolve") == 5
     for h in hogs:
         assert wait_exit(h, 20) == 0
     # still at most 2 lookups of each hog at a time, and none after they left
@@ -1311,6 +1313,17 @@ def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, s
     n = log.stat().st_size
     assert n <= 4, f"{n} lookups for two sandboxes that gave up after 3 s (at most 2 each at a time)"
     assert "every resolver thread was busy: started thread 5" in m.log, m.log[-2000:]
+
+
+def _threads_named(pid, name):
+    n = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                n += f.read().strip() == name
+        except FileNotFoundError:
+            pass
+    return n
 
 
 def _proxy_tid(pid):
