@@ -1234,42 +1234,6 @@ def _preload(lib):
     return f"{m.group(1)} {lib}" if m else str(lib)
 
 
-@pytest.mark.timeout_s(90)
-def test_hanging_lookups_of_one_sandbox_do_not_stall_the_others(sbxfs, servers, slow_dns):
-    log = slow_dns / "lookups"
-    m = sbxfs(config=allowlist_conf(servers),
-              env={"LD_PRELOAD": _preload(slow_dns / "slow.so"), "SBXFS_SLOW_LOG": str(log)})
-    a, b = acquire(m, "alice"), acquire(m, "bob")
-    # a: 12 connections to names whose lookups hang (allowed by *.pypi.example),
-    # dropped after 2 s
-    hog = mkjob(a, "hog")
-    start(hog, "python3 -", stdin=PYLIB + r'''
-ss = []
-for i in range(12):
-    s = socket.create_connection(P, timeout=10)
-    s.sendall(("GET http://slow-%d.pypi.example/ HTTP/1.1\r\nHost: slow-%d.pypi.example\r\n\r\n" % (i, i)).encode())
-    ss.append(s)
-time.sleep(2)
-for s in ss:
-    s.close()
-print("closed")
-''')
-    assert wait_until(lambda: log.exists() and log.stat().st_size >= 1, 10), "the slow lookups never started"
-    t0 = time.monotonic()
-    # b: a name of network.hosts, no DNS at all: it must not wait behind a's lookups
-    r = py(b, "fast", "t0 = time.time()\n"
-                      "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n')\n"
-                      "show(out=o, took=time.time() - t0)", timeout=40)
-    assert r["out"].startswith("HTTP/1.1 200"), r
-    assert r["took"] < 5, r
-    assert wait_exit(hog, 20) == 0
-    # a's requests whose clients went away are never looked up: the lookups
-    # started before the close are all there is
-    time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
-    n = log.stat().st_size
-    assert n <= 2, f"{n} lookups for a sandbox that gave up after 2 s (at most 2 run at a time)"
-
-
 def _hog(sbx, name, n, hold):
     """A job opening n proxy connections to names whose lookups hang, closed
     after hold seconds."""
@@ -1288,6 +1252,37 @@ print("closed")
     return j
 
 
+def _static_get(sbx):
+    """A request of sbx's to a name of network.hosts (no DNS at all): its
+    answer and how long it took."""
+    return py(sbx, "fast", "t0 = time.time()\n"
+                           "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n')\n"
+                           "show(out=o, took=time.time() - t0)", timeout=40)
+
+
+@pytest.mark.timeout_s(90)
+def test_hanging_lookups_of_one_sandbox_do_not_stall_the_others(sbxfs, servers, slow_dns):
+    log = slow_dns / "lookups"
+    m = sbxfs(config=allowlist_conf(servers),
+              env={"LD_PRELOAD": _preload(slow_dns / "slow.so"), "SBXFS_SLOW_LOG": str(log)})
+    a, b = acquire(m, "alice"), acquire(m, "bob")
+    # a: 12 connections to names whose lookups hang (allowed by *.pypi.example),
+    # dropped after 2 s
+    hog = _hog(a, "hog", 12, 2)
+    assert wait_until(lambda: log.exists() and log.stat().st_size >= 1, 10), "the slow lookups never started"
+    t0 = time.monotonic()
+    # b: a name of network.hosts, no DNS at all: it must not wait behind a's lookups
+    r = _static_get(b)
+    assert r["out"].startswith("HTTP/1.1 200"), r
+    assert r["took"] < 5, r
+    assert wait_exit(hog, 20) == 0
+    # a's requests whose clients went away are never looked up: the lookups
+    # started before the close are all there is
+    time.sleep(max(0.0, 8 - (time.monotonic() - t0)))
+    n = log.stat().st_size
+    assert n <= 2, f"{n} lookups for a sandbox that gave up after 2 s (at most 2 run at a time)"
+
+
 @pytest.mark.timeout_s(90)
 def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, servers, slow_dns):
     # two hostile sandboxes hold every thread the proxy starts with (2 each),
@@ -1299,13 +1294,11 @@ def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, s
     hogs = [_hog(a, "hog", 12, 3), _hog(c, "hog", 12, 3)]
     assert wait_until(lambda: log.exists() and log.stat().st_size >= 4, 10), "the slow lookups never started"
     t0 = time.monotonic()
-    r = py(b, "fast", "t0 = time.time()\n"
-                      "o = raw(b'GET http://static.example.test/b HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n')\n"
-                      "show(out=o, took=time.time() - t0)", timeout=40)
+    r = _static_get(b)
     assert r["out"].startswith("HTTP/1.1 200"), r
     assert r["took"] < 5, r
     # one thread more for bob's lookup, not one per waiting request
-    assert _threads_named(m.daemon_pid(), "sbxfs-resolve") == 5
+    assert len(_threads(m.daemon_pid(), "sbxfs-resolve")) == 5
     for h in hogs:
         assert wait_exit(h, 20) == 0
     # still at most 2 lookups of each hog at a time, and none after they left
@@ -1315,26 +1308,22 @@ def test_sandboxes_whose_lookups_hang_get_resolver_threads_of_their_own(sbxfs, s
     assert "every resolver thread was busy: started thread 5" in m.log, m.log[-2000:]
 
 
-def _threads_named(pid, name):
-    n = 0
+def _threads(pid, name):
+    """The ids of pid's threads named name."""
+    out = []
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                n += f.read().strip() == name
+                if f.read().strip() == name:
+                    out.append(int(tid))
         except FileNotFoundError:
             pass
-    return n
+    return out
 
 
 def _proxy_tid(pid):
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() == "sbxfs-proxy":
-                    return int(tid)
-        except FileNotFoundError:
-            pass
-    return None
+    t = _threads(pid, "sbxfs-proxy")
+    return t[0] if t else None
 
 
 @pytest.mark.timeout_s(90)
