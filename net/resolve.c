@@ -43,9 +43,6 @@ static struct {
 		const void *owner;     /* ... for this sandbox; protected by lock */
 		pthread_t thread;      /* set by pthread_create before state leaves SLOT_CREATING */
 	} slot[RESOLVE_THREADS_MAX];
-	int live;                        /* slots not SLOT_FREE; protected by lock */
-	int lookups;                     /* slots with on; protected by lock */
-	int creating;                    /* slots SLOT_CREATING; protected by lock */
 	uint64_t grow_after;             /* no thread before (after a failed start); protected by lock */
 	void (*done)(struct resolve_req *r);
 } rs = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
@@ -152,6 +149,26 @@ static int owner_busy_locked(const void *owner)
 	return n;
 }
 
+/* Caller holds rs.lock: how many slots are in state st. */
+static int slots_in_locked(enum slot_state st)
+{
+	int n = 0;
+
+	for (int i = 0; i < RESOLVE_THREADS_MAX; i++)
+		n += rs.slot[i].state == st;
+	return n;
+}
+
+/* Caller holds rs.lock: is a thread (running or being started) not in a
+ * lookup?  Such a thread looks at the queue again before it waits. */
+static bool thread_free_locked(void)
+{
+	for (int i = 0; i < RESOLVE_THREADS_MAX; i++)
+		if (rs.slot[i].state != SLOT_FREE && !rs.slot[i].on)
+			return true;
+	return false;
+}
+
 /* Caller holds rs.lock: take a free slot for a thread to be started by
  * grow() (SLOT_CREATING), or -1. */
 static int slot_take_locked(void)
@@ -159,8 +176,6 @@ static int slot_take_locked(void)
 	for (int i = 0; i < RESOLVE_THREADS_MAX; i++)
 		if (rs.slot[i].state == SLOT_FREE) {
 			rs.slot[i].state = SLOT_CREATING;
-			rs.live++;
-			rs.creating++;
 			return i;
 		}
 	return -1;
@@ -174,7 +189,7 @@ static int slot_take_locked(void)
  * whichever thread comes next and never starts one. */
 static int want_thread_locked(uint64_t now)
 {
-	if (rs.stop || rs.live > rs.lookups || now < rs.grow_after)
+	if (rs.stop || thread_free_locked() || now < rs.grow_after)
 		return -1;
 	for (struct resolve_req *r = rs.head; r; r = r->next)
 		if (!req_stale(r, now) && owner_busy_locked(r->owner) < RESOLVE_PER_OWNER)
@@ -192,12 +207,9 @@ static int grow(int i)
 
 	pthread_mutex_lock(&rs.lock);
 	rs.slot[i].state = e ? SLOT_FREE : SLOT_RUNNING;
-	if (e) {
-		rs.live--;
+	if (e)
 		rs.grow_after = util_now_ms() + 1000;
-	}
-	live = rs.live;
-	rs.creating--;
+	live = RESOLVE_THREADS_MAX - slots_in_locked(SLOT_FREE);
 	pthread_cond_broadcast(&rs.cond); /* resolve_shutdown may wait for this */
 	pthread_mutex_unlock(&rs.lock);
 	if (e)
@@ -252,10 +264,8 @@ static void *resolve_main(void *arg)
 		lookup = r && !stop && !req_stale(r, util_now_ms());
 		rs.slot[self].on = lookup;
 		rs.slot[self].owner = lookup ? r->owner : NULL;
-		if (lookup) {
-			rs.lookups++;
+		if (lookup)
 			more = want_thread_locked(util_now_ms());
-		}
 		pthread_mutex_unlock(&rs.lock);
 		if (!r)
 			return NULL; /* stopping, queue empty */
@@ -272,7 +282,6 @@ static void *resolve_main(void *arg)
 		if (lookup) {
 			pthread_mutex_lock(&rs.lock);
 			rs.slot[self].on = false;
-			rs.lookups--;
 			/* a request of this owner may have been waiting for the slot */
 			pthread_cond_broadcast(&rs.cond);
 			pthread_mutex_unlock(&rs.lock);
@@ -337,7 +346,7 @@ void resolve_shutdown(void)
 	pthread_mutex_lock(&rs.lock);
 	rs.stop = true; /* no slot is taken from now on */
 	pthread_cond_broadcast(&rs.cond);
-	while (rs.creating > 0)
+	while (slots_in_locked(SLOT_CREATING) > 0)
 		pthread_cond_wait(&rs.cond, &rs.lock);
 	pthread_mutex_unlock(&rs.lock);
 	for (int i = RESOLVE_THREADS_MAX - 1; i >= 0; i--)
@@ -345,6 +354,5 @@ void resolve_shutdown(void)
 			pthread_join(rs.slot[i].thread, NULL);
 	pthread_mutex_lock(&rs.lock);
 	memset(rs.slot, 0, sizeof(rs.slot));
-	rs.live = rs.lookups = 0;
 	pthread_mutex_unlock(&rs.lock);
 }
