@@ -85,18 +85,49 @@ static void data_stamp(struct node *n, const struct stat *st)
 	n->stamp_size = st->st_size;
 }
 
-/* Find or insert the node for fd's file.  Takes ownership of fd. */
-static struct node *data_node_get(struct view *v, int fd, const struct stat *st, int which)
+/* Remember that the kernel knows n as name in parent (view->lock held):
+ * when a job removes or renames it, the kernel's cached entry is dropped
+ * at the job's end (data_inval_sbx).  Best effort: on ENOMEM the old name
+ * stays, and the entry then expires with its timeout. */
+static void data_name_note_locked(struct node *n, const struct node *parent, const char *name)
+{
+	char *copy;
+
+	if (!parent || (n->name && n->pdev == parent->dev && n->pino == parent->ino && !strcmp(n->name, name)))
+		return;
+	copy = strdup(name);
+	if (!copy)
+		return;
+	free(n->name);
+	n->name = copy;
+	n->pdev = parent->dev;
+	n->pino = parent->ino;
+}
+
+/* The node of (dev, ino) if the view has one (view->lock held). */
+static struct node *data_table_find_locked(struct view *v, dev_t dev, ino_t ino)
+{
+	struct node *n;
+
+	for (n = v->table[data_hash(dev, ino)]; n; n = n->hnext)
+		if (n->ino == ino && n->dev == dev)
+			break;
+	return n;
+}
+
+/* Find or insert the node for fd's file, known to the kernel as name in
+ * parent (NULL for a data directory's top).  Takes ownership of fd. */
+static struct node *data_node_get(struct view *v, int fd, const struct stat *st, int which,
+	const struct node *parent, const char *name)
 {
 	unsigned h = data_hash(st->st_dev, st->st_ino);
 	struct node *n;
 
 	pthread_mutex_lock(&v->lock);
-	for (n = v->table[h]; n; n = n->hnext)
-		if (n->ino == st->st_ino && n->dev == st->st_dev)
-			break;
+	n = data_table_find_locked(v, st->st_dev, st->st_ino);
 	if (n) {
 		n->nlookup++;
+		data_name_note_locked(n, parent, name);
 		pthread_mutex_unlock(&v->lock);
 		close(fd);
 		return n;
@@ -115,6 +146,7 @@ static struct node *data_node_get(struct view *v, int fd, const struct stat *st,
 	n->nlookup = 1;
 	n->view = v;
 	data_stamp(n, st);
+	data_name_note_locked(n, parent, name);
 	n->hnext = v->table[h];
 	v->table[h] = n;
 	pthread_mutex_unlock(&v->lock);
@@ -140,6 +172,7 @@ static void data_forget(struct node *n, uint64_t count)
 		}
 	pthread_mutex_unlock(&v->lock);
 	close(n->fd);
+	free(n->name);
 	free(n);
 	view_put(v);
 }
@@ -161,7 +194,8 @@ static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_
 	e->entry_timeout = e->attr_timeout;
 }
 
-static int data_finish_lookup(struct view *v, int fd, int which, struct fuse_entry_param *e)
+static int data_finish_lookup(struct view *v, int fd, int which, const struct node *parent, const char *name,
+	struct fuse_entry_param *e)
 {
 	struct stat st;
 	struct node *n;
@@ -171,7 +205,7 @@ static int data_finish_lookup(struct view *v, int fd, int which, struct fuse_ent
 		close(fd);
 		return err;
 	}
-	n = data_node_get(v, fd, &st, which);
+	n = data_node_get(v, fd, &st, which, parent, name);
 	if (!n)
 		return ENOMEM;
 	data_entry(n, &st, e);
@@ -192,7 +226,7 @@ int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
 	buf_free(&path);
 	if (fd < 0)
 		return errno == ENOENT ? ENOENT : EIO;
-	return data_finish_lookup(v, fd, which, e);
+	return data_finish_lookup(v, fd, which, NULL, NULL, e);
 }
 
 static bool bad_name(const char *name)
@@ -235,17 +269,19 @@ static int data_skills_grow(const struct node *n, int fd, off_t end)
 	return skills_check_grow(n->view->sbx, (uint64_t)st.st_size, (uint64_t)end);
 }
 
-/* The node of (st_dev, st_ino) if the view has one, counted as a lookup. */
-static struct node *data_table_ref(struct view *v, const struct stat *st)
+/* The node of (st_dev, st_ino) if the view has one, counted as a lookup of
+ * name in parent. */
+static struct node *data_table_ref(struct view *v, const struct stat *st, const struct node *parent,
+	const char *name)
 {
 	struct node *n;
 
 	pthread_mutex_lock(&v->lock);
-	for (n = v->table[data_hash(st->st_dev, st->st_ino)]; n; n = n->hnext)
-		if (n->ino == st->st_ino && n->dev == st->st_dev)
-			break;
-	if (n)
+	n = data_table_find_locked(v, st->st_dev, st->st_ino);
+	if (n) {
 		n->nlookup++;
+		data_name_note_locked(n, parent, name);
+	}
 	pthread_mutex_unlock(&v->lock);
 	return n;
 }
@@ -265,7 +301,7 @@ static int data_do_lookup(struct node *parent, const char *name, struct fuse_ent
 	 * number cannot have been reused. */
 	if (fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW))
 		return errno;
-	n = data_table_ref(parent->view, &st);
+	n = data_table_ref(parent->view, &st, parent, name);
 	if (n) {
 		data_entry(n, &st, e);
 		return 0;
@@ -273,7 +309,7 @@ static int data_do_lookup(struct node *parent, const char *name, struct fuse_ent
 	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return errno;
-	return data_finish_lookup(parent->view, fd, parent->which, e); /* its own fstat decides */
+	return data_finish_lookup(parent->view, fd, parent->which, parent, name, e); /* its own fstat decides */
 }
 
 /* ---- creating as the sandbox's uid --------------------------------------------
@@ -367,6 +403,16 @@ static void data_reply_made(fuse_req_t req, struct node *parent, const char *nam
 		data_forget(node_of(e.ino), 1);
 }
 
+/* Whether a request on n (st: its host stat) can only have come through a
+ * kernel entry that is out of date: the file was removed (by a job) and no
+ * file is open on it.  Answering ESTALE makes the kernel look the path up
+ * again, so a stat gives ENOENT and an open(O_CREAT) makes a new file
+ * instead of writing into the removed one. */
+static bool data_stale_name(struct node *n, const struct stat *st)
+{
+	return st->st_nlink == 0 && !S_ISDIR(st->st_mode) && !__atomic_load_n(&n->nopen, __ATOMIC_RELAXED);
+}
+
 static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
@@ -382,10 +428,12 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	 * while nobody had it open is ESTALE: the kernel then looks the path
 	 * up again (LOOKUP_REVAL) instead of trusting its cached entry, so a
 	 * stat gives ENOENT and an open(O_CREAT) creates the file anew. */
-	if (!fi && st.st_nlink == 0 && !S_ISDIR(st.st_mode) && !__atomic_load_n(&n->nopen, __ATOMIC_RELAXED))
+	if (!fi && data_stale_name(n, &st))
 		return (void)fuse_reply_err(req, ESTALE);
 	data_present(n->view, &st);
-	fuse_reply_attr(req, &st, data_timeout(n->view));
+	/* the attributes of a removed file are never cached: once the last
+	 * open file is closed, the next stat must ask again */
+	fuse_reply_attr(req, &st, st.st_nlink ? data_timeout(n->view) : 0);
 }
 
 static int data_proc_path(struct node *n, char *out, size_t len)
@@ -653,6 +701,7 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 		return (void)fuse_reply_err(req, errno);
 	pthread_mutex_lock(&n->view->lock);
 	n->nlookup++;
+	data_name_note_locked(n, p, name);
 	pthread_mutex_unlock(&n->view->lock);
 	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
 		int err = errno;
@@ -679,6 +728,22 @@ static void data_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, err);
 }
 
+/* After a rename through the mount: what is now at name in p is known to
+ * the kernel by that name (the kernel moved its entry). */
+static void data_name_refresh(struct node *p, const char *name)
+{
+	struct stat st;
+	struct node *n;
+
+	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return;
+	pthread_mutex_lock(&p->view->lock);
+	n = data_table_find_locked(p->view, st.st_dev, st.st_ino);
+	if (n)
+		data_name_note_locked(n, p, name);
+	pthread_mutex_unlock(&p->view->lock);
+}
+
 static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
 	const char *newname, unsigned int flags)
 {
@@ -691,6 +756,11 @@ static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fus
 	if (p->view != np->view || !data_skills(p) != !data_skills(np))
 		return (void)fuse_reply_err(req, EXDEV); /* in or out of skills/: a copy (mv does it) */
 	int err = renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0;
+	if (!err) {
+		data_name_refresh(np, newname);
+		if (flags & RENAME_EXCHANGE)
+			data_name_refresh(p, name);
+	}
 	data_skills_changed(p, err);
 	fuse_reply_err(req, err);
 }
@@ -856,10 +926,16 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	if (data_proc_path(n, proc, sizeof(proc)))
 		return (void)fuse_reply_err(req, EIO);
+	/* an O_TRUNC must not reach a removed file, which a job may still use */
+	if ((fi->flags & O_TRUNC) && !fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) &&
+	    data_stale_name(n, &st))
+		return (void)fuse_reply_err(req, ESTALE);
 	fd = open(proc, hflags);
 	if (fd < 0)
 		return (void)fuse_reply_err(req, errno);
 	err = data_open_checked(fd, hflags, fi->flags, &st);
+	if (!err && data_stale_name(n, &st))
+		err = ESTALE;
 	/* O_TRUNC by a caller without CAP_FSETID: the kernel leaves it to us
 	 * with atomic_o_trunc, whether or not killpriv was agreed */
 	if (!err && (fi->flags & O_TRUNC) && data_caller_unprivileged(req) && data_setid_bits(st.st_mode) &&
@@ -882,7 +958,7 @@ static int data_node_of_fd(struct node *p, const char *name, int fd, const struc
 	char proc[64];
 	int opath;
 
-	*out = data_table_ref(p->view, st);
+	*out = data_table_ref(p->view, st, p, name);
 	if (*out)
 		return 0;
 	/* The O_PATH fd of a new node must be the very file open on fd: by
@@ -898,7 +974,7 @@ static int data_node_of_fd(struct node *p, const char *name, int fd, const struc
 		opath = open(proc, O_PATH | O_CLOEXEC);
 	if (opath < 0)
 		return errno;
-	*out = data_node_get(p->view, opath, st, p->which);
+	*out = data_node_get(p->view, opath, st, p->which, p, name);
 	return *out ? 0 : ENOMEM;
 }
 
@@ -1371,15 +1447,42 @@ void data_init(void)
 	node_kind_register(N_DATA, &k_data);
 }
 
+/* Job end: if the name the kernel knows n by no longer refers to n (the job
+ * removed or renamed it), drop the kernel's entry, so the next path lookup
+ * asks us and finds what is there now.  Without this a stat of the old name
+ * would show the removed file, and an open(O_CREAT|O_TRUNC) of it would
+ * write into the removed file instead of making a new one. */
+static void data_name_check(struct node *n)
+{
+	struct view *v = n->view;
+	char name[NAME_MAX + 1];
+	struct node *p = NULL;
+	struct stat st;
+	size_t len = 0;
+
+	pthread_mutex_lock(&v->lock);
+	if (n->name && (len = strlen(n->name)) < sizeof(name) && (p = data_table_find_locked(v, n->pdev, n->pino))) {
+		memcpy(name, n->name, len + 1);
+		p->nlookup++;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (!p)
+		return;
+	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) || st.st_dev != n->dev || st.st_ino != n->ino)
+		fuse_lowlevel_notify_inval_entry(fs.se, node_ino(p), name, len);
+	data_forget(p, 1);
+}
+
 /* After a job ends, the files it changed from inside the sandbox must show
- * their new attributes through the mount at once, not after the attribute
- * timeout: invalidate the cached attributes of every inode of the sandbox's
- * current view.  Called from the jobs event thread, never from a FUSE worker;
- * only inode numbers leave the lock (a stale one is harmless: the kernel
- * answers ENOENT or refetches). */
+ * at once, not after the timeouts: invalidate the cached attributes of every
+ * inode of the sandbox's current view, and the entries of names the job
+ * removed or renamed (data_name_check).  Called from the jobs event thread,
+ * never from a FUSE worker, before the job's end is published; each node is
+ * held by a reference while the lock is not (a notification for an inode
+ * the kernel has meanwhile forgotten is harmless: it answers ENOENT). */
 void data_inval_sbx(struct sbx *s)
 {
-	fuse_ino_t *inos = NULL;
+	struct node **held = NULL;
 	size_t n = 0, cap = 0;
 	struct view *v = view_of_sbx(s);
 
@@ -1390,18 +1493,24 @@ void data_inval_sbx(struct sbx *s)
 		for (struct node *d = v->table[b]; d; d = d->hnext) {
 			if (n == cap) {
 				size_t nc = cap ? cap * 2 : 256;
-				fuse_ino_t *p = realloc(inos, nc * sizeof(*p));
+				struct node **p = realloc(held, nc * sizeof(*p));
 				if (!p)
 					goto unlock;
-				inos = p;
+				held = p;
 				cap = nc;
 			}
-			inos[n++] = node_ino(d);
+			d->nlookup++;
+			held[n++] = d;
 		}
 unlock:
 	pthread_mutex_unlock(&v->lock);
-	for (size_t i = 0; i < n && fs.se; i++)
-		fuse_lowlevel_notify_inval_inode(fs.se, inos[i], -1, 0);
-	free(inos);
+	for (size_t i = 0; i < n; i++) {
+		if (fs.se) {
+			fuse_lowlevel_notify_inval_inode(fs.se, node_ino(held[i]), -1, 0);
+			data_name_check(held[i]);
+		}
+		data_forget(held[i], 1);
+	}
+	free(held);
 	view_put(v);
 }

@@ -389,6 +389,11 @@ static void job_on_exit(struct job *j)
 	pthread_mutex_unlock(&j->lock);
 	if (x)
 		sbx_exec_finish(x); /* reap, make sure a result exists */
+	/* what the job changed must show before anyone can learn it has ended:
+	 * before the result is taken (a read of exit that does not wait sees it
+	 * from then on), not only before the waiting readers are woken */
+	if (job_on_end)
+		job_on_end(j->sbx);
 	pthread_mutex_lock(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	job_unwatch_locked(j);
@@ -403,9 +408,6 @@ static void job_on_exit(struct job *j)
 	pthread_mutex_unlock(&jobs_lock);
 	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
 	sbx_exec_free(x);
-	/* what the job changed must show before anyone learns it has ended */
-	if (job_on_end)
-		job_on_end(j->sbx);
 	park_wake(&j->q);
 	if (drop)
 		job_put(j);

@@ -79,6 +79,9 @@ struct node {
 	int fd; /* O_PATH */
 	dev_t dev;
 	ino_t ino;
+	char *name;       /* N_DATA: the name the kernel last learned it by (view->lock); NULL at a data directory's top */
+	dev_t pdev;       /* N_DATA: ... in the directory of this host identity */
+	ino_t pino;
 	struct node *hnext; /* view's inode table chain (data) or the view's vnode list (virtual) */
 	struct timespec stamp_mtim, stamp_ctim; /* last attributes shown, for keep_cache */
 	off_t stamp_size;

@@ -177,6 +177,47 @@ def test_name_removed_by_a_job_is_enoent_unless_open(sandbox):
     expect_errno(lambda: os.stat(ws / "held"), errno.ENOENT)
 
 
+def test_a_name_a_job_removed_or_moved_is_made_anew_not_written_into_the_old_file(sandbox):
+    # The kernel caches names for 10 s.  When a job removes or renames a
+    # file, writing its old name through the mount must make a new file, not
+    # write into the removed one (lost) or the renamed one (clobbered).
+    m, t = sandbox
+    ws = t / "workspace"
+    for i in range(3):
+        for name in ("held", "moved", "linked", "plain"):
+            (ws / name).write_text("old")
+            assert os.stat(ws / name).st_nlink == 1  # cached by the kernel
+        fd = os.open(ws / "held", os.O_RDONLY)
+        code, _, err = run_job(t, f"change{i}", "rm held plain && mv moved moved.bak && ln linked linked.2 && rm linked")
+        assert code == 0, err
+        assert os.fstat(fd).st_nlink == 0
+        os.close(fd)
+        for name in ("held", "moved", "linked", "plain"):
+            expect_errno(lambda: os.stat(ws / name), errno.ENOENT)
+            (ws / name).write_text(f"new {i}")
+        code, out, err = run_job(t, f"show{i}", "cat held moved linked plain moved.bak linked.2; rm moved.bak linked.2")
+        assert code == 0, err
+        assert out == f"new {i}" * 4 + "old" * 2
+
+
+def test_open_of_a_name_a_running_job_removed_makes_a_new_file(sandbox):
+    # While the job still runs the kernel's entry is not dropped yet (names
+    # are trusted up to 1 s then, and this one up to 10 s): the daemon answers
+    # an open of the removed file with ESTALE, the kernel looks again, and
+    # O_CREAT makes a new file, which the job sees.
+    m, t = sandbox
+    ws = t / "workspace"
+    (ws / "f").write_text("old")
+    assert os.stat(ws / "f").st_size == 3
+    j = start_job(t, "rm", "rm f && echo removed && while [ ! -e go ]; do sleep 0.05; done; cat f")
+    wait_until(lambda: os.stat(j / "stdout").st_size == len("removed\n"), 20)
+    with open(ws / "f", "w") as f:  # O_CREAT | O_TRUNC
+        f.write("new")
+    (ws / "go").write_text("")
+    assert wait_job(j) == 0, (j / "stderr").read_text()
+    assert (j / "stdout").read_text() == "removed\nnew"
+
+
 # --------------------------------------------------------------------------
 # 3. O_DIRECT
 
