@@ -162,31 +162,32 @@ class HostTCP:
 SERVER = r"""
 import socket, sys, threading
 name = sys.argv[1]
+# every socket listens before "ready" is printed: a test connects at once
+t = socket.socket(socket.AF_INET6)
+t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(("::", 8080)); t.listen(64)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("0.0.0.0", 8081))
+b = socket.socket()
+b.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+b.bind(("0.0.0.0", 8082)); b.listen(16)
 def tcp():
-    s = socket.socket(socket.AF_INET6)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("::", 8080)); s.listen(64)
     while True:
-        c, a = s.accept()
+        c, a = t.accept()
         try:
             c.sendall((name + " " + a[0] + "\n").encode())
         except OSError:
             pass
         c.close()
 def udp():
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("0.0.0.0", 8081))
     while True:
         d, a = u.recvfrom(2048)
         u.sendto(name.encode() + b" " + d, a)
 def big():
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 8082)); s.listen(16)
     chunk = b"x" * (1 << 20)
     while True:
-        c, a = s.accept()
+        c, a = b.accept()
         def send(c=c):
             try:
                 n = int(c.recv(64).decode().strip())
