@@ -117,7 +117,7 @@ def ensure_dockerd(timeout=30.0):
     """Make sure dockerd answers on its socket; start it (log in a temporary
     file) when it does not.  Returns True when this call started it."""
     global _started
-    if ping():
+    if ping(timeout=10.0):  # a loaded host's dockerd can be slow to answer, not absent
         return False
     if _started is not None and _started["proc"].poll() is None:
         raise DockerUnavailable(f"the dockerd we started does not answer; log {_started['log']}")

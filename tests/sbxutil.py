@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -207,6 +208,21 @@ def wait_until(pred, timeout, interval=0.1):
         if time.monotonic() >= deadline:
             return v
         time.sleep(interval)
+
+
+def read_until(proc, done, timeout):
+    """Read proc's stdout (a pipe) until done(bytes read so far) is true, it
+    ends, or timeout seconds pass; returns the bytes."""
+    out = b""
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout
+    while not done(out) and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            out += chunk
+    return out
 
 
 # --------------------------------------------------------------------------

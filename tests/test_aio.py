@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import time
+from datetime import datetime
 
 import pytest
 
@@ -56,12 +57,19 @@ def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, 
 
 @pytest.mark.timeout_s(60)
 def test_readiness_polls_with_a_short_back_off(sbxfs):
-    m = sbxfs(config={"aio": {"command": ["--ready-delay", "1.0"]}})
-    t0 = time.monotonic()
-    acquire(m)
-    took = time.monotonic() - t0
-    # DeerFlow polls every 1 s; a back-off from 20 ms answers soon after the server is up
-    assert 1.0 <= took < 1.8, took
+    m = sbxfs(config={"aio": {"command": ["--ready-delay", "2.0"]}})
+    t = acquire(m)
+    # DeerFlow polls every 1 s; a back-off from 20 ms doubling to 500 ms
+    # polls at least 3 times in the 2 s the server answers 503 (DeerFlow: 2)
+    # and answers well within a second after the server is up.  Read from
+    # the server's own log, so a slow container start does not count.
+    [r] = fake(t, [{"path": "/_fake/requests?path=^/v1/sandbox$"}])
+    polls = [(datetime.fromisoformat(x["time"]).timestamp(), x["status"]) for x in r["json"]["requests"]
+             if x["method"] == "GET"]
+    first_ok = next(i for i, (_, st) in enumerate(polls) if st == 200)
+    refused = polls[:first_ok]
+    assert len(refused) >= 3 and all(st == 503 for _, st in refused), polls
+    assert polls[first_ok][0] - refused[-1][0] < 0.9, polls
 
 
 def test_api_only_inside_the_container_network_namespace(sandbox, case_label):

@@ -237,6 +237,7 @@ def test_dead_container_is_recreated_and_status_says_so(sandbox, case_label):
     (t / "workspace" / "keep").write_text("k\n")
     [c] = containers(case_label)
     dockerutil.docker("kill", c["id"])
+    dockerutil.docker("wait", c["id"])  # kill returns once the signal is sent
     os.rmdir(t)
     os.mkdir(t)
     st = sbxutil.status(t)

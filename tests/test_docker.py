@@ -47,7 +47,7 @@ def acquire(m, user="alice", thread="t"):
 
 @pytest.mark.timeout_s(120)
 def test_jobs_through_the_engine_exec_api(sbxfs, case_label):
-    m = sbxfs(config={"docker": {"exec": "engine"}, "bash_command_timeout": 3})
+    m = sbxfs(config={"docker": {"exec": "engine"}, "bash_command_timeout": 8})
     t = acquire(m)
     assert sbxutil.status(t)["exec"] == "engine"
     code, out, err = J.run_job(t, "a", "echo out; echo err >&2; id -u; exit 4")

@@ -124,6 +124,7 @@ def test_stdout_size_grows_and_tail_f_never_sees_a_truncation(sandbox):
     m, t = sandbox
     j = mkjob(t, "ticks")
     tail = subprocess.Popen(["tail", "-f", str(j / "stdout")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = b""
     try:
         start(j, "for i in 1 2 3; do echo tick-$i; sleep 1; done")
         sizes = []
@@ -136,10 +137,12 @@ def test_stdout_size_grows_and_tail_f_never_sees_a_truncation(sandbox):
         st = os.stat(j / "status")
         assert st.st_size == len(read_text(j / "status").encode()), "status size is not its length"
         assert os.stat(j / "exit").st_size == 2
-        time.sleep(1.5)
+        out = sbxutil.read_until(tail, lambda o: o.count(b"tick-") == 3, 20)
+        time.sleep(1.5)  # and a check of tail's after the end: no "file truncated"
     finally:
         tail.terminate()
-        out, err = tail.communicate(timeout=10)
+        rest, err = tail.communicate(timeout=10)
+        out += rest
     assert b"truncated" not in err, err
     assert out.decode().count("tick-") == 3, out
 

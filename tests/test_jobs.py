@@ -499,8 +499,8 @@ def test_kill_ends_job(sandbox):
     start_ready(j)
     t0 = time.monotonic()
     assert write_ctl(j / "ctl", "kill\n") == 5
-    assert wait_exit(j, 10) == 143
-    assert time.monotonic() - t0 < 3
+    assert wait_exit(j, 10) == 143  # not 137: SIGTERM ended it, not the escalation 2 s later
+    assert time.monotonic() - t0 < 8
     st = jstatus(j)
     assert st["state"] == "killed" and st["signal"] == 15 and st["exit"] == 143, st
     # a finished job cannot be killed: ESRCH
@@ -520,7 +520,7 @@ def test_kill_right_after_start(sandbox, spec, sig):
     t0 = time.monotonic()
     write_ctl(j / "ctl", spec)
     assert wait_exit(j, 10) == 128 + sig
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 8
     st = jstatus(j)
     assert st["state"] == "killed" and st["signal"] == sig, st
 

@@ -520,12 +520,16 @@ def test_tail_f_of_job_output_never_sees_it_truncated(sandbox):
     j = start_job(t, "tail", "for i in $(seq 1 12); do echo line$i; sleep 0.2; done")
     tail = subprocess.Popen(["tail", "-n", "+1", "-f", str(j / "stdout")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
+    out = b""
     try:
         assert wait_job(j) == 0
-        time.sleep(2.5)  # tail checks the size about every second
+        # tail checks the size about every second
+        out = sbxutil.read_until(tail, lambda o: b"line12\n" in o, 20)
+        time.sleep(1.5)  # and a check of tail's after the end: no "file truncated"
     finally:
         tail.terminate()
-        out, err = tail.communicate(timeout=10)
+        rest, err = tail.communicate(timeout=10)
+        out += rest
     assert b"truncated" not in err, err
     lines = out.decode().split()
     assert lines == [f"line{i}" for i in range(1, 13)], (lines, err)

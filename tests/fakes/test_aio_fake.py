@@ -118,8 +118,11 @@ def test_sandbox_context_shape(aio, server):
 
 
 def test_ready_delay_then_ready(own_server):
-    s = own_server("--ready-delay", "1.5")
+    s = own_server("--never-ready")
+    # the delay counts from this call, not from the server's start (which a
+    # loaded host can put well before the port file is seen)
     t0 = time.monotonic()
+    assert s.api.post("/_fake/ready", {"delay": 1.5}).status == 200
     r = s.api.get("/v1/sandbox")
     assert r.status == 503
     assert s.api.post("/v1/bash/exec", {"command": "true"}).status == 503
