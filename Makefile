@@ -154,8 +154,13 @@ tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/f
 tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
+# the seccomp policy through a BPF interpreter, for every architecture (providers/filter.c)
+tests/unit/filter_test: tests/unit/filter_test.c tests/unit/check.h providers/filter.o $(COMMON) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ $< providers/filter.o $(COMMON) $(LDFLAGS) $(LDLIBS)
+
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/skills_test tests/unit/remote_test
+	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test
+	./tests/unit/filter_test
 	./tests/unit/skills_test
 	./tests/unit/unit
 	./tests/unit/pool_test
@@ -169,7 +174,7 @@ test: deps all unit
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.

@@ -54,6 +54,7 @@
 #include "../common/util.h"
 #include "../net/egress.h"
 #include "docker_int.h"
+#include "filter.h"
 #include "provider_int.h"
 #include "uidpool.h"
 
@@ -84,7 +85,8 @@ static struct {
 	struct pending pending[64]; /* protected by lock: removals that failed, retried later */
 	int n_pending;
 	struct uidpool *uids; /* made by the first init */
-} dk = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct buf seccomp;   /* the containers' seccomp profile (filter.h): made by the first init, then read-only */
+} dk = { .lock = PTHREAD_MUTEX_INITIALIZER, .seccomp = BUF_INIT(1 << 20) };
 
 struct dbox *dbox(struct sbx_box *b)
 {
@@ -434,7 +436,16 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	pthread_mutex_lock(&dk.lock);
 	if (!dk.uids)
 		dk.uids = uidpool_new(dc->uid_base, dc->uid_count);
+	/* the same system-call policy as local sandboxes (filter.c), in place
+	 * of Docker's default profile, which lets a container create any
+	 * socket family (vsock reaches the hypervisor in every network mode) */
+	if (!dk.seccomp.len && filter_profile(&dk.seccomp, derr, sizeof(derr)))
+		buf_reset(&dk.seccomp);
 	pthread_mutex_unlock(&dk.lock);
+	if (!dk.seccomp.len) {
+		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
+		return SBX_ERR_INVAL;
+	}
 	if (!dk.uids) {
 		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
 		return SBX_ERR_NOMEM;
@@ -683,6 +694,7 @@ static int docker_spec(struct create_ctx *c, struct docker_create_spec *d, const
 	d->mounts = c->mounts;
 	d->n_mounts = c->n_mounts;
 	d->network_mode = cfg->net_mode == NET_OPEN ? "bridge" : "none";
+	d->seccomp_profile = dk.seccomp.ptr;
 	d->memory = (long long)cfg->res.memory;
 	d->nano_cpus = (long long)(cfg->res.cpus * 1e9);
 	d->pids_limit = (long long)cfg->res.pids;

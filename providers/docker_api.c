@@ -395,7 +395,8 @@ static json_t *jstrv(const char *const *v)
 
 static json_t *docker_create_body(const struct docker_create_spec *s)
 {
-	json_t *o = json_object(), *hc = json_object(), *labels = json_object(), *mounts = json_array(), *tmpfs;
+	json_t *o = json_object(), *hc = json_object(), *labels = json_object(), *mounts = json_array(), *tmpfs, *secopt;
+	struct buf seccomp = BUF_INIT(2 << 20);
 	char opts[128];
 	int r = 0;
 
@@ -431,7 +432,11 @@ static json_t *docker_create_body(const struct docker_create_spec *s)
 	r |= json_object_set_new(hc, "CapDrop", json_pack("[s]", "ALL"));
 	if (s->cap_add)
 		r |= json_object_set_new(hc, "CapAdd", jstrv(s->cap_add));
-	r |= json_object_set_new(hc, "SecurityOpt", json_pack("[s]", "no-new-privileges"));
+	secopt = json_pack("[s]", "no-new-privileges");
+	if (secopt && s->seccomp_profile && (buf_addf(&seccomp, "seccomp=%s", s->seccomp_profile) ||
+					      json_array_append_new(secopt, json_string(buf_str(&seccomp)))))
+		r = -1;
+	r |= json_object_set_new(hc, "SecurityOpt", secopt);
 	r |= json_object_set_new(hc, "IpcMode", json_string("private"));
 	r |= json_object_set_new(hc, "Init", json_false());
 	r |= json_object_set_new(hc, "PublishAllPorts", json_false());
@@ -455,6 +460,7 @@ static json_t *docker_create_body(const struct docker_create_spec *s)
 	json_decref(hc);
 	json_decref(labels);
 	json_decref(mounts);
+	buf_free(&seccomp);
 	if (r) {
 		json_decref(o);
 		return NULL;

@@ -70,6 +70,7 @@ struct docker_create_spec {
 	size_t n_mounts;
 	const char *network_mode;      /* "none", "bridge", ... */
 	const char *const *cap_add;    /* added after dropping ALL, NULL-terminated, or NULL */
+	const char *seccomp_profile;   /* a seccomp profile (JSON) in place of Docker's default, or NULL */
 	long long memory;              /* bytes (also the memory+swap limit: no swap); 0 = none */
 	long long nano_cpus;           /* 1e9 = one CPU; 0 = none */
 	long long pids_limit;          /* 0 = none */

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import threading
 import time
@@ -19,6 +20,7 @@ import time
 import pytest
 
 import dockerutil
+import seccomputil
 import sbxutil
 import test_jobs as J
 import test_lifecycle as L
@@ -206,7 +208,10 @@ def test_no_published_port_and_confinement(sandbox, case_label, provider):
     assert not (info["NetworkSettings"].get("Ports") or {}), info["NetworkSettings"].get("Ports")
     assert hc["NetworkMode"] == "none"
     assert hc["CapDrop"] == ["ALL"] and not hc.get("CapAdd")
-    assert "no-new-privileges" in hc["SecurityOpt"] and not any("seccomp" in s for s in hc["SecurityOpt"])
+    # seccomp: our profile (filter.c) in place of Docker's default, never unconfined
+    seccomp = [s for s in hc["SecurityOpt"] if "seccomp" in s]
+    assert "no-new-privileges" in hc["SecurityOpt"] and len(seccomp) == 1, hc["SecurityOpt"]
+    assert json.loads(seccomp[0][len("seccomp="):])["defaultAction"] == "SCMP_ACT_ERRNO"
     assert not hc.get("Privileged")
     st = sbxutil.status(t)
     assert info["Config"]["User"] == f"{st['uid']}:{st['uid']}" and st["uid"] != 0
@@ -229,6 +234,29 @@ def test_no_published_port_and_confinement(sandbox, case_label, provider):
     assert out.splitlines()[-1] == str(st["uid"])
     # the host's side of a job: its command is on no argv of the sandbox's processes but its own shell's
     # (checked by test_docker for the supervisor)
+
+
+@pytest.mark.skipif(seccomputil.GCC is None, reason="gcc not installed")
+@pytest.mark.timeout_s(120)
+def test_socket_families_and_calls_beyond_dockers_default_are_refused(sandbox, tmp_path):
+    """Issue 19: Docker 20.10's default profile lets a container create any
+    socket family, vsock (the hypervisor's side, in every network mode)
+    included.  The containers get the local sandboxes' policy: the same
+    probe, the same answers (test_security.py).  The probe only creates
+    sockets; the image has no libc, so it is static."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe's numbers are x86-64's")
+    m, t = sandbox
+    probe = seccomputil.build_probe(tmp_path)
+    shutil.copy(probe, t / "workspace" / "seccomp_probe")
+    os.chmod(t / "workspace" / "seccomp_probe", 0o755)
+    code, out, err = J.run_job(t, "probe", "./seccomp_probe", timeout=60)
+    assert code == 0, err
+    assert seccomputil.problems(seccomputil.parse(out)) == [], out
+    # netlink still works (busybox's ip)
+    code, out, err = J.run_job(t, "ip", "ip addr show lo")
+    assert code == 0 and " lo:" in out and "127.0.0.1" in out, (out, err)
 
 
 @pytest.mark.timeout_s(120)

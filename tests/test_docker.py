@@ -22,6 +22,7 @@ import pytest
 
 import dockerutil
 import sbxutil
+import seccomputil
 import test_jobs as J
 from containerutil import (CASE_LABEL, case_label, containers, docker_images, inspect,  # noqa: F401
                            provider_config, sbxfs, wait_containers)
@@ -222,6 +223,36 @@ def test_a_job_cannot_ptrace_the_supervisor_of_another(sbxfs, tmp_path, mode):
     assert J.wait_exit(j, 30) == 0, read_text(j / "stderr")
     out = read_text(j / "stdout")
     assert out.startswith("none"), f"a job took hold of another job's supervisor: {out}"
+
+
+# --------------------------------------------------------------------------
+# the seccomp profile against Docker's own
+
+
+@pytest.mark.timeout_s(120)
+def test_profile_is_nowhere_looser_than_dockers_default(sandbox, case_label):
+    """The profile sbxfs gives dockerd (filter.c) against the default profile
+    of this very engine, both as dockerd resolved them for a container
+    without capabilities (the OCI bundle runc got): every call, and every
+    argument of the calls with conditions, that Docker's default refuses is
+    refused by ours; and Docker's lets vsock through, ours does not."""
+    m, t = sandbox
+    [c] = containers(case_label)
+    ours = seccomputil.oci_seccomp(c["id"])
+    cid = dockerutil.docker("run", "-d", "--label", dockerutil.RUN_LABEL, "--cap-drop", "ALL", "--security-opt",
+                            "no-new-privileges", "--network", "none", dockerutil.BUSYBOX_IMAGE,
+                            "sleep", "120").stdout.strip()
+    try:
+        docker = seccomputil.oci_seccomp(cid)
+    finally:
+        dockerutil.docker("rm", "-f", cid, check=False)
+    assert docker["defaultAction"] == "SCMP_ACT_ERRNO" and ours["defaultAction"] == "SCMP_ACT_ERRNO"
+    assert seccomputil.looser(ours, docker) == []
+    vsock = [40, 1, 0, 0, 0, 0]
+    assert seccomputil.allows(docker, "socket", vsock) and not seccomputil.allows(ours, "socket", vsock)
+    # and the sandbox works under it
+    code, out, err = J.run_job(t, "ok", "echo alive; ls /mnt/user-data/workspace >/dev/null && echo listed")
+    assert code == 0 and out == "alive\nlisted\n", (out, err)
 
 
 # --------------------------------------------------------------------------
