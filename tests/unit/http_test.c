@@ -309,6 +309,17 @@ static void test_udir(void)
 	CHECK(fd >= 0);
 	CHECK(symlinkat(target, fd, "escape") == 0 && udir_write(fd, "f", "x", 1, 0600, getuid(), getgid()) == 0);
 	close(fd);
+	/* a tree given to another uid: never through its symlinks */
+	if (geteuid() == 0) {
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/outside/secret", dir);
+		CHECK(udir_chown_tree(dfd, 0, 4242, 4243) == 0);
+		CHECK(fstatat(dfd, "cmd", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242 && st.st_gid == 4243);
+		CHECK(fstatat(dfd, "sub/f", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242);
+		CHECK(fstatat(dfd, "sub/escape", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242);
+		CHECK(fstat(dfd, &st) == 0 && st.st_uid == 4242);
+		CHECK(stat(path, &st) == 0 && st.st_uid == 0 && stat(target, &st) == 0 && st.st_uid == 0);
+	}
 	CHECK(udir_remove(dfd, "sub") == 0 && udir_remove(dfd, "job") == 0 && udir_remove(dfd, "gone") == 0);
 	/* what the symlinks pointed at is untouched */
 	snprintf(path, sizeof(path), "%s/outside/secret", dir);
