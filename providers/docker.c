@@ -1104,11 +1104,12 @@ static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
 		docker_unsave(s->dirs.thread_dir);
 		goto out;
 	}
+	why = e ? NULL : drec_why_not(&r, &info, s->state_id, s->token);
 	if (e) {
 		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, r.id[0] ? r.id : r.name, err);
 		if (!r.id[0])
 			goto out; /* only dockerd can say whether the create made it */
-	} else if ((why = drec_why_not(&r, &info, s->state_id, s->token))) {
+	} else if (why) {
 		docker_log_skipped(scope, s->cfg->use, &info, why);
 		docker_unsave(s->dirs.thread_dir);
 		e = SBX_ERR_GONE;
