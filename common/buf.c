@@ -33,6 +33,17 @@ void buf_reset(struct buf *b)
 		b->ptr[0] = '\0';
 }
 
+void buf_drop(struct buf *b, size_t n)
+{
+	if (n >= b->len) {
+		buf_reset(b);
+		return;
+	}
+	memmove(b->ptr, b->ptr + n, b->len - n);
+	b->len -= n;
+	b->ptr[b->len] = '\0';
+}
+
 static int buf_fail(struct buf *b, int err)
 {
 	buf_free(b);

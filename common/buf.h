@@ -34,6 +34,8 @@ struct buf {
 void buf_init(struct buf *b, size_t max);
 void buf_free(struct buf *b);
 void buf_reset(struct buf *b);
+/* Remove the first n bytes (all of them when n >= len), keeping the rest. */
+void buf_drop(struct buf *b, size_t n);
 __attribute__((warn_unused_result)) int buf_add(struct buf *b, const void *p, size_t n);
 __attribute__((warn_unused_result)) int buf_adds(struct buf *b, const char *s);
 __attribute__((warn_unused_result, format(printf, 2, 3))) int buf_addf(struct buf *b, const char *fmt, ...);

@@ -203,3 +203,53 @@ int udir_remove(int dfd, const char *name)
 {
 	return udir_remove_depth(dfd, name, 0);
 }
+
+static int udir_chown_depth(int dfd, uid_t from, uid_t uid, gid_t gid, int depth)
+{
+	struct stat st;
+	struct dirent *e;
+	DIR *d;
+	int fd, r = 0;
+
+	if (fstat(dfd, &st))
+		return -1;
+	if (st.st_uid == from && fchown(dfd, uid, gid))
+		return -1;
+	if (depth >= UDIR_MAX_DEPTH) {
+		errno = ELOOP;
+		return -1;
+	}
+	fd = dup(dfd);
+	if (fd < 0)
+		return -1;
+	d = fdopendir(fd);
+	if (!d)
+		return udir_fail(fd, errno);
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
+			if (errno != ENOENT)
+				r = -1;
+			continue;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			int sub = udir_openat(dirfd(d), e->d_name);
+
+			if (sub < 0 || udir_chown_depth(sub, from, uid, gid, depth + 1))
+				r = -1;
+			if (sub >= 0)
+				close(sub);
+		} else if (st.st_uid == from && fchownat(dirfd(d), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) &&
+			   errno != ENOENT) {
+			r = -1;
+		}
+	}
+	closedir(d);
+	return r;
+}
+
+int udir_chown_tree(int dfd, uid_t from, uid_t uid, gid_t gid)
+{
+	return udir_chown_depth(dfd, from, uid, gid, 0);
+}

@@ -47,5 +47,9 @@ int udir_copy(int dfd, const char *name, int src, mode_t mode, uid_t uid, gid_t 
 /* rm -rf of name inside dfd, never following a symlink; ENOENT is success.
  * Trees deeper than 64 levels are left (and -1, ELOOP). */
 int udir_remove(int dfd, const char *name);
+/* The directory dfd and everything under it that belongs to from, given to
+ * uid:gid, never following a symlink (the links themselves change owner);
+ * at most 64 levels deep (then -1, ELOOP, after doing the rest). */
+int udir_chown_tree(int dfd, uid_t from, uid_t uid, gid_t gid);
 
 #endif

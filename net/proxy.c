@@ -10,6 +10,10 @@
  *   HEAD -> (HOLD) -> RESOLVE -> CONNECT -> HELLO (CONNECT only) -> RELAY
  *     \______\__________\__________\__________\___________\-> REPLY -> LINGER
  *
+ * A CONNECT's RELAY starts "watching" (tls.h): both directions through
+ * buffers, every client record checked before it goes upstream, until the
+ * server has sent its ServerHello; then the splice relay.
+ *
  * REPLY writes an answer (403, 400, ...); LINGER then reads and drops what
  * the client still sends, for a moment, before closing: closing a socket
  * with unread data makes the kernel send a reset, which can destroy the
@@ -62,6 +66,8 @@
 #define PROXY_BIG_PIPES 16               /* a sandbox's pipes of that size (pipe_new) */
 #define PROXY_LOG_PER_S 10               /* a sandbox's connection log lines a second (log_allowed) */
 #define PROXY_IN_MAX (HTTP_HEAD_MAX + TLS_HELLO_MAX + 4096)
+#define PROXY_DOWN_MAX (64 * 1024)                          /* watching: the server's bytes read at once */
+#define PROXY_SHS_MAX (TLS_HELLO_MAX + 16384 + 256 + 5 + PROXY_DOWN_MAX) /* ... kept for tls_watch_server */
 
 enum tag_kind { TAG_WAKE, TAG_LISTENER, TAG_CLIENT, TAG_UPSTREAM };
 
@@ -116,6 +122,13 @@ struct conn {
 	size_t up_off;
 	struct buf out;     /* to send to the client before the relay */
 	size_t out_off;
+	/* CONNECT: the handshake, watched until the server chose (tls.h) */
+	struct tls_watch tw;
+	bool watching;      /* CS_RELAY without splicing yet: c->in holds client bytes not yet checked */
+	bool s_eof;         /* watching: the server closed its side */
+	struct buf down;    /* server bytes for the client, read while watching */
+	size_t down_off;
+	struct buf shs;     /* watching: the server's bytes tls_watch_server has not used yet */
 	struct resolve_req *rr; /* CS_RESOLVE: owned by the resolver; CS_CONNECT (and a
 	                         * reply after it): the addresses, ours to free */
 	int ai;                 /* the address being tried */
@@ -257,6 +270,8 @@ static void conn_free(struct conn *c)
 	buf_free(&c->in);
 	buf_free(&c->up);
 	buf_free(&c->out);
+	buf_free(&c->down);
+	buf_free(&c->shs);
 	netpol_put(c->pol);
 	free(c);
 }
@@ -602,22 +617,45 @@ static void start_relay(struct conn *c)
 
 /* ---- reading and writing ---------------------------------------------------------------- */
 
-/* Read what the client sent into c->in.  1: got bytes, 0: EOF, -1: error
- * or nothing now (errno EAGAIN). */
-static int read_client(struct conn *c)
+/* Read what fd has into b, up to max bytes in b.  1: got bytes, 0: EOF,
+ * -1: error or nothing now (errno EAGAIN, E2BIG when b is full). */
+static int read_some(int fd, struct buf *b, size_t max)
 {
 	char tmp[16384];
-	size_t room = PROXY_IN_MAX - c->in.len;
+	size_t room = max > b->len ? max - b->len : 0;
 	ssize_t n;
 
 	if (room == 0) {
 		errno = E2BIG;
 		return -1;
 	}
-	n = recv(c->cfd, tmp, room < sizeof(tmp) ? room : sizeof(tmp), 0);
+	n = recv(fd, tmp, room < sizeof(tmp) ? room : sizeof(tmp), 0);
 	if (n > 0)
-		return buf_add(&c->in, tmp, (size_t)n) ? -1 : 1;
+		return buf_add(b, tmp, (size_t)n) ? -1 : 1;
 	return n == 0 ? 0 : -1;
+}
+
+/* Read what the client sent into c->in.  As read_some. */
+static int read_client(struct conn *c)
+{
+	return read_some(c->cfd, &c->in, PROXY_IN_MAX);
+}
+
+/* Read from fd until it has nothing more now: 1 bytes came (or none),
+ * 0 EOF, -1 an error (not EAGAIN or a full buffer). */
+static int read_all(int fd, struct buf *b, size_t max, bool *got)
+{
+	int r;
+
+	*got = false;
+	for (;;) {
+		r = read_some(fd, b, max);
+		if (r == 0)
+			return 0;
+		if (r < 0)
+			return errno == EAGAIN || errno == EINTR || errno == E2BIG ? 1 : -1;
+		*got = true;
+	}
 }
 
 /* Flush b from *off to fd.  1: all written, 0: more to write, -1: error. */
@@ -666,10 +704,27 @@ static void on_head(struct conn *c)
 	decide(c);
 }
 
+/* A tunnel whose client broke the handshake's rules (tls.h): a fatal TLS
+ * alert (access_denied), so the client sees why at once, then closed. */
+static void tls_refuse(struct conn *c, enum tls_hello h)
+{
+	static const char alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 };
+
+	if (send(c->cfd, alert, sizeof(alert), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		log_debug("proxy", "cannot send the TLS alert: %s", strerror(errno));
+	stat_add(&px.denied, 1);
+	if (log_allowed(c->l))
+		log_info(c->l->scope, "proxy: CONNECT %s:443 closed: %s%s", c->host, tls_hello_name(h),
+			c->tw.retries ? " (after a HelloRetryRequest)" : "");
+	conn_close(c);
+}
+
+static void on_relay(struct conn *c);
+
 static void on_hello(struct conn *c)
 {
-	char sni[POLICY_HOST_MAX + 2];
 	enum tls_hello h;
+	size_t used;
 	int r;
 
 	if (c->out.len) { /* the 200 first */
@@ -688,25 +743,163 @@ static void on_hello(struct conn *c)
 	}
 	if (errno != EAGAIN && errno != EINTR && errno != E2BIG)
 		return conn_close(c);
-	h = tls_client_hello((const unsigned char *)c->in.ptr + c->head_len, c->in.len - c->head_len, sni,
-		sizeof(sni));
+	h = tls_watch_client(&c->tw, (const unsigned char *)c->in.ptr + c->head_len, c->in.len - c->head_len,
+		c->host, &used);
 	if (h == TLS_HELLO_MORE && c->in.len < PROXY_IN_MAX)
 		return;
-	if (h != TLS_HELLO_OK || strcmp(sni, c->host)) {
-		/* a fatal TLS alert (access_denied): the client sees why at once */
-		static const char alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 };
-		if (send(c->cfd, alert, sizeof(alert), MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-			log_debug("proxy", "cannot send the TLS alert: %s", strerror(errno));
-		stat_add(&px.denied, 1);
-		if (log_allowed(c->l))
-			log_info(c->l->scope, "proxy: CONNECT %s:443 closed: %s", c->host,
-				h == TLS_HELLO_OK ? "the ClientHello names another host" : tls_hello_name(h));
+	if (h != TLS_HELLO_OK)
+		return tls_refuse(c, h == TLS_HELLO_MORE ? TLS_HELLO_BAD : h);
+	/* the checked records go upstream first; what follows is watched */
+	if (buf_add(&c->up, c->in.ptr + c->head_len, used))
 		return conn_close(c);
-	}
-	/* the ClientHello and whatever followed it go upstream first */
-	if (buf_add(&c->up, c->in.ptr + c->head_len, c->in.len - c->head_len))
-		return conn_close(c);
+	buf_drop(&c->in, c->head_len + used);
+	c->head_len = 0;
+	c->watching = true;
 	start_relay(c);
+}
+
+/* ---- watching a tunnel's handshake (tls.h) ---------------------------------------------- */
+
+/* The handshake is over for the proxy: the server chose, or the client
+ * closed its side (then what it left unchecked is dropped).  The relay
+ * splices from now on, after what the buffers still hold. */
+static void watch_end(struct conn *c, bool client_eof)
+{
+	c->watching = false;
+	if (!client_eof && c->in.len) {
+		/* the rest of a record begun after the ServerHello: nothing to check in it any more */
+		if (buf_add(&c->up, c->in.ptr, c->in.len))
+			return conn_close(c);
+	}
+	buf_reset(&c->in);
+	buf_free(&c->shs);
+}
+
+/* Server -> client while watching: everything goes on (it is the client
+ * that is checked), and the records are read for the ServerHello.  0, or
+ * -1 when c was closed. */
+static int watch_down(struct conn *c, unsigned *cm, unsigned *um)
+{
+	enum tls_hello h;
+	size_t used;
+	bool got = false;
+	int r;
+
+	if (!c->down.len && !c->s_eof) {
+		r = read_all(c->ufd, &c->down, PROXY_DOWN_MAX, &got);
+		if (r < 0) {
+			conn_close(c);
+			return -1;
+		}
+		if (got && buf_add(&c->shs, c->down.ptr, c->down.len)) {
+			conn_close(c);
+			return -1;
+		}
+		c->s_eof = r == 0;
+		if (got) {
+			h = tls_watch_server(&c->tw, (const unsigned char *)c->shs.ptr, c->shs.len, &used);
+			if (h != TLS_HELLO_OK) {
+				if (log_allowed(c->l))
+					log_info(c->l->scope, "proxy: CONNECT %s:443 closed: the server's handshake: %s",
+						c->host, tls_hello_name(h));
+				conn_close(c);
+				return -1;
+			}
+			buf_drop(&c->shs, used);
+			c->deadline = util_now_ms() + PROXY_IDLE_S * 1000ULL;
+		}
+	}
+	if (c->down.len) {
+		r = flush(c->cfd, &c->down, &c->down_off);
+		if (r < 0) {
+			conn_close(c);
+			return -1;
+		}
+		if (r == 0)
+			*cm |= EPOLLOUT;
+	}
+	if (!c->down.len && c->s_eof)
+		shutdown(c->cfd, SHUT_WR); /* the server ended before it chose */
+	if (!c->down.len && !c->s_eof)
+		*um |= EPOLLIN;
+	return 0;
+}
+
+/* Client -> server while watching: only records tls_watch_client passed.
+ * 0, 1 when the client ended its side, or -1 when c was closed. */
+static int watch_up(struct conn *c, unsigned *cm, unsigned *um)
+{
+	enum tls_hello h;
+	size_t used;
+	bool got = false;
+	int r, eof = 0;
+
+	if (c->up.len) {
+		r = flush(c->ufd, &c->up, &c->up_off);
+		if (r < 0) {
+			conn_close(c);
+			return -1;
+		}
+		if (r == 0) {
+			*um |= EPOLLOUT;
+			return 0; /* the server reads slowly: the client waits */
+		}
+	}
+	r = read_all(c->cfd, &c->in, PROXY_IN_MAX, &got);
+	if (r < 0) {
+		conn_close(c);
+		return -1;
+	}
+	eof = r == 0;
+	if (got) {
+		h = tls_watch_client(&c->tw, (const unsigned char *)c->in.ptr, c->in.len, c->host, &used);
+		if (h == TLS_HELLO_OK && !used && c->in.len >= PROXY_IN_MAX)
+			h = TLS_HELLO_BAD;
+		if (h != TLS_HELLO_OK) {
+			tls_refuse(c, h);
+			return -1;
+		}
+		if (used && buf_add(&c->up, c->in.ptr, used)) {
+			conn_close(c);
+			return -1;
+		}
+		buf_drop(&c->in, used);
+		c->deadline = util_now_ms() + PROXY_IDLE_S * 1000ULL;
+		if (c->up.len) {
+			r = flush(c->ufd, &c->up, &c->up_off);
+			if (r < 0) {
+				conn_close(c);
+				return -1;
+			}
+			if (r == 0)
+				*um |= EPOLLOUT;
+		}
+	}
+	if (eof)
+		return 1;
+	if (!c->up.len)
+		*cm |= EPOLLIN;
+	return 0;
+}
+
+static void on_watch(struct conn *c)
+{
+	unsigned cm = 0, um = 0;
+	int up;
+
+	if (watch_down(c, &cm, &um))
+		return;
+	up = watch_up(c, &cm, &um);
+	if (up < 0)
+		return;
+	if (c->tw.done || up == 1) {
+		watch_end(c, up == 1);
+		if (c->cfd >= 0)
+			on_relay(c);
+		return;
+	}
+	set_mask(c->cfd, &c->ctag, &c->cmask, cm);
+	set_mask(c->ufd, &c->utag, &c->umask, um);
 }
 
 /* The plain-HTTP body: client -> c->up, bounded by its framing. */
@@ -821,9 +1014,11 @@ static void on_relay(struct conn *c)
 {
 	int r;
 
+	if (c->watching)
+		return on_watch(c);
 	c->d[0].want_in = c->d[0].want_out = c->d[1].want_in = c->d[1].want_out = false;
 	if (c->req.connect) {
-		if (c->up.len) { /* the ClientHello */
+		if (c->up.len) { /* what the handshake's watch let through */
 			r = flush(c->ufd, &c->up, &c->up_off);
 			if (r < 0)
 				return conn_close(c);
@@ -835,6 +1030,16 @@ static void on_relay(struct conn *c)
 		r = pump(c, &c->d[0]);
 	} else {
 		r = pump_body(c);
+	}
+	if (!r && c->down.len) { /* what the server sent while the handshake was watched */
+		int f = flush(c->cfd, &c->down, &c->down_off);
+
+		if (f < 0)
+			return conn_close(c);
+		if (f == 0) {
+			c->d[1].want_out = true;
+			goto masks;
+		}
 	}
 	if (r || pump(c, &c->d[1]))
 		return conn_close(c);
@@ -1033,6 +1238,9 @@ static void on_accept(struct listener *l)
 		buf_init(&c->in, PROXY_IN_MAX);
 		buf_init(&c->up, HTTP_HEAD_MAX + 2 * TLS_HELLO_MAX + 65536);
 		buf_init(&c->out, 4096);
+		buf_init(&c->down, PROXY_DOWN_MAX);
+		buf_init(&c->shs, PROXY_SHS_MAX);
+		c->tw = (struct tls_watch)TLS_WATCH_INIT;
 		c->st = CS_HEAD;
 		c->deadline = util_now_ms() + PROXY_READ_TIMEOUT_S * 1000;
 		tcp_nodelay(fd);

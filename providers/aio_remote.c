@@ -498,9 +498,17 @@ static enum sbx_err aior_create(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *m = NULL;
 	enum sbx_err e = SBX_ERR_NOMEM;
 	bool marked = false;
+	int r;
 
 	if (!ab)
 		return e;
+	r = sbx_box_own_host_files(&ab->db.base, s);
+	if (r) {
+		log_err(ab->db.name, "aio: cannot give skills/ to the user: %s", strerror(r));
+		e = sbx_err_from_errno(r);
+		abox_free(ab);
+		return e;
+	}
 	if (!hold(ab)) {
 		log_err(ab->db.name, "aio: the AIO sandbox at %s serves another scope (one at a time: rmdir it first)",
 			ab->db.url);
@@ -626,6 +634,7 @@ static enum sbx_err aior_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	struct abox *ab = abox_new(s);
 	json_t *m = NULL;
 	enum sbx_err e;
+	int r;
 
 	if (!ab)
 		return SBX_ERR_NOMEM;
@@ -642,6 +651,9 @@ static enum sbx_err aior_adopt(const struct sbx_spec *s, struct sbx_box **out)
 		e = SBX_ERR_GONE;
 		goto out;
 	}
+	r = sbx_box_own_host_files(&ab->db.base, s);
+	if (r)
+		log_warn(ab->db.name, "aio: cannot give skills/ to the user: %s", strerror(r));
 	aior_save(ab);
 	*out = &ab->db.base;
 	ab = NULL;

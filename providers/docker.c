@@ -5,8 +5,8 @@
  *
  * Both providers share everything about the container here: its name
  * (<container_prefix>-<scope token>, so any sbxfs finds it again), its
- * labels (provider, user, thread, scope, state_id: discovery after a crash
- * finds exactly this daemon's containers and never touches another's), the
+ * labels (provider, user, thread, scope, state_id: what discovery after a
+ * crash lists; never a proof, see "records" below), the
  * thread's data bind-mounted from state_dir, skills read-only, the
  * configured mounts, resources mapped to the container's limits, no
  * capabilities, no-new-privileges, Docker's default seccomp profile, no
@@ -29,7 +29,9 @@
  * Failures leave nothing: a create that fails after the container exists
  * removes it; a removal that fails (dockerd gone) is retried at the next
  * create and at exit, and a container still there at the next start is
- * found by its labels (discover) and removed.
+ * found (discover) and removed.  Only what thread_dir/docker.json proves
+ * ours is ever adopted or removed: its recorded id, or the name and time
+ * of a create whose answer never came ("records" below).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -471,13 +474,52 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	return SBX_OK;
 }
 
-/* ---- records ---------------------------------------------------------------------------------- */
+/* ---- records: the proof of ownership -----------------------------------------------------
+ *
+ * A container is this daemon's only when thread_dir/docker.json says so:
+ * the container id recorded there or, for a create whose answer never came
+ * (a kill -9, a timeout), the name recorded before the create was sent with
+ * the wall-clock time of that intent, matched against dockerd's own creation
+ * time of the container holding the name now (within DOCKER_INTENT_WINDOW_S
+ * after the intent: no container made before our create was sent can be
+ * ours, and a name is free again only once its container is gone).  Our
+ * labels must be there too, but they prove nothing alone: anyone who can
+ * run `docker inspect` can copy them and an image can carry them, so a
+ * container with every label of ours, even under the name of a container of
+ * ours that is gone, is never adopted or removed; the log says it was
+ * skipped.
+ *
+ * The record lives as long as its container may: written before the
+ * create, completed with the id as soon as the create answers, removed
+ * only once a removal is confirmed (a failed one keeps it, and the next
+ * create of the scope or the next start finishes the job).  It names one
+ * container at most: a create first settles what an earlier record names
+ * (docker_settle).  The window: the create request's own timeout (30 s)
+ * and as much again for a dockerd that finished it after the client gave
+ * up; a container that dockerd made later still is not provably ours and
+ * is left (logged) rather than risk removing a stranger's.
+ */
+#define DOCKER_INTENT_WINDOW_S 60
+
+struct drec {
+	char name[128];
+	char id[DOCKER_ID_LEN + 1]; /* "" until the create answered */
+	long long intent_ns;        /* 0: none (a record of an older sbxfs: only its id proves) */
+};
+
+static long long wall_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static int docker_save(struct dbox *db)
 {
-	json_t *o = json_pack("{s:s,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "id", db->id, "init_pid",
-		(int)db->init_pid, "init_start", (json_int_t)db->init_start, "uid", (int)db->base.uid, "gid",
-		(int)db->base.gid);
+	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
+		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
+		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -497,6 +539,117 @@ static void docker_unsave(const char *thread_dir)
 	if (!layout_file(&path, thread_dir, "docker.json"))
 		unlink(path.ptr);
 	buf_free(&path);
+}
+
+/* thread_dir/docker.json into r: 0, or -1 when there is none (or it names
+ * no container: then nothing is provably ours). */
+static int drec_load(const char *thread_dir, struct drec *r)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	json_t *o = NULL, *v;
+	int ret = -1;
+
+	memset(r, 0, sizeof(*r));
+	if (layout_file(&path, thread_dir, "docker.json") || !(o = json_read_file(path.ptr)))
+		goto out;
+	v = json_object_get(o, "name");
+	if (!json_is_string(v) || str_fmt(r->name, sizeof(r->name), "%s", json_string_value(v)) || !r->name[0])
+		goto out;
+	v = json_object_get(o, "id");
+	if (json_is_string(v) && str_fmt(r->id, sizeof(r->id), "%s", json_string_value(v)))
+		goto out;
+	v = json_object_get(o, "intent_ns");
+	r->intent_ns = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	ret = r->id[0] || r->intent_ns ? 0 : -1;
+out:
+	json_decref(o);
+	buf_free(&path);
+	return ret;
+}
+
+static bool docker_ours(const struct docker_container *c, const char *state_id, const char *token)
+{
+	const char *sid = docker_label(c, DOCKER_LABEL_STATE_ID), *scope = docker_label(c, DOCKER_LABEL_SCOPE);
+
+	return sid && !strcmp(sid, state_id) && scope && !strcmp(scope, token);
+}
+
+/* NULL when the record proves c ours, else why not. */
+static const char *drec_why_not(const struct drec *r, const struct docker_container *c, const char *state_id,
+	const char *token)
+{
+	if (!docker_ours(c, state_id, token))
+		return "its labels are not this scope's";
+	if (r->id[0])
+		return strcmp(r->id, c->id) ? "not the container id recorded" : NULL;
+	if (strcmp(r->name, c->name))
+		return "not the name recorded";
+	if (!c->created_ns || c->created_ns < r->intent_ns ||
+	    c->created_ns - r->intent_ns > DOCKER_INTENT_WINDOW_S * 1000000000LL)
+		return "made outside the time of the create recorded";
+	return NULL;
+}
+
+/* The container a record names, inspected: by its id, else by its name. */
+static enum sbx_err drec_inspect(struct docker *api, const struct drec *r, struct docker_container *c, char *err,
+	size_t errlen)
+{
+	return docker_inspect(api, r->id[0] ? r->id : r->name, c, err, errlen);
+}
+
+static void docker_log_skipped(const char *scope, const char *use, const struct docker_container *c, const char *why)
+{
+	log_warn(scope, "%s: container %.12s (%s) carries this sbxfs's labels but is not one it made (%s): skipped, "
+			"never adopted or removed",
+		use, c->id, c->name, why);
+}
+
+/* Before a create: what an earlier record of the scope names (a destroy
+ * that could not finish, a create whose answer never came) is removed when
+ * proven ours and skipped when it only looks ours; the record goes once
+ * nothing of ours can be left.  SBX_OK, or why the create cannot go on
+ * (dockerd away, a removal that failed: the record stays for the next try).
+ * after_failure: right after a failed create, whose cause was logged. */
+static enum sbx_err docker_settle(struct docker *api, const struct sbx_spec *s, const char *scope, bool after_failure)
+{
+	struct docker_container c = { 0 };
+	char err[DOCKER_ERR_LEN];
+	const char *why;
+	struct drec r;
+	enum sbx_err e;
+
+	if (drec_load(s->dirs.thread_dir, &r))
+		return SBX_OK;
+	e = drec_inspect(api, &r, &c, err, sizeof(err));
+	if (e == SBX_ERR_GONE) {
+		docker_unsave(s->dirs.thread_dir);
+		return SBX_OK;
+	}
+	if (e) {
+		if (after_failure) /* the create's failure was logged already */
+			log_warn(scope, "%s: whether dockerd made the container %s cannot be checked now (%s): its record "
+					"stays for the next create or start",
+				s->cfg->use, r.name, err);
+		else
+			log_err(scope, "%s: cannot check the container %s an earlier sandbox of this scope recorded: %s",
+				s->cfg->use, r.id[0] ? r.id : r.name, err);
+		return e;
+	}
+	why = drec_why_not(&r, &c, s->state_id, s->token);
+	if (why) {
+		docker_log_skipped(scope, s->cfg->use, &c, why);
+		docker_unsave(s->dirs.thread_dir);
+	} else {
+		log_warn(scope, "%s: removing the container %.12s (%s) an earlier sandbox of this scope left", s->cfg->use,
+			c.id, c.name);
+		e = docker_remove(api, c.id, err, sizeof(err));
+		if (e)
+			log_err(scope, "%s: cannot remove the container %.12s: %s", s->cfg->use, c.id, err);
+		else
+			docker_unsave(s->dirs.thread_dir);
+	}
+	docker_container_clear(&c);
+	return e;
 }
 
 static unsigned long long ns_inode(pid_t pid, const char *ns)
@@ -713,45 +866,52 @@ static int aio_run_dir(const char *thread_dir, uid_t uid, gid_t gid, char *out, 
 	return lchown(out, uid, gid);
 }
 
-static bool docker_ours(const struct docker_container *c, const char *state_id, const char *token)
-{
-	const char *sid = docker_label(c, DOCKER_LABEL_STATE_ID), *scope = docker_label(c, DOCKER_LABEL_SCOPE);
-
-	return sid && !strcmp(sid, state_id) && scope && !strcmp(scope, token);
-}
-
-/* Container the name: a fresh one; a leftover of ours under that name
- * (a destroy that could not finish) is removed first. */
+/* Make the container: what an earlier record names settled first, the
+ * intent recorded before the request (so a kill -9 before the answer leaves
+ * what proves the container ours), the id recorded at once after it.
+ * *made once a container of ours exists (the caller removes it on a later
+ * failure).  A name held by any container not proven ours fails the create
+ * and is left alone. */
 static enum sbx_err docker_make(struct dbox *db, const struct docker_create_spec *d, const struct sbx_spec *s,
-	const char *scope)
+	const char *scope, bool *made)
 {
 	char err[DOCKER_ERR_LEN];
-	struct docker_container old;
 	enum sbx_err e;
 
-	for (int attempt = 0;; attempt++) {
-		e = docker_create(db->api, d, db->id, err, sizeof(err));
-		if (e != SBX_ERR_EXIST || attempt)
-			break;
-		if (docker_inspect(db->api, db->name, &old, err, sizeof(err)) == SBX_OK && docker_ours(&old, s->state_id, s->token)) {
-			log_warn(scope, "%s: removing a leftover container %s of this sbxfs", s->cfg->use, db->name);
-			e = docker_remove(db->api, old.id, err, sizeof(err));
-			docker_container_clear(&old);
-			if (e)
-				break;
-			continue;
+	*made = false;
+	e = docker_settle(db->api, s, scope, false);
+	if (e)
+		return e;
+	db->intent_ns = wall_ns();
+	if (docker_save(db)) {
+		log_err(scope, "%s: cannot record the create in %s: %s", s->cfg->use, db->thread_dir, strerror(errno));
+		docker_unsave(db->thread_dir);
+		return SBX_ERR_IO;
+	}
+	e = docker_create(db->api, d, db->id, err, sizeof(err));
+	if (!e) {
+		*made = true;
+		if (docker_save(db)) {
+			log_err(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
+			return SBX_ERR_IO;
 		}
-		docker_container_clear(&old);
+		return SBX_OK;
+	}
+	if (e == SBX_ERR_EXIST) {
 		log_err(scope, "%s: the container name %s is taken by a container this sbxfs did not make (another "
-			       "state_dir, or not sbxfs): left alone; change container_prefix",
+			       "state_dir, not sbxfs, or copied labels): left alone; change container_prefix",
 			s->cfg->use, db->name);
+		docker_unsave(db->thread_dir);
 		return SBX_ERR_IO;
 	}
 	if (e == SBX_ERR_GONE)
 		log_err(scope, "%s: image '%s' not found in dockerd (%s); sbxfs never pulls: docker pull or build it",
 			s->cfg->use, d->image, err);
-	else if (e)
+	else
 		log_err(scope, "%s: cannot create the container: %s", s->cfg->use, err);
+	/* dockerd may have made it all the same (no answer, a 5xx): what the
+	 * intent names is removed now, or by the next create or start */
+	docker_settle(db->api, s, scope, true);
 	return e;
 }
 
@@ -808,10 +968,9 @@ static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box *
 		e = SBX_ERR_INVAL;
 		goto out;
 	}
-	e = docker_make(db, &d, s, scope);
+	e = docker_make(db, &d, s, scope, &made);
 	if (e)
 		goto out;
-	made = true;
 	e = docker_start(api, db->id, err, sizeof(err));
 	if (!e)
 		e = docker_inspect(api, db->id, &info, err, sizeof(err));
@@ -844,10 +1003,14 @@ static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box *
 	db = NULL;
 	e = SBX_OK;
 out:
-	if (e && made && docker_remove(api, db->id, err, sizeof(err))) {
-		log_warn(scope, "%s: cannot remove the failed container %s now (%s): retried later", s->cfg->use,
-			db->name, err);
-		docker_remember_removal(api, db->id);
+	if (e && made) {
+		if (docker_remove(api, db->id, err, sizeof(err))) {
+			log_warn(scope, "%s: cannot remove the failed container %s now (%s): retried later", s->cfg->use,
+				db->name, err);
+			docker_remember_removal(api, db->id);
+		} else {
+			docker_unsave(s->dirs.thread_dir);
+		}
 	}
 	docker_container_clear(&info);
 	if (c)
@@ -859,21 +1022,24 @@ out:
 
 /* ---- health, destroy, adopt, discover ------------------------------------------------------- */
 
+/* By the recorded id only: a container that took the name since is not this box's. */
 static enum sbx_err docker_health(struct sbx_box *b)
 {
 	struct dbox *db = dbox(b);
 	struct docker_container info;
 	char err[DOCKER_ERR_LEN], reply[32];
-	enum sbx_err e = docker_inspect(db->api, db->id[0] ? db->id : db->name, &info, err, sizeof(err));
+	enum sbx_err e;
 	bool alive;
 
+	if (!db->id[0])
+		return SBX_ERR_GONE;
+	e = docker_inspect(db->api, db->id, &info, err, sizeof(err));
 	if (e) {
 		log_warn(db->name, "health check: %s", err);
 		return SBX_ERR_GONE;
 	}
-	if (!db->init_pid && info.running && docker_label(&info, DOCKER_LABEL_STATE_ID)) {
-		/* adopted while dockerd was away: learn the container now */
-		snprintf(db->id, sizeof(db->id), "%s", info.id);
+	if (!db->init_pid && info.running) {
+		/* adopted while dockerd was away (or stopped): learn its init now */
 		db->init_pid = info.pid;
 		db->init_start = util_proc_starttime(info.pid);
 		db->pidns = ns_inode(info.pid, "pid");
@@ -888,17 +1054,23 @@ static enum sbx_err docker_health(struct sbx_box *b)
 														  SBX_ERR_GONE;
 }
 
+/* By the recorded id only; the record goes once the removal is confirmed
+ * (a failed one keeps it: retried while the daemon runs, and the next
+ * create of the scope or the next start finishes it). */
 static enum sbx_err docker_destroy(struct sbx_box *b)
 {
 	struct dbox *db = dbox(b);
 	char err[DOCKER_ERR_LEN];
-	enum sbx_err e = docker_remove(db->api, db->id[0] ? db->id : db->name, err, sizeof(err));
+	enum sbx_err e = SBX_OK;
 
+	if (db->id[0])
+		e = docker_remove(db->api, db->id, err, sizeof(err));
 	if (e) {
-		log_err(db->name, "cannot remove the container: %s; retried later", err);
-		docker_remember_removal(db->api, db->id[0] ? db->id : db->name);
+		log_err(db->name, "cannot remove the container %.12s: %s; retried later", db->id, err);
+		docker_remember_removal(db->api, db->id);
+	} else {
+		docker_unsave(db->thread_dir);
 	}
-	docker_unsave(db->thread_dir);
 	db->init_pid = 0;
 	return e;
 }
@@ -908,40 +1080,50 @@ static void docker_box_free(struct sbx_box *b)
 	dbox_free(dbox(b));
 }
 
+/* Adoption by the record alone (see "records"): no record, no container;
+ * a container the record does not prove ours is skipped, and the record,
+ * which then names nothing that exists, goes.  dockerd away: a recorded id
+ * is adopted as it is (the health check decides on reclaim); a create's
+ * intent cannot be checked, so SBX_ERR_IO keeps the record for later. */
 static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct docker *api = docker_client_of(s->cfg);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct docker_container info = { 0 };
 	struct dbox *db = NULL;
-	json_t *rec = NULL;
+	struct drec r;
 	char err[DOCKER_ERR_LEN], scope[NAMES_SCOPE_MAX];
 	enum sbx_err e = SBX_ERR_NOMEM;
+	const char *why;
 	uid_t uid;
 	gid_t gid;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
-	if (!api || !(db = dbox_new(s, api)) || layout_file(&path, s->dirs.thread_dir, "docker.json"))
+	if (!api || !(db = dbox_new(s, api)))
 		goto out;
-	rec = json_read_file(path.ptr);
-	if (rec && json_is_string(json_object_get(rec, "name")))
-		snprintf(db->name, sizeof(db->name), "%s", json_string_value(json_object_get(rec, "name")));
+	if (drec_load(s->dirs.thread_dir, &r)) {
+		e = SBX_ERR_GONE; /* nothing recorded: nothing of it can be proven ours */
+		goto out;
+	}
+	snprintf(db->name, sizeof(db->name), "%s", r.name);
+	snprintf(db->id, sizeof(db->id), "%s", r.id);
+	db->intent_ns = r.intent_ns;
 	if (!uidpool_recorded(s->dirs.thread_dir, &uid, &gid)) {
 		db->base.uid = uid;
 		db->base.gid = gid;
 	}
-	e = docker_inspect(api, db->name, &info, err, sizeof(err));
+	e = drec_inspect(api, &r, &info, err, sizeof(err));
 	if (e == SBX_ERR_GONE) {
 		docker_unsave(s->dirs.thread_dir);
 		goto out;
 	}
+	why = e ? NULL : drec_why_not(&r, &info, s->state_id, s->token);
 	if (e) {
-		/* dockerd away: keep what the record says; the health check decides */
-		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, db->name, err);
-		if (rec && json_is_string(json_object_get(rec, "id")))
-			snprintf(db->id, sizeof(db->id), "%s", json_string_value(json_object_get(rec, "id")));
-	} else if (!docker_ours(&info, s->state_id, s->token)) {
-		log_warn(scope, "%s: the container %s is not this sbxfs's (labels): left alone", s->cfg->use, db->name);
+		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, r.id[0] ? r.id : r.name, err);
+		if (!r.id[0])
+			goto out; /* only dockerd can say whether the create made it */
+	} else if (why) {
+		docker_log_skipped(scope, s->cfg->use, &info, why);
+		docker_unsave(s->dirs.thread_dir);
 		e = SBX_ERR_GONE;
 		goto out;
 	} else {
@@ -951,50 +1133,113 @@ static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
 			db->init_start = util_proc_starttime(info.pid);
 			db->pidns = ns_inode(info.pid, "pid");
 		}
+		if (!r.id[0] && docker_save(db))
+			log_warn(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
 	}
-	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id[0] ? db->id : db->name);
+	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
 	docker_note(db);
 	*out = &db->base;
 	db = NULL;
 	e = SBX_OK;
 out:
 	docker_container_clear(&info);
-	json_decref(rec);
-	buf_free(&path);
 	dbox_free(db);
 	return e;
 }
 
+/* Discovery (a container of ours whose sandbox record is gone: a create
+ * cut short, a destroy that could not finish) is by proof too: dockerd
+ * lists the containers with this daemon's labels, and each is handed to
+ * the pool only when the record of the thread its labels name proves it
+ * ours; the others are skipped (logged) and never touched. */
+#define DOCKER_DISCOVER_MAX 1024
+
 struct discover_ctx {
-	void (*found)(const char *user, const char *thread, void *arg);
-	void *arg;
+	struct discovered {
+		char id[DOCKER_ID_LEN + 1];
+		char user[NAME_MAX_LEN + 1], thread[NAME_MAX_LEN + 1], scope[SCOPE_TOKEN_LEN + 1];
+	} *c;
+	int n;
+	bool full;
 };
 
 static void discover_one(const struct docker_container *c, void *arg)
 {
 	struct discover_ctx *d = arg;
-	const char *user = docker_label(c, DOCKER_LABEL_USER), *thread = docker_label(c, DOCKER_LABEL_THREAD);
+	const char *user = docker_label(c, DOCKER_LABEL_USER), *thread = docker_label(c, DOCKER_LABEL_THREAD),
+		   *scope = docker_label(c, DOCKER_LABEL_SCOPE);
+	struct discovered *x;
 
-	if (user && thread && names_valid(user) && names_valid(thread))
-		d->found(user, thread, d->arg);
+	if (d->n >= DOCKER_DISCOVER_MAX) {
+		d->full = true;
+		return;
+	}
+	x = &d->c[d->n++];
+	snprintf(x->id, sizeof(x->id), "%s", c->id);
+	if (str_fmt(x->user, sizeof(x->user), "%s", user ? user : "") ||
+	    str_fmt(x->thread, sizeof(x->thread), "%s", thread ? thread : "") ||
+	    str_fmt(x->scope, sizeof(x->scope), "%s", scope ? scope : ""))
+		x->user[0] = '\0'; /* no valid name: skipped below */
+}
+
+/* Whether candidate x is proven ours (see "records"); logs why not. */
+static bool discover_proves(struct docker *api, const struct sbx_config *cfg, const char *state_id,
+	const struct discovered *x)
+{
+	struct buf td = BUF_INIT(BUF_CAP_PATH);
+	struct docker_container c = { 0 };
+	char token[SCOPE_TOKEN_LEN + 1], err[DOCKER_ERR_LEN];
+	const char *why = NULL;
+	struct drec r;
+	bool ok = false;
+
+	if (docker_inspect(api, x->id, &c, err, sizeof(err))) {
+		log_warn("docker", "discovery: cannot inspect container %.12s: %s", x->id, err);
+		goto out;
+	}
+	if (!names_valid(x->user) || !names_valid(x->thread) || names_scope_token(x->user, x->thread, token) ||
+	    strcmp(token, x->scope))
+		why = "its user, thread and scope labels name no scope";
+	else if (layout_thread_dir(&td, cfg->state_dir, x->user, x->thread) || drec_load(td.ptr, &r))
+		why = "no record of its scope names a container";
+	else
+		why = drec_why_not(&r, &c, state_id, token);
+	if (why)
+		docker_log_skipped("docker", cfg->use, &c, why);
+	ok = !why;
+out:
+	docker_container_clear(&c);
+	buf_free(&td);
+	return ok;
 }
 
 static enum sbx_err docker_discover(const struct sbx_config *cfg, const char *state_id,
 	void (*found)(const char *user, const char *thread, void *arg), void *arg)
 {
 	struct docker *api = docker_client_of(cfg);
-	struct discover_ctx d = { found, arg };
+	struct discover_ctx d = { .c = calloc(DOCKER_DISCOVER_MAX, sizeof(*d.c)) };
 	char l1[128], l2[128], err[DOCKER_ERR_LEN];
 	const char *labels[] = { l1, l2, NULL };
-	enum sbx_err e;
+	enum sbx_err e = SBX_ERR_NOMEM;
 
-	if (!api)
-		return SBX_ERR_NOMEM;
+	if (!api || !d.c)
+		goto out;
 	snprintf(l1, sizeof(l1), "%s=%s", DOCKER_LABEL_STATE_ID, state_id);
 	snprintf(l2, sizeof(l2), "%s=%s", DOCKER_LABEL_PROVIDER, cfg->use);
 	e = docker_list(api, labels, discover_one, &d, err, sizeof(err));
-	if (e)
+	if (e) {
 		log_warn("docker", "discovery of this sbxfs's containers failed: %s", err);
+		goto out;
+	}
+	if (d.full)
+		log_warn("docker", "discovery: more than %d containers carry this sbxfs's labels: only the first %d "
+				   "were considered",
+			DOCKER_DISCOVER_MAX, DOCKER_DISCOVER_MAX);
+	for (int i = 0; i < d.n; i++)
+		if (discover_proves(api, cfg, state_id, &d.c[i]))
+			found(d.c[i].user, d.c[i].thread, arg);
+out:
+	free(d.c);
 	return e;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -162,11 +163,69 @@ static int dec_name(const char *name, char *out, size_t len)
 	return str_fmt(out, len, "%s", name[0] == '/' ? name + 1 : name);
 }
 
+/* n decimal digits at *p into *v (advancing p): 0, or -1. */
+static int dec_digits(const char **p, int n, int *v)
+{
+	*v = 0;
+	for (int i = 0; i < n; i++, (*p)++) {
+		if (**p < '0' || **p > '9')
+			return -1;
+		*v = *v * 10 + (**p - '0');
+	}
+	return 0;
+}
+
+int docker_time_ns(const char *s, long long *ns)
+{
+	struct tm tm = { 0 };
+	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+	long long frac = 0;
+	int digits = 0;
+	time_t t;
+
+	if (dec_digits(&s, 4, &y) || *s++ != '-' || dec_digits(&s, 2, &mo) || *s++ != '-' || dec_digits(&s, 2, &d))
+		return -1;
+	if (*s != 'T' && *s != 't')
+		return -1;
+	s++;
+	if (dec_digits(&s, 2, &h) || *s++ != ':' || dec_digits(&s, 2, &mi) || *s++ != ':' || dec_digits(&s, 2, &sec))
+		return -1;
+	if (*s == '.') {
+		for (s++; *s >= '0' && *s <= '9'; s++, digits++)
+			if (digits < 9)
+				frac = frac * 10 + (*s - '0');
+		if (!digits)
+			return -1;
+		for (; digits < 9; digits++)
+			frac *= 10;
+	}
+	if (*s == 'Z' || *s == 'z') {
+		s++;
+	} else if (*s == '+' || *s == '-') {
+		sign = *s++ == '-' ? -1 : 1;
+		if (dec_digits(&s, 2, &oh) || *s++ != ':' || dec_digits(&s, 2, &om))
+			return -1;
+	} else {
+		return -1;
+	}
+	if (*s || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60 || oh > 23 || om > 59)
+		return -1;
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	t = timegm(&tm);
+	*ns = ((long long)t - sign * (oh * 3600LL + om * 60LL)) * 1000000000LL + frac;
+	return 0;
+}
+
 /* GET /containers/{id}/json */
 static int decode_inspect(json_t *o, struct docker_container *c, char *err, size_t errlen)
 {
 	json_t *state = json_object_get(o, "State"), *config = json_object_get(o, "Config");
-	char name[sizeof(c->name) + 1];
+	char name[sizeof(c->name) + 1], created[64];
 	long long pid, code;
 
 	memset(c, 0, sizeof(*c));
@@ -180,8 +239,13 @@ static int decode_inspect(json_t *o, struct docker_container *c, char *err, size
 	    dec_bool(state, "Running", &c->running, err, errlen) || dec_int(state, "Pid", &pid, true, err, errlen) ||
 	    dec_int(state, "ExitCode", &code, false, err, errlen) ||
 	    dec_str(config, "Image", c->image, sizeof(c->image), false, err, errlen) ||
+	    dec_str(o, "Created", created, sizeof(created), false, err, errlen) ||
 	    dec_labels(json_object_get(config, "Labels"), c, err, errlen))
 		return -1;
+	if (created[0] && docker_time_ns(created, &c->created_ns)) {
+		seterr(err, errlen, "dockerd's answer has a bad 'Created' (%s)", created);
+		return -1;
+	}
 	if (dec_name(name, c->name, sizeof(c->name))) {
 		seterr(err, errlen, "dockerd's answer has a bad 'Name'");
 		return -1;

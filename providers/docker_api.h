@@ -90,10 +90,15 @@ struct docker_container {
 	pid_t pid;        /* host pid of its first process, 0 when not running */
 	int exit_code;
 	char image[256];
+	long long created_ns; /* when dockerd made it (ns since the epoch; inspect only, 0 in summaries) */
 	struct docker_label *labels; /* owned: docker_container_clear() */
 	size_t n_labels;
 };
 
+/* An RFC 3339 time as dockerd writes it ("2024-05-01T12:34:56.123456789Z",
+ * or with a +hh:mm offset) into ns since the epoch: 0, or -1 when it is not
+ * one. */
+int docker_time_ns(const char *s, long long *ns);
 /* The value of label key, or NULL. */
 const char *docker_label(const struct docker_container *c, const char *key);
 void docker_container_clear(struct docker_container *c);

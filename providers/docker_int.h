@@ -6,8 +6,11 @@
  *
  * A sandbox is one container named <container_prefix>-<scope token>,
  * labelled with its provider, user, thread, scope token and the daemon's
- * state_id; its record is thread_dir/docker.json (container id, init pid and
- * start time, uid).  Boxes are reference counted by the pool and by exec
+ * state_id; its record is thread_dir/docker.json (name and the time of the
+ * create's intent, written before the create; container id, written as soon
+ * as the create answers; init pid and start time, uid), which is what proves
+ * a container ours: labels alone never do (docker.c, "Ownership").  Boxes
+ * are reference counted by the pool and by exec
  * handles (provider.h); their fields are immutable after create/adopt
  * except where noted.
  */
@@ -55,6 +58,7 @@ struct dbox {
 	struct sbx_box base; /* first: see dbox() */
 	char name[128];      /* container name */
 	char id[DOCKER_ID_LEN + 1];
+	long long intent_ns;  /* wall clock (ns) just before its create was sent (docker.json) */
 	pid_t init_pid;      /* host pid of the container's first process; 0 = unknown or dead */
 	unsigned long long init_start;
 	unsigned long long pidns; /* inode of the container's pid namespace */

@@ -694,10 +694,17 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	enum sbx_err e = SBX_ERR_NOMEM;
 	bool made = false;
+	int r;
 
 	if (!c || !ob || os_request(c, &q, s))
 		goto out;
 	os_server(s->cfg, &srv, ob->scope);
+	r = sbx_box_own_host_files(&ob->base, s);
+	if (r) {
+		log_err(ob->scope, "opensandbox: cannot give skills/ to the user: %s", strerror(r));
+		e = sbx_err_from_errno(r);
+		goto out;
+	}
 	e = osapi_create(&srv, &q, &sb, err, sizeof(err));
 	if (e) {
 		log_err(ob->scope, "opensandbox: create: %s", err);
@@ -845,6 +852,7 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	json_t *rec = NULL;
 	char err[OSAPI_ERR_LEN];
 	enum sbx_err e = SBX_ERR_NOMEM;
+	int r;
 
 	if (!ob || layout_file(&path, s->dirs.thread_dir, OS_RECORD))
 		goto out;
@@ -889,6 +897,9 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 		}
 		ob->expires_at = sb.has_expires ? sb.expires_at : 0;
 	}
+	r = sbx_box_own_host_files(&ob->base, s);
+	if (r)
+		log_warn(ob->scope, "opensandbox: cannot give skills/ to the user: %s", strerror(r));
 	os_save(ob);
 	os_register(ob);
 	*out = &ob->base;

@@ -325,6 +325,14 @@ extern const struct config_hooks provider_config_hooks;
 /* The provider's side-effect-free checks of cfg (SBX_OK without a preflight slot). */
 enum sbx_err sbx_preflight(const struct sbx_provider *prov, const struct sbx_config *cfg, char *err, size_t errlen);
 void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov);
+/* Remote providers (their sandboxes' files are behind an API): the host-side
+ * trees they still have (skills/, synced by upload) belong to the user's uid
+ * when users: maps it, so that user can write them, as with the local
+ * provider's data; box->uid/gid say so to the FUSE layer.  What root made
+ * there before is given to that uid too.  Without a mapping nothing changes
+ * (the daemon's, shown as the mount's).  Call from create and adopt.  0, or
+ * an errno. */
+int sbx_box_own_host_files(struct sbx_box *box, const struct sbx_spec *s);
 struct sbx_box *sbx_box_get(struct sbx_box *box);
 void sbx_box_put(struct sbx_box *box);
 enum sbx_err sbx_kill_all(struct sbx_box *box);

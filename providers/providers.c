@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <pthread.h>
 
 #include <jansson.h>
 
 #include "../common/buf.h"
+#include "../common/udir.h"
 #include "provider.h"
 
 /* ---- provider level ------------------------------------------------------------ */
@@ -37,6 +39,26 @@ void sbx_box_init(struct sbx_box *box, const struct sbx_provider *prov)
 	box->refs = 1;
 	box->uid = (uid_t)-1;
 	box->gid = (gid_t)-1;
+}
+
+int sbx_box_own_host_files(struct sbx_box *box, const struct sbx_spec *s)
+{
+	uid_t uid;
+	gid_t gid;
+	int fd, err = 0;
+
+	if (config_user_lookup(s->cfg, s->user, &uid, &gid))
+		return 0; /* no users: mapping (or no longer one for this name): the daemon's, presented as the mount's */
+	fd = udir_open(s->dirs.skills);
+	if (fd < 0 || udir_chown_tree(fd, geteuid(), uid, gid))
+		err = errno;
+	if (fd >= 0)
+		close(fd);
+	if (err)
+		return err;
+	box->uid = uid;
+	box->gid = gid;
+	return 0;
 }
 
 struct sbx_box *sbx_box_get(struct sbx_box *box)

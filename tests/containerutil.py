@@ -18,7 +18,9 @@ bounded); containers left over by the daemon are reported in the teardown.
 import hashlib
 import json
 import os
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -148,3 +150,90 @@ def needs(provider, *what):
 
 def free_name():
     return f"sbxt-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+
+
+def scope_token(user, thread):
+    """DESIGN §4's scope token."""
+    return hashlib.sha256(f"{user}:{thread}".encode()).hexdigest()[:16]
+
+
+class DockerProxy:
+    """A unix-socket proxy in front of dockerd for the daemon's Engine API
+    calls (docker.socket / aio.socket).  Bytes pass through unchanged; with
+    hold_create set, once a connection carries POST .../containers/create,
+    dockerd's answer to it is kept from the daemon (answered is set when it
+    arrives: the container exists) until release().  So a test can kill -9
+    the daemon between its create request and the answer."""
+
+    def __init__(self):
+        self.path = f"/tmp/sbxt-dockerd-{os.getpid()}-{time.monotonic_ns() % 10**9}.sock"
+        self.hold_create = False
+        self.answered = threading.Event()
+        self.released = threading.Event()
+        self.held = b""
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(self.path)
+        self.srv.listen(64)
+        self.closing = False
+        self.conns = []
+        self.th = threading.Thread(target=self._accept, daemon=True)
+        self.th.start()
+
+    def _accept(self):
+        while not self.closing:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                u.connect(dockerutil.docker_socket())
+            except OSError:
+                c.close()
+                continue
+            self.conns += [c, u]
+            state = {"create": False}
+            threading.Thread(target=self._pipe, args=(c, u, state, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, state, False), daemon=True).start()
+
+    def _pipe(self, src, dst, state, upstream):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if upstream and self.hold_create and b"/containers/create" in b:
+                    state["create"] = True
+                if not upstream and state["create"]:
+                    self.held += b
+                    self.answered.set()
+                    self.released.wait()
+                    continue  # the daemon never hears it
+                dst.sendall(b)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def release(self):
+        """Drop what was held (its connection's daemon is gone) and pass
+        everything through from now on."""
+        self.hold_create = False
+        self.released.set()
+
+    def close(self):
+        self.closing = True
+        self.release()
+        self.srv.close()
+        for s in self.conns:
+            try:
+                s.close()
+            except OSError:
+                pass
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass

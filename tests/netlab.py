@@ -80,9 +80,11 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class LoopbackHTTP:
     """An HTTP server on ADDR:80 of the host's loopback; .requests lists
-    (method, path, headers) of every request it answered."""
+    (method, path, headers) of every request it answered.  With tls (cert,
+    key) it speaks HTTPS and .sni lists the names its ClientHellos gave;
+    tls_curve limits its TLS 1.3 key exchange to that group."""
 
-    def __init__(self, name, port=80, addr=None, delay=0.0, tls=None):
+    def __init__(self, name, port=80, addr=None, delay=0.0, tls=None, tls_curve=None):
         self.addr = addr or random_loopback()
         self.port = port
         self.srv = _Server((self.addr, port), _Handler)
@@ -93,6 +95,8 @@ class LoopbackHTTP:
         if tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(tls[0], tls[1])
+            if tls_curve:  # the only group it takes: a ClientHello whose key share is another gets a HelloRetryRequest
+                ctx.set_ecdh_curve(tls_curve)
             ctx.sni_callback = lambda obj, sni, c: self.sni.append(sni)
             self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
         self.th = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)

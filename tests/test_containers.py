@@ -24,8 +24,8 @@ import seccomputil
 import sbxutil
 import test_jobs as J
 import test_lifecycle as L
-from containerutil import (case_label, containers, docker_images, inspect, needs, provider,  # noqa: F401
-                           provider_config, sbxfs, wait_containers)
+from containerutil import (CASE_LABEL, DockerProxy, case_label, containers, docker_images, inspect,  # noqa: F401
+                           needs, provider, provider_config, sbxfs, scope_token, wait_containers)
 from sbxutil import ProcRef, expect_errno, read_json, read_text, wait_until
 
 
@@ -163,6 +163,150 @@ def test_unrecorded_container_is_removed_at_start(sbxfs, case_label):
     m.restart()
     assert wait_containers(case_label, 0, 20) == [], "an unrecorded container of ours was not removed"
     assert "destroying what it left" in m.log or "interrupted" in m.log, m.log[-2000:]
+
+
+# --------------------------------------------------------------------------
+# adoption needs proof (DESIGN §4): labels, even with a name of ours, are not
+
+
+def _stranger(name, labels, image=None):
+    """A container someone else started: busybox sleeping, with labels."""
+    args = ["run", "-d", "--network", "none", "--name", name]
+    for k, v in labels.items():
+        args += ["--label", f"{k}={v}"]
+    return dockerutil.docker(*args, image or dockerutil.IMAGES["busybox"], "sleep", "600").stdout.strip()
+
+
+def _labels_for(labels, thread):
+    """Our labels, pointed at another thread of alice."""
+    out = dict(labels)
+    out.update({"org.sbxfs.thread": thread, "org.sbxfs.scope": scope_token("alice", thread)})
+    return out
+
+
+def _running(cid):
+    return inspect(cid)["State"]["Running"]
+
+
+def _skipped(log, cid):
+    return [ln for ln in log.splitlines() if cid[:12] in ln and "skipped" in ln]
+
+
+@pytest.fixture
+def labelled_image(case_label):
+    """A local image whose configuration carries labels (built FROM the test
+    image, no pull); removed after the test."""
+    made = []
+
+    def build(labels):
+        tag = f"sbxt-labelled-{case_label}:{len(made) + 1}"
+        text = f"FROM {dockerutil.IMAGES['busybox']}\n" + "".join(
+            f"LABEL {json.dumps(k)}={json.dumps(v)}\n" for k, v in labels.items())
+        dockerutil.docker("build", "-q", "-t", tag, "-", input=text, timeout=120)
+        made.append(tag)
+        return tag
+
+    yield build
+    dockerutil.remove_containers(f"{CASE_LABEL}={case_label}")
+    for tag in made:
+        dockerutil.docker("rmi", "-f", tag, check=False, timeout=60)
+
+
+@pytest.mark.timeout_s(240)
+def test_strangers_with_our_labels_survive_start_reclaim_and_unmount(sbxfs, case_label, labelled_image):
+    """Containers carrying every label of ours (copied from one of ours, or
+    from an image that carries them), one even under the name of a
+    container of ours that was removed, are never adopted or removed: not
+    at start, not by the mkdir of their scope, not at unmount."""
+    m = sbxfs()
+    prefix = m.config["container_prefix"]
+    d, _ = acquire(m, "alice", "t")
+    [ours] = containers(case_label)
+    labels = inspect(ours["id"])["Config"]["Labels"]   # the test's labels too: the cleanup finds them
+    assert labels["org.sbxfs.scope"] == scope_token("alice", "t")
+    # copied labels, named as our container of alice/u would be
+    s_copy = _stranger(f"{prefix}-{scope_token('alice', 'u')}", _labels_for(labels, "u"))
+    # an image that carries our labels (for alice/v), named as ours would be
+    image = labelled_image(_labels_for(labels, "v"))
+    s_image = _stranger(f"{prefix}-{scope_token('alice', 'v')}",
+                        {dockerutil.TEST_LABEL: dockerutil.RUN_ID, CASE_LABEL: case_label}, image)
+    assert inspect(s_image)["Config"]["Labels"]["org.sbxfs.state_id"] == labels["org.sbxfs.state_id"]
+    # the daemon dies; our container is removed behind its back and a stranger takes its name and labels
+    m.kill9()
+    m.umount(lazy=True)
+    dockerutil.docker("rm", "-f", ours["id"])
+    s_name = _stranger(ours["name"], labels)
+    strangers = {"copied labels": s_copy, "labels from the image": s_image, "our removed container's name": s_name}
+    m.restart()
+    st = read_json(m.mnt / ".status")
+    assert st["adopted"] == 0 and st["warm"] == 0, st
+    for what, cid in strangers.items():
+        assert _running(cid), f"the stranger with {what} was touched at start"
+        assert _skipped(m.log, cid), f"no log line says the stranger with {what} was skipped:\n{m.log[-3000:]}"
+    # mkdir of their scopes: the names are taken by containers we did not make
+    for thread in ("t", "u", "v"):
+        expect_errno(lambda: os.mkdir(m.mnt / "alice" / thread), errno.EIO)
+        assert not (m.mnt / "alice" / thread).exists()
+    assert "taken by a container this sbxfs did not make" in m.log
+    assert m.stop() == 0
+    for what, cid in strangers.items():
+        assert _running(cid), f"the stranger with {what} was touched by a mkdir or the unmount"
+    assert {c["id"] for c in containers(case_label)} == set(strangers.values())
+
+
+@pytest.mark.timeout_s(180)
+def test_reclaim_never_takes_a_stranger_under_our_name(sbxfs, case_label):
+    """A warm sandbox whose container was removed behind the daemon's back,
+    and a stranger started under its name with its labels: the reclaim's
+    health check fails, the new create finds the name taken and fails; the
+    stranger runs on, also after the unmount."""
+    m = sbxfs()
+    d, _ = acquire(m, "alice", "t")
+    [ours] = containers(case_label)
+    labels = inspect(ours["id"])["Config"]["Labels"]
+    os.rmdir(d)
+    dockerutil.docker("rm", "-f", ours["id"])
+    s = _stranger(ours["name"], labels)
+    expect_errno(lambda: os.mkdir(d), errno.EIO)
+    assert _running(s), "the reclaim removed a container it did not make"
+    assert "taken by a container this sbxfs did not make" in m.log, m.log[-3000:]
+    assert m.stop() == 0
+    assert _running(s) and [c["id"] for c in containers(case_label)] == [s]
+
+
+@pytest.mark.timeout_s(180)
+def test_kill9_between_the_create_and_its_answer_leaves_nothing(sbxfs, case_label, provider):
+    """The create's intent is recorded before the request: a kill -9 after
+    dockerd made the container but before the daemon heard the id leaves a
+    container that the next start proves ours (name and creation time) and
+    removes; the scope then works as before."""
+    proxy = DockerProxy()
+    try:
+        m = sbxfs(config={provider: {"socket": proxy.path}})
+        proxy.hold_create = True
+        os.mkdir(m.mnt / "alice")
+        t = threading.Thread(target=lambda: expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"),
+                                                         errno.ECONNABORTED, errno.ENOTCONN), daemon=True)
+        t.start()
+        assert proxy.answered.wait(60), "the create never reached dockerd"
+        rec = json.loads((m.thread_data("alice", "t") / "docker.json").read_text())
+        assert rec["id"] == "" and rec["intent_ns"] > 0, rec   # the intent, not yet the id
+        [c] = wait_containers(case_label, 1)
+        assert c["name"] == rec["name"]
+        m.kill9()
+        proxy.release()
+        t.join(30)
+        m.restart()
+        assert wait_containers(case_label, 0, 30) == [], "the interrupted create's container survived the start"
+        assert "destroying what it left" in m.log, m.log[-3000:]
+        assert not (m.thread_data("alice", "t") / "docker.json").exists()
+        d, _ = acquire(m, "alice", "t")
+        code, out, _ = J.run_job(d, "ok", "echo fine")
+        assert code == 0 and out == "fine\n"
+        assert m.stop() == 0
+        assert wait_containers(case_label, 0, 20) == []
+    finally:
+        proxy.close()
 
 
 def mnt_stop_keep(m):

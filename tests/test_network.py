@@ -805,6 +805,89 @@ def test_hostile_requests(allow):
     assert len([p for p in paths if p == "/"]) == 0
 
 
+# A TLS 1.3 conversation by hand: a first ClientHello whose key share (x25519)
+# the server does not take, so it answers HelloRetryRequest; then a second
+# ClientHello with a P-256 key share (the curve's generator: a valid point)
+# naming SECOND.  What came back after it is printed.
+HRR = r'''
+MAGIC = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
+G = bytes.fromhex("046b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296"
+                  "4fe342e2fe1a7f9b8ee7eb4a7c0f9e162bce33576b315ececbb6406837bf51f5")
+def ext(t, body):
+    return struct.pack(">HH", t, len(body)) + body
+def hello13(sni, group, key, rnd, sid):
+    n = sni.encode()
+    e = ext(0, struct.pack(">H", len(n) + 3) + b"\0" + struct.pack(">H", len(n)) + n)
+    e += ext(0x2b, b"\x02\x03\x04") + ext(0x0a, b"\x00\x04\x00\x1d\x00\x17")
+    e += ext(0x0d, b"\x00\x06\x08\x04\x04\x03\x04\x01")
+    ks = struct.pack(">HH", group, len(key)) + key
+    e += ext(0x33, struct.pack(">H", len(ks)) + ks)
+    body = b"\x03\x03" + rnd + bytes([len(sid)]) + sid + b"\x00\x02\x13\x01\x01\x00" + struct.pack(">H", len(e)) + e
+    hs = b"\x01" + struct.pack(">I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs
+def record(s):
+    out = b""
+    while len(out) < 5 or len(out) < 5 + struct.unpack(">H", out[3:5])[0]:
+        b = s.recv(65536)
+        if not b:
+            break
+        out += b
+    return out
+def retry(host, second):
+    s = socket.create_connection(P, timeout=20)
+    s.sendall(("CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\n\r\n" % (host, host)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    rnd, sid = os.urandom(32), os.urandom(32)
+    s.sendall(hello13(host, 0x1d, os.urandom(32), rnd, sid))
+    first = record(s)
+    asked = first[:1] == b"\x16" and first[5:6] == b"\x02" and first[11:43] == MAGIC
+    s.sendall(bytes.fromhex("140303000101") + hello13(second, 0x17, G, rnd, sid))
+    after = record(s)
+    if after[:1] == b"\x15":  # an alert: the connection must end with it
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                after += b
+        except socket.timeout:
+            after += b"<open>"
+    s.close()
+    return {"head": head.split(b"\r\n")[0].decode(), "asked_again": asked, "after": after[:11].hex()}
+show(same=json.dumps(retry(HOST, HOST)), other=json.dumps(retry(HOST, "other.example.test")))
+'''
+
+
+@pytest.mark.timeout_s(120)
+def test_second_clienthello_after_a_helloretryrequest_is_checked(sbxfs, servers, cert):
+    """TLS 1.3: a server that answers HelloRetryRequest gets a second
+    ClientHello; one naming another host than the CONNECT's is refused (the
+    proxy's access_denied alert, then the end of the connection) and never
+    reaches the server, one naming the same host goes through."""
+    name = "hrr.pypi.example"
+    hrr = netlab.LoopbackHTTP(name, 443, tls=cert, tls_curve="prime256v1")
+    try:
+        conf = allowlist_conf(servers)
+        conf["network"]["hosts"][name] = hrr.addr
+        m = sbxfs(config=conf)
+        t = acquire(m)
+        r = py(t, "hrr", f"HOST = {name!r}\n" + HRR)
+        same, other = json.loads(r["same"]), json.loads(r["other"])
+        for x in (same, other):
+            assert x["head"] == "HTTP/1.1 200 Connection Established" and x["asked_again"], x
+        # the same name: the server's ServerHello (not another HelloRetryRequest)
+        sh = bytes.fromhex(same["after"])
+        assert sh[:1] == b"\x16" and sh[5:6] == b"\x02", same
+        # another name: refused by the proxy, and the server never saw it
+        assert bytes.fromhex(other["after"]) == b"\x15\x03\x03\x00\x02\x02\x31", other
+        assert hrr.sni.count(name) == 3 and "other.example.test" not in hrr.sni, hrr.sni
+        assert "names another host (after a HelloRetryRequest)" in m.log, m.log[-2000:]
+    finally:
+        hrr.close()
+
+
 @pytest.mark.timeout_s(120)
 def test_private_dns_answer_refused_without_the_override(sbxfs, servers):
     conf = allowlist_conf(servers, allow_private_destinations=False,

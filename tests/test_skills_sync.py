@@ -201,3 +201,64 @@ def test_modes_and_names_an_api_could_expand_arrive_as_they_are(box):
     for p in sk.rglob("*"):
         q = got / p.relative_to(sk)
         assert os.stat(q).st_mode & 0o777 == os.stat(p).st_mode & 0o777, p
+
+
+# A non-root writer: what a user mapped by `users:` does under skills/.
+WRITER = r"""
+import json, os, sys
+root = sys.argv[1]
+st = os.stat(root)
+os.makedirs(os.path.join(root, "mine", "docs"))
+with open(os.path.join(root, "mine", "SKILL.md"), "w") as f:
+    f.write("# mine\n")
+    f.flush()
+    os.fsync(f.fileno())  # returns once the sandbox has it
+with open(os.path.join(root, "mine", "docs", "how.md"), "w") as f:
+    f.write("how\n")
+fd = os.open(os.path.join(root, "mine", "docs"), os.O_RDONLY | os.O_DIRECTORY)
+os.fsync(fd)
+os.close(fd)
+print(json.dumps({"uid": st.st_uid, "mode": st.st_mode & 0o7777}))
+"""
+
+
+def _free_uid(start=62000):
+    import pwd
+    uid = start
+    while True:
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+        uid += 1
+
+
+@pytest.mark.timeout_s(120)
+def test_a_mapped_user_writes_skills_and_the_sandbox_sees_them(sbxfs, remote, fake):
+    """skills/ of a remote sandbox is the mapped user's (as on the local
+    provider), not root's: that user, not root, adds a skill and the sandbox
+    has it once fsync returns."""
+    import shutil
+    import sys
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or not setpriv:
+        pytest.skip("needs root and setpriv")
+    uid = _free_uid()
+    m = sbxfs(config={"users": {"alice": uid}, "allow_other": True})
+    d = m.mnt / "alice" / "t"
+    os.makedirs(d)
+    r = subprocess.run([setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", sys.executable, "-c",
+                        WRITER, str(d / "skills")], capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, f"the user could not write under skills/: {r.stderr}"
+    st = json.loads(r.stdout)
+    assert st["uid"] == uid and st["mode"] & 0o700 == 0o700, st
+    srv = Server(remote, fake)
+    inside = in_sandbox(srv, d)
+    assert (inside / "mine" / "SKILL.md").read_text() == "# mine\n"
+    assert (inside / "mine" / "docs" / "how.md").read_text() == "how\n"
+    code, out, _ = J.run_job(d, "see", "cat /mnt/skills/mine/SKILL.md /mnt/skills/mine/docs/how.md")
+    assert code == 0 and out == "# mine\nhow\n", out
+    # on the host the files are the user's, as the local provider's are
+    host = m.thread_data("alice", "t") / "skills" / "mine"
+    assert host.stat().st_uid == uid and (host / "SKILL.md").stat().st_uid == uid
+    assert sbxutil.status(d)["uid"] == uid

@@ -309,6 +309,17 @@ static void test_udir(void)
 	CHECK(fd >= 0);
 	CHECK(symlinkat(target, fd, "escape") == 0 && udir_write(fd, "f", "x", 1, 0600, getuid(), getgid()) == 0);
 	close(fd);
+	/* a tree given to another uid: never through its symlinks */
+	if (geteuid() == 0) {
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/outside/secret", dir);
+		CHECK(udir_chown_tree(dfd, 0, 4242, 4243) == 0);
+		CHECK(fstatat(dfd, "cmd", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242 && st.st_gid == 4243);
+		CHECK(fstatat(dfd, "sub/f", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242);
+		CHECK(fstatat(dfd, "sub/escape", &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_uid == 4242);
+		CHECK(fstat(dfd, &st) == 0 && st.st_uid == 4242);
+		CHECK(stat(path, &st) == 0 && st.st_uid == 0 && stat(target, &st) == 0 && st.st_uid == 0);
+	}
 	CHECK(udir_remove(dfd, "sub") == 0 && udir_remove(dfd, "job") == 0 && udir_remove(dfd, "gone") == 0);
 	/* what the symlinks pointed at is untouched */
 	snprintf(path, sizeof(path), "%s/outside/secret", dir);
@@ -325,6 +336,7 @@ static const char *VERSION_JSON = "{\"Version\":\"20.10.24\",\"ApiVersion\":\"1.
 
 static const char *INSPECT_JSON =
 	"{\"Id\":\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\",\"Name\":\"/sbxfs-dc977b840cb8638e\","
+	"\"Created\":\"2024-05-01T12:34:56.123456789Z\","
 	"\"State\":{\"Status\":\"running\",\"Running\":true,\"Pid\":4242,\"ExitCode\":0},"
 	"\"Config\":{\"Image\":\"busybox:1\",\"Labels\":{\"org.sbxfs.state_id\":\"abcd1234\",\"other\":\"x\"}}}";
 
@@ -375,7 +387,7 @@ static void test_docker_api(void)
 	CHECK(docker_negotiate(d, ver, sizeof(ver), err, sizeof(err)) == SBX_OK && !strcmp(ver, "1.41"));
 	CHECK(docker_create(d, &spec, id, err, sizeof(err)) == SBX_OK && !strncmp(id, "0123456789abcdef", 16));
 	CHECK(docker_inspect(d, "sbxfs-dc977b840cb8638e", &ct, err, sizeof(err)) == SBX_OK && ct.running &&
-	      ct.pid == 4242 && !strcmp(ct.name, "sbxfs-dc977b840cb8638e") &&
+	      ct.pid == 4242 && !strcmp(ct.name, "sbxfs-dc977b840cb8638e") && ct.created_ns == 1714566896123456789LL &&
 	      !strcmp(docker_label(&ct, "org.sbxfs.state_id"), "abcd1234") && !docker_label(&ct, "nope"));
 	docker_container_clear(&ct);
 	spec.image = "nope:1";
@@ -415,6 +427,24 @@ static void test_docker_api(void)
 	CHECK(docker_negotiate(d, ver, sizeof(ver), err, sizeof(err)) == SBX_ERR_NOTSUP && strstr(err, "1.40"));
 	canned_stop(&old);
 	docker_free(d);
+}
+
+/* dockerd's times (RFC 3339, nanoseconds): what proves a create's container ours */
+static void test_docker_time(void)
+{
+	long long ns = 0;
+
+	CHECK(docker_time_ns("2024-05-01T12:34:56.123456789Z", &ns) == 0 && ns == 1714566896123456789LL);
+	CHECK(docker_time_ns("2024-05-01T12:34:56Z", &ns) == 0 && ns == 1714566896000000000LL);
+	CHECK(docker_time_ns("2024-05-01T12:34:56.5Z", &ns) == 0 && ns == 1714566896500000000LL);
+	CHECK(docker_time_ns("2024-05-01T14:34:56.123456789+02:00", &ns) == 0 && ns == 1714566896123456789LL);
+	CHECK(docker_time_ns("2024-05-01T12:34:56.1234567891Z", &ns) == 0 && ns == 1714566896123456789LL);
+	CHECK(docker_time_ns("2024-05-01 12:34:56Z", &ns) == -1);
+	CHECK(docker_time_ns("2024-05-01T12:34:56", &ns) == -1);
+	CHECK(docker_time_ns("2024-13-01T12:34:56Z", &ns) == -1);
+	CHECK(docker_time_ns("2024-05-01T12:34:56.Z", &ns) == -1);
+	CHECK(docker_time_ns("2024-05-01T12:34:56Zjunk", &ns) == -1);
+	CHECK(docker_time_ns("", &ns) == -1);
 }
 
 struct streams {
@@ -587,6 +617,7 @@ int main(void)
 	test_netns();
 	test_udir();
 	test_docker_api();
+	test_docker_time();
 	test_demux();
 	test_aio_envelope();
 	test_aio_bash();

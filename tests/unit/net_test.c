@@ -494,6 +494,127 @@ static void test_tls(void)
 	CHECK(tls_client_hello(m, n, sni, sizeof(sni)) == TLS_HELLO_BAD);
 }
 
+/* A ServerHello record (a HelloRetryRequest with hrr). */
+static size_t server_hello(unsigned char *out, int hrr)
+{
+	static const unsigned char magic[32] = { 0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c,
+		0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2,
+		0xc8, 0xa8, 0x33, 0x9c };
+	unsigned char *hs = out + 5;
+	size_t h = 0;
+
+	hs[h++] = 2, h += 3;
+	hs[h++] = 3, hs[h++] = 3;
+	if (hrr)
+		memcpy(hs + h, magic, 32);
+	else
+		memset(hs + h, 0x17, 32);
+	h += 32;
+	hs[h++] = 0;                         /* session id */
+	hs[h++] = 0x13, hs[h++] = 0x01;      /* the suite */
+	hs[h++] = 0;                         /* compression */
+	hs[h++] = 0, hs[h++] = 6;            /* extensions: supported_versions 1.3 */
+	hs[h++] = 0, hs[h++] = 0x2b, hs[h++] = 0, hs[h++] = 2, hs[h++] = 3, hs[h++] = 4;
+	hs[1] = 0, hs[2] = 0, hs[3] = (unsigned char)(h - 4);
+	out[0] = 22, out[1] = 3, out[2] = 3, out[3] = 0, out[4] = (unsigned char)h;
+	return 5 + h;
+}
+
+/* A record of type with n bytes of x. */
+static size_t record(unsigned char *out, unsigned type, size_t n, unsigned char x)
+{
+	out[0] = (unsigned char)type, out[1] = 3, out[2] = 3, out[3] = (unsigned char)(n >> 8), out[4] = (unsigned char)n;
+	memset(out + 5, x, n);
+	return 5 + n;
+}
+
+/* Every ClientHello of a tunnel: a HelloRetryRequest's second one too. */
+static void test_tls_watch(void)
+{
+	const char *host = "api.example.test";
+	unsigned char c[4096], sv[512];
+	struct tls_watch w = TLS_WATCH_INIT;
+	size_t n, sn, used;
+
+	/* the first ClientHello, however it arrives: nothing goes until it is whole */
+	n = hello(c, "api.example.test", 0, 20);
+	for (size_t i = 1; i < n; i++) {
+		struct tls_watch t = TLS_WATCH_INIT;
+		CHECK(tls_watch_client(&t, c, i, host, &used) == TLS_HELLO_MORE && used == 0 && !t.hellos);
+	}
+	CHECK(tls_watch_client(&w, c, n, host, &used) == TLS_HELLO_OK && used == n && w.hellos == 1);
+	/* early data and a ChangeCipherSpec may follow, opaque */
+	n = record(c, 23, 100, 0xaa);
+	n += record(c + n, 20, 1, 1);
+	CHECK(tls_watch_client(&w, c, n, host, &used) == TLS_HELLO_OK && used == n);
+	/* a second ClientHello that no HelloRetryRequest asked for */
+	n = hello(c, "api.example.test", 0, 0);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_SEQUENCE);
+	}
+	/* the server asks again (and a ChangeCipherSpec of compatibility mode) */
+	sn = server_hello(sv, 1);
+	sn += record(sv + sn, 20, 1, 1);
+	CHECK(tls_watch_server(&w, sv, sn, &used) == TLS_HELLO_OK && used == sn && w.retries == 1 && !w.done);
+	/* the second ClientHello is checked like the first */
+	n = hello(c, "other.example.test", 0, 0);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_OTHER_HOST);
+	}
+	n = hello(c, "api.example.test", 1, 0);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_ECH);
+	}
+	n = hello(c, NULL, 0, 0);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_NO_SNI);
+	}
+	/* ... and held back while incomplete, even when its first record is whole */
+	n = hello(c, "other.example.test", 0, 30);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, 5 + 30, host, &used) == TLS_HELLO_OK && used == 0 && t.hellos == 1);
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_OTHER_HOST);
+	}
+	n = hello(c, "API.example.test.", 0, 30);
+	CHECK(tls_watch_client(&w, c, n, host, &used) == TLS_HELLO_OK && used == n && w.hellos == 2);
+	/* a handshake message of the client that is not a ClientHello, before the server chose */
+	n = record(c, 22, 8, 0);
+	c[5] = 16, c[6] = 0, c[7] = 0, c[8] = 4;
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_client(&t, c, n, host, &used) == TLS_HELLO_SEQUENCE);
+	}
+	/* a second HelloRetryRequest is refused (a client must abort then) */
+	sn = server_hello(sv, 1);
+	{
+		struct tls_watch t = w;
+		CHECK(tls_watch_server(&t, sv, sn, &used) == TLS_HELLO_SEQUENCE);
+	}
+	/* the ServerHello, split: the server chose; from then on everything passes */
+	sn = server_hello(sv, 0);
+	sn += record(sv + sn, 23, 50, 0x55);
+	CHECK(tls_watch_server(&w, sv, 20, &used) == TLS_HELLO_OK && used == 0 && !w.done);
+	CHECK(tls_watch_server(&w, sv, sn, &used) == TLS_HELLO_OK && used == sn && w.done);
+	n = hello(c, "other.example.test", 0, 0);
+	CHECK(tls_watch_client(&w, c, n - 3, host, &used) == TLS_HELLO_OK && used == n - 3);
+	/* a server whose first message is no ServerHello, or not TLS */
+	{
+		struct tls_watch t = TLS_WATCH_INIT;
+		n = hello(c, "api.example.test", 0, 0);
+		CHECK(tls_watch_server(&t, c, n, &used) == TLS_HELLO_BAD);
+		t = (struct tls_watch)TLS_WATCH_INIT;
+		CHECK(tls_watch_server(&t, (const unsigned char *)"HTTP/1.1 400 Bad", 16, &used) == TLS_HELLO_BAD);
+		t = (struct tls_watch)TLS_WATCH_INIT;
+		CHECK(tls_watch_client(&t, (const unsigned char *)"GET / HTTP/1.1\r\n", 16, host, &used) ==
+		      TLS_HELLO_NOT_TLS);
+	}
+}
+
 /* ---- egress and resolve ------------------------------------------------------------------------ */
 
 static void test_egress(void)
@@ -558,6 +679,7 @@ int main(void)
 	test_netpol_persist();
 	test_http();
 	test_tls();
+	test_tls_watch();
 	test_egress();
 	test_resolve();
 	printf("%d passed, %d failed\n", passed, failed);
