@@ -303,6 +303,11 @@ def test_bash_command_timeout(sbxfs):
     J.test_bash_command_timeout(sbxfs)
 
 
+@pytest.mark.timeout_s(120)
+def test_job_timeout_file(sbxfs):
+    J.test_job_timeout_file(sbxfs)
+
+
 @pytest.mark.timeout_s(90)
 def test_timeout_ends_term_ignoring_and_escaping_processes(sbxfs, provider):
     needs(provider, "escaped")

@@ -450,6 +450,11 @@ def test_bash_command_timeout(sbxfs):
     J.test_bash_command_timeout(sbxfs)
 
 
+@pytest.mark.timeout_s(120)
+def test_job_timeout_file(sbxfs):
+    J.test_job_timeout_file(sbxfs)
+
+
 @pytest.mark.timeout_s(60)
 def test_kill_ends_job(sandbox):
     J.test_kill_ends_job(sandbox)
