@@ -749,30 +749,41 @@ void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), voi
 
 /* ---- input and start ------------------------------------------------------------------------- */
 
-static int job_env_valid(struct job *j, const char *text, size_t size)
+/* One write to `env`, checked whole and turned into what the env file
+ * keeps: KEY=VALUE entries, each ending in NUL.  A write is either lines
+ * ("KEY=VALUE\n", the shell's way) or, when it holds a NUL byte,
+ * NUL-separated entries whose values may hold newlines (a PEM key, a
+ * multi-line secret: DeerFlow's env values are arbitrary strings, §1.1).
+ * Empty lines and entries are skipped.  EINVAL (logged) for an entry
+ * without '=' or a key that is not ^[A-Za-z_][A-Za-z0-9_]*$. */
+static int job_env_entries(struct job *j, const char *text, size_t size, struct buf *out)
 {
-	const char *line = text, *end = text + size;
+	const char sep = memchr(text, '\0', size) ? '\0' : '\n';
+	const char *e = text, *end = text + size;
 
-	while (line < end) {
-		const char *nl = memchr(line, '\n', (size_t)(end - line));
-		size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
-		const char *eq = memchr(line, '=', len);
+	while (e < end) {
+		const char *stop = memchr(e, sep, (size_t)(end - e));
+		size_t len = stop ? (size_t)(stop - e) : (size_t)(end - e);
+		const char *eq = memchr(e, '=', len);
 		char key[256];
 
-		if (len && (!eq || (size_t)(eq - line) >= sizeof(key))) {
-			log_warn(j->scope, "env: line %.*s is not KEY=VALUE", (int)(len > 80 ? 80 : len), line);
+		if (len && (!eq || (size_t)(eq - e) >= sizeof(key))) {
+			log_warn(j->scope, "env: %s %.*s is not KEY=VALUE", sep ? "line" : "entry",
+				(int)(len > 80 ? 80 : len), e);
 			return EINVAL;
 		}
 		if (len) {
-			memcpy(key, line, (size_t)(eq - line));
-			key[eq - line] = '\0';
+			memcpy(key, e, (size_t)(eq - e));
+			key[eq - e] = '\0';
 			if (!names_env_key_valid(key)) {
 				log_warn(j->scope, "env: key '%s' is not a valid POSIX environment variable name (must match ^[A-Za-z_][A-Za-z0-9_]*$)",
 					key);
 				return EINVAL;
 			}
+			if (buf_add(out, e, len) || buf_add(out, "", 1))
+				return EFBIG;
 		}
-		line += len + (nl ? 1 : 0);
+		e += len + (stop ? 1 : 0);
 	}
 	return 0;
 }
@@ -814,16 +825,16 @@ static int job_before_start(struct job *j, const char *what)
 
 int job_add_env(struct job *j, const char *data, size_t len)
 {
+	struct buf entries = BUF_INIT(JOB_ENV_MAX);
 	int err = job_before_start(j, "env");
 
-	if (!err && memchr(data, '\0', len))
-		err = EINVAL;
 	if (!err)
-		err = job_env_valid(j, data, len);
-	if (!err)
-		err = job_append(j, "env", data, len, JOB_ENV_MAX);
-	if (!err && len && data[len - 1] != '\n')
-		err = job_append(j, "env", "\n", 1, JOB_ENV_MAX);
+		err = job_env_entries(j, data, len, &entries);
+	if (err == EFBIG)
+		log_warn(j->scope, "env: more than %d bytes refused", JOB_ENV_MAX);
+	if (!err && entries.len)
+		err = job_append(j, "env", entries.ptr, entries.len, JOB_ENV_MAX);
+	buf_free(&entries);
 	return err;
 }
 
@@ -902,13 +913,19 @@ static int job_environ(struct job *j, const struct sbx_config *cfg, struct buf *
 		r |= buf_addf(out, "%s=%s", cfg->env[i].key, cfg->env[i].value) || buf_add(out, "", 1);
 	if (job_path(j, "env", &p) || (util_read_file(p.ptr, &text) && errno != ENOENT))
 		r = -1;
-	for (char *line = text.ptr; !r && line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
-		if (*line)
-			r |= buf_add(out, line, strlen(line) + 1);
-		line = nl ? nl + 1 : NULL;
+	/* the env file's entries end in NUL (job_env_entries); one without any
+	 * NUL was written by an older daemon, one entry per line */
+	if (text.len) {
+		const char sep = memchr(text.ptr, '\0', text.len) ? '\0' : '\n';
+		const char *e = text.ptr, *end = text.ptr + text.len;
+
+		while (!r && e < end) {
+			const char *stop = memchr(e, sep, (size_t)(end - e));
+			size_t len = stop ? (size_t)(stop - e) : (size_t)(end - e);
+			if (len)
+				r |= buf_add(out, e, len) || buf_add(out, "", 1);
+			e += len + 1;
+		}
 	}
 	buf_free(&p);
 	buf_free(&text);
