@@ -285,6 +285,10 @@ def test_env_file_and_config_environment(sbxfs):
     J.test_env_file_and_config_environment(sbxfs)
 
 
+def test_env_values_with_newlines_in_nul_separated_entries(sandbox):
+    J.test_env_values_with_newlines_in_nul_separated_entries(sandbox)
+
+
 def test_stdin_is_fed_to_the_command(sandbox):
     J.test_stdin_is_fed_to_the_command(sandbox)
 

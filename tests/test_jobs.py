@@ -221,17 +221,17 @@ def test_env_values_with_newlines_in_nul_separated_entries(sandbox):
     assert write_ctl(j / "env", "PLAIN=1\n") == 8
     entries = f"SECRET={pem}\0SPACED= a \nb \0LAST=x=y\0".encode()
     assert write_ctl(j / "env", entries) == len(entries)
-    start(j, 'printf "[%s][%s][%s][%s]" "$PLAIN" "$SECRET" "$SPACED" "$LAST"')
+    start(j, 'printf "[%s][%s][%s][%s]\\n" "$PLAIN" "$SECRET" "$SPACED" "$LAST"')
     assert wait_exit(j) == 0, read_text(j / "stderr")
-    assert read_text(j / "stdout") == f"[1][{pem}][ a \nb ][x=y]"
+    assert read_text(j / "stdout") == f"[1][{pem}][ a \nb ][x=y]\n"
     assert "BEGIN KEY" not in jstatus(j)["cmd"]
     # a bad entry in the NUL form refuses the whole write
     j2 = mkjob(t, "bad")
     for bad in (b"GOOD=1\0NOEQUALS\0", b"GOOD=1\0BAD-KEY=x\0", b"\0=v\0"):
         expect_errno(lambda: write_ctl(j2 / "env", bad), errno.EINVAL)
     assert os.stat(j2 / "env").st_size == 0, "a refused write keeps nothing"
-    start(j2, 'printf "[%s]" "${GOOD-unset}"')
-    assert wait_exit(j2) == 0 and read_text(j2 / "stdout") == "[unset]"
+    start(j2, 'printf "[%s]\\n" "${GOOD-unset}"')
+    assert wait_exit(j2) == 0 and read_text(j2 / "stdout") == "[unset]\n"
 
 
 def test_stdin_is_fed_to_the_command(sandbox):
