@@ -118,6 +118,7 @@ struct sbx_config {
 	long request_timeout;
 	long sandbox_timeout;
 	bool use_server_proxy;
+	bool auto_start; /* DeerFlow's AIO key: false only with base_url (nothing is started then) */
 };
 
 /* ---- for the providers' own sections ---------------------------------------- */
