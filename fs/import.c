@@ -164,7 +164,7 @@ static pid_t import_mounted_by(dev_t dev, const char *rel)
 		while (fgets(line, sizeof(line), f))
 			if (mi_parse(line, &maj, &min, root, mp, sizeof(root)) && makedev(maj, min) == dev &&
 			    path_under(root, rel)) {
-				who = (pid_t)atoi(e->d_name);
+				who = (pid_t)strtol(e->d_name, NULL, 10);
 				break;
 			}
 		fclose(f);
