@@ -84,8 +84,10 @@ static int layout_take_over(const char *thread_dir, enum layout_dir d, uid_t uid
 	} else {
 		pfd = dup(tfd);
 	}
-	if (pfd < 0)
+	if (pfd < 0) {
+		r = errno == ENOENT ? 0 : -1; /* no user-data yet: made below */
 		goto out;
+	}
 	if (fstatat(pfd, rel, &st, AT_SYMLINK_NOFOLLOW)) {
 		r = errno == ENOENT ? 0 : -1; /* made below */
 		goto out;
@@ -114,10 +116,49 @@ out:
 	return r;
 }
 
+/* fd (a directory of the thread's own, above its data) belongs to root and
+ * only root writes it, as in a state_dir sbxfs made: the daemon's helpers
+ * (pasta, the job supervisors) write there without CAP_DAC_OVERRIDE, and
+ * nobody else may plant anything.  A DeerFlow base dir as state_dir has
+ * them as DeerFlow's user, mode 0777 or 0755. */
+static int layout_own_dir(int fd, const char *path, mode_t mode)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -1;
+	if (st.st_uid == 0 && st.st_gid == 0 && (st.st_mode & 07777) == mode)
+		return 0;
+	log_info("layout", "%s was uid %u's, mode %04o: now root's, %04o", path, (unsigned)st.st_uid,
+		(unsigned)(st.st_mode & 07777), (unsigned)mode);
+	return fchown(fd, 0, 0) || fchmod(fd, mode) ? -1 : 0;
+}
+
+/* The thread's directory and its user-data: root's, 0700 and 0755. */
+static int layout_own_thread_dir(const char *thread_dir)
+{
+	int tfd = udir_open(thread_dir), ufd = -1, r = -1;
+
+	if (tfd < 0 || layout_own_dir(tfd, thread_dir, 0700))
+		goto out;
+	ufd = udir_openat(tfd, "user-data");
+	if (ufd < 0) {
+		r = errno == ENOENT ? 0 : -1;
+		goto out;
+	}
+	r = layout_own_dir(ufd, "user-data", 0755);
+out:
+	if (ufd >= 0)
+		close(ufd);
+	if (tfd >= 0)
+		close(tfd);
+	return r;
+}
+
 int layout_make_data_dirs(const char *thread_dir, uid_t uid, gid_t gid)
 {
 	static const enum layout_dir dirs[] = { LAYOUT_WORKSPACE, LAYOUT_UPLOADS, LAYOUT_OUTPUTS, LAYOUT_SKILLS };
-	int r = 0;
+	int r = layout_own_thread_dir(thread_dir);
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]) && !r; i++) {
 		struct buf p = BUF_INIT(BUF_CAP_PATH);

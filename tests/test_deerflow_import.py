@@ -262,3 +262,29 @@ def test_a_thread_a_deerflow_container_still_mounts_is_left_and_the_container_un
         assert rc == 0 and "alice/busy: workspace moved" in out, (out, err)
     finally:
         dockerutil.docker("rm", "-f", cid, check=False)
+
+
+@pytest.mark.timeout_s(120)
+def test_state_dir_pointed_at_a_deerflow_base_dir_works_in_place(sbxfs, base):
+    """The other way: state_dir is DeerFlow's base dir.  Nothing moves; the
+    thread's first sandbox finds its files where DeerFlow left them and is
+    given them; DeerFlow's own files beside them stay as they were."""
+    src = deerflow_thread(base, "alice", "t1", {"workspace/a.txt": b"from deerflow\n", "uploads/u.txt": b"u\n"})
+    (base / "users" / "alice" / "memory.json").write_text("{}")
+    (base / "users" / "alice" / "threads" / "t1" / "0123456789abcdef.lock").write_text("")
+    ino = os.stat(src / "workspace" / "a.txt").st_ino
+    m = sbxfs(config={"state_dir": str(base)})
+    t = m.mnt / "alice" / "t1"
+    os.makedirs(t)
+    m.init_pid(t)
+    uid = sbxutil.status(t)["uid"]
+    assert read_text(t / "workspace" / "a.txt") == "from deerflow\n"
+    assert os.stat(src / "workspace" / "a.txt").st_ino == ino and os.stat(src / "workspace" / "a.txt").st_uid == uid
+    code, out, err = job(t, "w", "echo more >> a.txt && cat a.txt ../uploads/u.txt")
+    assert (code, out) == (0, "from deerflow\nmore\nu\n"), err
+    assert (base / "users" / "alice" / "memory.json").read_text() == "{}"
+    assert os.stat(base / "users" / "alice" / "memory.json").st_uid == 0
+    # the import refuses this setup: there is nothing to move
+    m.stop()
+    rc, out, err = run_import(m, base)
+    assert rc == 1 and "nothing to import" in err, err
