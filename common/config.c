@@ -996,8 +996,13 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 {
 	long l;
 
-	if (!strcmp(k, "use"))
+	if (!strcmp(k, "use") || !strcmp(k, "provider"))
 		return; /* read first, by walk_top */
+	if (!strcmp(k, "mountpoint")) {
+		/* the package's (python/sbxfs_deerflow): where DeerFlow finds the mount */
+		log_debug("config", "mountpoint: read by DeerFlow's sbxfs_deerflow package, not by the daemon");
+		return;
+	}
 	if (hooks && hooks->key(x, c, k, (struct cfg_node *)v))
 		return; /* the selected provider's own key */
 	if (!strcmp(k, "state_dir"))
@@ -1148,6 +1153,11 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 	use = sandbox ? mapping_get(x, sandbox, "use") : NULL;
 	if (!use)
 		use = mapping_get(x, root, "use");
+	if (use && scalar(use) && !strcmp(scalar(use), CONFIG_DEERFLOW_PACKAGE_CLASS))
+		/* DeerFlow runs on this mount through the package (python/): the
+		 * one config.yaml serves both, and sbxfs's own provider is
+		 * `provider` beside it (local when absent) */
+		use = mapping_get(x, sandbox ? sandbox : root, "provider");
 	if (use)
 		parse_use(x, c, use);
 	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !x->failed; p++) {

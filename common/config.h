@@ -30,6 +30,10 @@
 
 #include "buf.h"
 
+/* DeerFlow's `use:` for the package in python/: DeerFlow's agents run on an
+ * sbxfs mount, and sbxfs's provider is the key `provider` beside it. */
+#define CONFIG_DEERFLOW_PACKAGE_CLASS "sbxfs_deerflow:SbxfsSandboxProvider"
+
 enum net_mode { NET_OPEN, NET_ISOLATED, NET_ALLOWLIST };
 
 struct config_kv {

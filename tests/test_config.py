@@ -326,3 +326,28 @@ def test_idle_timeout_zero_turns_the_reaper_off(sbxfs, value):
     os.mkdir(d)
     assert sbxutil.init_pid(d) == pid, "the warm sandbox was reclaimed, not recreated"
     assert sbxutil.pid_alive(pid)
+
+
+def test_one_config_yaml_serves_deerflow_and_sbxfs(sbxfs, tmp_path):
+    """DeerFlow's config.yaml with `use: sbxfs_deerflow:SbxfsSandboxProvider`
+    (DeerFlow runs on the mount through the package) also starts the
+    daemon: its provider is `provider` beside it (local when absent), and
+    the package's `mountpoint` key is accepted."""
+    conf = deerflow_yaml(tmp_path, """
+use: sbxfs_deerflow:SbxfsSandboxProvider
+mountpoint: /sbx
+provider: docker
+image: busybox:1
+""")
+    r = check_config(conf)
+    assert r.returncode == 0 and json.loads(r.stdout)["use"] == "docker", r.stderr
+    assert "unknown key" not in r.stderr, r.stderr
+    conf = deerflow_yaml(tmp_path, "use: sbxfs_deerflow:SbxfsSandboxProvider\nmountpoint: /sbx\nreplicas: 2\n")
+    m = sbxfs(raw_config=conf.read_text().replace(f"{tmp_path}/state", "STATE"), start=False)
+    m.conf.write_text(m.conf.read_text().replace("STATE", str(m.state_dir)))
+    m.start()
+    st = read_json(m.mnt / ".status")
+    assert st["provider"] == "local" and st["replicas"] == 2, st
+    conf = deerflow_yaml(tmp_path, "use: sbxfs_deerflow:SbxfsSandboxProvider\nprovider: nosuch\n")
+    r = check_config(conf)
+    assert r.returncode == 1 and "use:" in r.stderr and "nosuch" in r.stderr, r.stderr
