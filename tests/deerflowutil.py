@@ -11,7 +11,6 @@ script of an agent's turn that the local and docker tests both play.
 """
 
 import hashlib
-import os
 import sys
 from pathlib import Path
 

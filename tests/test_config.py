@@ -189,7 +189,7 @@ BAD_DEERFLOW = [
 
 @pytest.mark.parametrize("line,words", [b[1:] for b in BAD_DEERFLOW], ids=[b[0] for b in BAD_DEERFLOW])
 def test_deerflow_keys_refused_with_the_reason(sbxfs, line, words):
-    inst = sbxfs(raw_config=f"state_dir: STATE\nsandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n"
+    inst = sbxfs(raw_config="state_dir: STATE\nsandbox:\n  use: deerflow.sandbox.local:LocalSandboxProvider\n"
                             + "".join(f"  {ln}\n" for ln in line.split("\n")), start=False)
     inst.conf.write_text(inst.conf.read_text().replace("STATE", str(inst.state_dir)))
     t0 = time.monotonic()

@@ -9,7 +9,6 @@ reason: a thread a DeerFlow sandbox container still mounts, a thread that
 already has files in state_dir, a symlink, names sbxfs does not allow.
 DeerFlow's containers are never touched."""
 
-import errno
 import os
 import stat
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 import dockerutil
 import sbxutil
 from conftest import SBXFS_BIN, TMP_ROOT
-from sbxutil import expect_errno, read_json, read_text
+from sbxutil import read_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 from conftest_docker_example import docker_images  # noqa: E402,F401

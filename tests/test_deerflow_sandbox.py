@@ -5,9 +5,7 @@ reference §1.3 with its edge cases, and the list and search contracts of
 §8.  The package is imported from the source tree (deerflowutil)."""
 
 import errno
-import json
 import os
-import stat
 import time
 
 import pytest

@@ -23,7 +23,6 @@ see them at once).
 """
 
 import asyncio
-import errno
 import json
 import logging
 import os
