@@ -7,7 +7,8 @@
 #   make bench      benchmarks side by side with native I/O and bindfs
 #   make bench-remote  the remote providers against curl and against re-uploading every skill
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
-#   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below)
+#   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below), and the
+#                   DeerFlow package sbxfs_deerflow into $(PYTHON)'s site directory there
 #   make uninstall  remove what install put there (keeps mount.conf and state_dir)
 #   make check-man  lint the man pages (mandoc) and check their version
 #   make distclean  clean, and also remove build/ (the libfuse built from source)
@@ -31,6 +32,11 @@ STATEDIR ?= /var/lib/sbxfs
 MOUNTPOINT ?= /sbx
 CONFIG ?= mount.conf
 VERSION := 0.1.0
+# The DeerFlow package (python/) goes into Debian's python3's site directory
+# for this PREFIX (/usr/local/lib/python3.X/dist-packages is on its path).
+PYTHON ?= /usr/bin/python3
+PYVER = $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYSITE ?= $(PREFIX)/lib/python$(PYVER)/dist-packages
 
 PKGS := libcurl jansson yaml-0.1 libcrypto libseccomp libnftables libsystemd
 CC ?= gcc
@@ -48,7 +54,7 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o
+      fs/ctl.o fs/data.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
@@ -62,7 +68,8 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
 	       dpkg-dev meson ninja-build debian-archive-keyring \
 	       passt nftables libnftables-dev iproute2 curl openssl \
-	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static
+	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
+	       python3-pip python3-setuptools python3-wheel
 
 .PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man
 
@@ -243,6 +250,11 @@ install: all $(GENERATED)
 	fi
 	install -d -m 0700 $(DESTDIR)$(STATEDIR)
 	chmod 0700 $(DESTDIR)$(STATEDIR)
+	@# the package is built from a copy: setuptools leaves build files where it builds
+	rm -rf build/python && mkdir -p build && cp -r python build/python
+	$(PYTHON) -m pip install --quiet --no-deps --no-index --no-build-isolation --upgrade --root-user-action=ignore \
+		--target $(DESTDIR)$(PYSITE) build/python
+	rm -rf build/python
 	@$(if $(DESTDIR),:,echo "installed; for systemd: systemctl daemon-reload && systemctl enable --now sbxfs")
 
 # Configuration and sandbox data stay: remove them by hand if wanted.
@@ -253,6 +265,8 @@ uninstall:
 	rm -f $(DESTDIR)$(MANDIR)/man8/sbxfs.8 $(DESTDIR)$(MANDIR)/man5/sbxfs.conf.5
 	rm -f $(DESTDIR)$(UNITDIR)/sbxfs.service
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -rf $(DESTDIR)$(PYSITE)/sbxfs_deerflow $(DESTDIR)$(PYSITE)/sbxfs_deerflow-*.dist-info
+	-rmdir $(DESTDIR)$(PYSITE) $(DESTDIR)$(PREFIX)/lib/python$(PYVER) 2>/dev/null
 	@echo "kept $(DESTDIR)$(SYSCONFDIR)/sbxfs/mount.conf and $(DESTDIR)$(STATEDIR) (sandbox data)"
 
 # Lint clean (mandoc -T lint: no warning), and the version they name is
@@ -274,6 +288,7 @@ clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
 		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
 		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
+	rm -rf build/python
 
 distclean: clean
 	rm -rf build

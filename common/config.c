@@ -19,10 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "json.h"
 #include <yaml.h>
 
+#include "layout.h"
 #include "log.h"
 #include "names.h"
 
@@ -84,6 +86,36 @@ static int get_long(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min
 		return -1;
 	}
 	*out = v;
+	return 0;
+}
+
+/* Seconds, as DeerFlow's config.yaml gives them: an integer or a decimal
+ * number ("30", "30.0", "2.5").  DeerFlow reads ready_timeout,
+ * request_timeout and sandbox_timeout as floats (its OpenSandbox provider:
+ * finite, positive) and bash_command_timeout and idle_timeout as pydantic
+ * ints (30.0 is accepted, 30.5 refused): whole says which.  A fraction is
+ * rounded up to whole seconds, the unit of every timeout in sbxfs, so a
+ * wait is never shorter than asked for. */
+static int get_seconds(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min, long max, bool whole,
+	long *out)
+{
+	const char *s = scalar(n);
+	char *end = NULL;
+	double v = 0;
+
+	if (s && *s && strspn(s, "0123456789.eE+-") == strlen(s)) {
+		errno = 0;
+		v = strtod(s, &end);
+	}
+	/* 0 <= v <= max before the casts: no overflow; v != v is NaN.  A
+	 * fraction counts by its rounded-up value (ready_timeout: 0.5 is 1 s) */
+	if (!s || !end || *end || errno || v != v || v < 0 || v > (double)max || (whole && (double)(long)v != v) ||
+	    (long)v + ((double)(long)v < v) < min) {
+		cfg_fail(x, key, "must be %s between %ld and %ld seconds (got '%s')",
+			whole ? "a whole number" : "a number (decimals allowed)", min, max, s ? s : "a non-scalar");
+		return -1;
+	}
+	*out = (long)v + ((double)(long)v < v);
 	return 0;
 }
 
@@ -171,10 +203,9 @@ static int get_str(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **ou
 	return 0;
 }
 
-static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
+/* s is a canonical absolute path: 0, or -1 after cfg_fail. */
+static int check_abs_path(struct cfg_ctx *x, const char *key, const char *s)
 {
-	const char *s = scalar(n);
-
 	if (!s || s[0] != '/') {
 		cfg_fail(x, key, "must be an absolute path (got '%s')", s ? s : "a non-scalar");
 		return -1;
@@ -183,6 +214,13 @@ static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char
 		cfg_fail(x, key, "must be a canonical absolute path (got '%s')", s);
 		return -1;
 	}
+	return 0;
+}
+
+static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
+{
+	if (check_abs_path(x, key, scalar(n)))
+		return -1;
 	return get_str(x, key, n, out);
 }
 
@@ -387,6 +425,124 @@ static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node
 	}
 }
 
+/* A path of `mounts`: $VAR or ${VAR} resolves from the daemon's environment
+ * first, a missing variable becoming "" (DeerFlow's providers resolve
+ * mounts and environment alike, reference §5.1), then the path rules. */
+static int get_mount_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
+{
+	const char *s = scalar(n);
+	bool resolved;
+	char *r;
+
+	if (!s) {
+		cfg_fail(x, key, "must be a string");
+		return -1;
+	}
+	r = resolve_var(s, &resolved);
+	if (!r) {
+		cfg_fail(x, key, "out of memory");
+		return -1;
+	}
+	if (resolved && r[0] != '/')
+		cfg_fail(x, key, "must be an absolute path (got '%s' from %s)", r, s);
+	if (x->failed || check_abs_path(x, key, r)) {
+		free(r);
+		return -1;
+	}
+	free(*out);
+	*out = r;
+	return 0;
+}
+
+/* The length of path p without trailing slashes ("/" stays). */
+static size_t path_len(const char *p)
+{
+	size_t n = strlen(p);
+
+	while (n > 1 && p[n - 1] == '/')
+		n--;
+	return n;
+}
+
+static bool path_equal(const char *a, const char *b)
+{
+	return path_len(a) == path_len(b) && !strncmp(a, b, path_len(a));
+}
+
+/* Paths a and b (absolute, canonical) are equal or one holds the other. */
+static bool path_overlaps(const char *a, const char *b)
+{
+	size_t la = path_len(a), lb = path_len(b);
+	if (la > lb) {
+		const char *t = a;
+		size_t lt = la;
+		a = b, la = lb;
+		b = t, lb = lt;
+	}
+	/* a is the shorter: b equals it or lies under it ("/" holds everything) */
+	return !strncmp(a, b, la) && (la == lb || la == 1 || b[la] == '/');
+}
+
+/* realpath of p when it exists, else p as written (a state_dir made at start). */
+static void real_or_given(const char *p, char *out, size_t len)
+{
+	char real[PATH_MAX];
+
+	snprintf(out, len, "%s", p && realpath(p, real) ? real : p ? p : "");
+}
+
+/* mounts, against each other and the sandbox's own paths, once the whole
+ * file is read (state_dir and skills may come after mounts).  DeerFlow skips
+ * a mount whose host_path is missing or whose container_path is reserved,
+ * with an error line (reference §6.2); sbxfs refuses the file instead, as it
+ * does for every bad key.  Nothing on the host changes (stat, realpath). */
+static void check_mounts(struct cfg_ctx *x, const struct sbx_config *c)
+{
+	/* the local init (/run/sbxfs-init), the docker supervisor and aio's job
+	 * files (/run/sbxfs/...) */
+	static const char *const reserved[] = { "/run/sbxfs", "/run/sbxfs-init", NULL };
+	char state[PATH_MAX], skills[PATH_MAX];
+
+	real_or_given(c->state_dir, state, sizeof(state));
+	real_or_given(c->skills_path, skills, sizeof(skills));
+	for (size_t i = 0; i < c->n_mounts && !x->failed; i++) {
+		const struct config_mount *m = &c->mounts[i];
+		char key[64], real[PATH_MAX];
+		struct stat st;
+
+		snprintf(key, sizeof(key), "mounts[%zu]", i);
+		if (!strcmp(m->container_path, "/") || path_overlaps(m->container_path, LAYOUT_SANDBOX_USER_DATA))
+			cfg_fail(x, key, "container_path %s overlaps %s, the sandbox's data (reserved, as in DeerFlow)",
+				m->container_path, LAYOUT_SANDBOX_USER_DATA);
+		else if (path_overlaps(m->container_path, c->skills_container_path))
+			cfg_fail(x, key, "container_path %s overlaps skills.container_path %s (reserved, as in DeerFlow)",
+				m->container_path, c->skills_container_path);
+		else
+			for (const char *const *r = reserved; *r; r++)
+				if (path_overlaps(m->container_path, *r)) {
+					cfg_fail(x, key, "container_path %s overlaps %s, where sbxfs puts its own helpers",
+						m->container_path, *r);
+					break;
+				}
+		for (size_t j = 0; j < i && !x->failed; j++)
+			if (path_equal(m->container_path, c->mounts[j].container_path))
+				cfg_fail(x, key, "container_path %s is also mounts[%zu]'s", m->container_path, j);
+		if (x->failed)
+			break;
+		if (lstat(m->host_path, &st) || !realpath(m->host_path, real)) {
+			cfg_fail(x, key, "host_path %s: %s (a mount's host path must exist)", m->host_path,
+				strerror(errno));
+			break;
+		}
+		if (path_overlaps(real, state))
+			cfg_fail(x, key, "host_path %s overlaps state_dir %s, where every sandbox's data lives", m->host_path,
+				state);
+		else if (c->skills_path && path_overlaps(real, skills))
+			cfg_fail(x, key, "host_path %s overlaps skills.path %s (the skills library, copied into each "
+					 "sandbox's skills/)", m->host_path, skills);
+	}
+}
+
 static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
 	if (scalar_is_null(n))
@@ -412,9 +568,9 @@ static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n
 
 			snprintf(sub, sizeof(sub), "%s.%s", key, k ? k : "?");
 			if (k && !strcmp(k, "host_path"))
-				get_abs_path(x, sub, v, &cm.host_path);
+				get_mount_path(x, sub, v, &cm.host_path);
 			else if (k && !strcmp(k, "container_path"))
-				get_abs_path(x, sub, v, &cm.container_path);
+				get_mount_path(x, sub, v, &cm.container_path);
 			else if (k && !strcmp(k, "read_only"))
 				get_bool(x, sub, v, &cm.read_only);
 			else
@@ -422,8 +578,6 @@ static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n
 		}
 		if (!x->failed && (!cm.host_path || !cm.container_path))
 			cfg_fail(x, key, "needs both host_path and container_path");
-		if (!x->failed && (!strcmp(cm.container_path, "/") || !strncmp(cm.container_path, "/mnt/user-data", 14)))
-			cfg_fail(x, key, "container_path must not be / or under the reserved /mnt/user-data");
 		if (x->failed) {
 			free(cm.host_path);
 			free(cm.container_path);
@@ -842,8 +996,13 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 {
 	long l;
 
-	if (!strcmp(k, "use"))
+	if (!strcmp(k, "use") || !strcmp(k, "provider"))
 		return; /* read first, by walk_top */
+	if (!strcmp(k, "mountpoint")) {
+		/* the package's (python/sbxfs_deerflow): where DeerFlow finds the mount */
+		log_debug("config", "mountpoint: read by DeerFlow's sbxfs_deerflow package, not by the daemon");
+		return;
+	}
 	if (hooks && hooks->key(x, c, k, (struct cfg_node *)v))
 		return; /* the selected provider's own key */
 	if (!strcmp(k, "state_dir"))
@@ -852,18 +1011,29 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		if (!get_long(x, k, v, 1, 100000, &l))
 			c->replicas = (int)l;
 	} else if (!strcmp(k, "idle_timeout")) {
-		if (!scalar_is_null(v))
-			get_long(x, k, v, 0, 365L * 86400, &c->idle_timeout);
+		if (!scalar_is_null(v)) /* null: DeerFlow's default, 600 */
+			get_seconds(x, k, v, 0, 365L * 86400, true, &c->idle_timeout);
 	} else if (!strcmp(k, "idle_check_interval"))
-		get_long(x, k, v, 1, 86400, &c->idle_check_interval);
+		get_seconds(x, k, v, 1, 86400, false, &c->idle_check_interval);
 	else if (!strcmp(k, "bash_command_timeout"))
-		get_long(x, k, v, 1, 7L * 86400, &c->bash_command_timeout);
+		get_seconds(x, k, v, 1, 7L * 86400, true, &c->bash_command_timeout);
 	else if (!strcmp(k, "ready_timeout"))
-		get_long(x, k, v, 1, 3600, &c->ready_timeout);
+		get_seconds(x, k, v, 1, 3600, false, &c->ready_timeout);
 	else if (!strcmp(k, "request_timeout"))
-		get_long(x, k, v, 1, 3600, &c->request_timeout);
+		get_seconds(x, k, v, 1, 3600, false, &c->request_timeout);
 	else if (!strcmp(k, "sandbox_timeout"))
-		get_long(x, k, v, 0, 30L * 86400, &c->sandbox_timeout);
+		get_seconds(x, k, v, 0, 30L * 86400, false, &c->sandbox_timeout);
+	else if (!strcmp(k, "auto_start")) {
+		if (!scalar_is_null(v))
+			get_bool(x, k, v, &c->auto_start);
+	} else if (!strcmp(k, "port")) {
+		/* DeerFlow's AioSandboxProvider publishes each container's API on
+		 * a host port counted from `port`; sbxfs publishes none */
+		if (!scalar_is_null(v))
+			cfg_fail(x, k, "sbxfs publishes no host port for a sandbox: it reaches each container's API "
+				       "inside the container's network namespace, so DeerFlow's base port has no use "
+				       "here; remove it (aio.port is the port the AIO server listens on inside its container)");
+	}
 	else if (!strcmp(k, "allow_other"))
 		get_bool(x, k, v, &c->allow_other);
 	else if (!strcmp(k, "keep_on_exit"))
@@ -903,7 +1073,7 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 			cfg_fail(x, k, "must be http or https (got '%s')", c->protocol);
 	} else if (hooks && hooks->known(k)) {
 		log_debug("config", "%s: a key of another provider, not used by %s", k, c->use);
-	} else if (!strcmp(k, "port") || !strcmp(k, "thread_data_mounts") || !strcmp(k, "allow_host_bash") ||
+	} else if (!strcmp(k, "thread_data_mounts") || !strcmp(k, "allow_host_bash") ||
 		   !strcmp(k, "ownership") || !strncmp(k, "bash_output", 11) || !strncmp(k, "read_file_output", 16) ||
 		   !strncmp(k, "ls_output", 9)) {
 		/* DeerFlow keys sbxfs has no use for */
@@ -940,6 +1110,7 @@ static void config_defaults(struct sbx_config *c)
 	c->res.output = 1ULL << 30;
 	c->container_prefix = strdup("sbxfs");
 	c->protocol = strdup("http");
+	c->auto_start = true;
 }
 
 static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char *key)
@@ -982,6 +1153,11 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 	use = sandbox ? mapping_get(x, sandbox, "use") : NULL;
 	if (!use)
 		use = mapping_get(x, root, "use");
+	if (use && scalar(use) && !strcmp(scalar(use), CONFIG_DEERFLOW_PACKAGE_CLASS))
+		/* DeerFlow runs on this mount through the package (python/): the
+		 * one config.yaml serves both, and sbxfs's own provider is
+		 * `provider` beside it (local when absent) */
+		use = mapping_get(x, sandbox ? sandbox : root, "provider");
 	if (use)
 		parse_use(x, c, use);
 	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !x->failed; p++) {
@@ -1051,6 +1227,14 @@ struct sbx_config *config_load(const char *path, char *err, size_t errlen)
 		}
 		walk_top(&x, c, root);
 	}
+	if (!x.failed)
+		check_mounts(&x, c);
+	if (!x.failed && !c->auto_start && (!c->base_url || !c->base_url[0]))
+		/* DeerFlow's AioSandboxProvider raises at acquire: "auto_start is
+		 * disabled and no base_url is configured"; sbxfs says it at start */
+		cfg_fail(&x, "auto_start", "false without base_url: nothing would start a sandbox (DeerFlow refuses it "
+					   "too: auto_start is disabled and no base_url is configured); set base_url to "
+					   "an existing AIO sandbox, or remove auto_start");
 	if (!x.failed && hooks && hooks->check(&x, c))
 		x.failed = 1;
 	if (x.failed)
@@ -1205,6 +1389,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "request_timeout", json_integer(c->request_timeout));
 	json_object_set_new(o, "sandbox_timeout", json_integer(c->sandbox_timeout));
 	json_object_set_new(o, "use_server_proxy", json_boolean(c->use_server_proxy));
+	json_object_set_new(o, "auto_start", json_boolean(c->auto_start));
 	if (hooks)
 		hooks->show(c, o);
 	return json_to_buf(o, out);

@@ -30,6 +30,10 @@
 
 #include "buf.h"
 
+/* DeerFlow's `use:` for the package in python/: DeerFlow's agents run on an
+ * sbxfs mount, and sbxfs's provider is the key `provider` beside it. */
+#define CONFIG_DEERFLOW_PACKAGE_CLASS "sbxfs_deerflow:SbxfsSandboxProvider"
+
 enum net_mode { NET_OPEN, NET_ISOLATED, NET_ALLOWLIST };
 
 struct config_kv {
@@ -118,6 +122,7 @@ struct sbx_config {
 	long request_timeout;
 	long sandbox_timeout;
 	bool use_server_proxy;
+	bool auto_start; /* DeerFlow's AIO key: false only with base_url (nothing is started then) */
 };
 
 /* ---- for the providers' own sections ---------------------------------------- */

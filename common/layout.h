@@ -43,8 +43,11 @@ __attribute__((warn_unused_result)) int layout_file(struct buf *b, const char *t
 const char *layout_sandbox_path(enum layout_dir d);
 /* Create the data directories of a thread whose files belong to uid:gid
  * (the tops of workspace/uploads/outputs/skills are given to it so both the
- * sandbox and, through the FUSE mapping, the user can write them).  0 or -1
- * with errno. */
+ * sandbox and, through the FUSE mapping, the user can write them).  A data
+ * directory that already exists and is not uid:gid's is taken over: the
+ * whole tree is given to uid:gid (udir_give; DeerFlow's files carried over,
+ * or a thread whose uid changed).  0 or -1 with errno (ENOTDIR: one of them
+ * is a symlink or a file). */
 int layout_make_data_dirs(const char *thread_dir, uid_t uid, gid_t gid);
 
 #endif

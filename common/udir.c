@@ -253,3 +253,121 @@ int udir_chown_tree(int dfd, uid_t from, uid_t uid, gid_t gid)
 {
 	return udir_chown_depth(dfd, from, uid, gid, 0);
 }
+
+/* ---- giving a tree to a uid ------------------------------------------------------------ */
+
+#define UDIR_GIVE_MAX_DEPTH 128
+
+struct give {
+	uid_t uid;
+	gid_t gid;
+	dev_t dev;
+	int err; /* the first failure */
+	struct udir_give_stats *st;
+};
+
+static void give_fail(struct give *g)
+{
+	if (!g->err)
+		g->err = errno ? errno : EIO;
+}
+
+/* fd is open on the object st describes: change it, unless it was swapped. */
+static void give_fd(struct give *g, int fd, const struct stat *st, mode_t keep)
+{
+	struct stat now;
+
+	if (fstat(fd, &now) || now.st_ino != st->st_ino || now.st_dev != st->st_dev)
+		return; /* replaced between the look and the open: not ours to change */
+	if (fchown(fd, g->uid, g->gid) || fchmod(fd, now.st_mode & keep & ~(mode_t)(S_IWGRP | S_IWOTH))) {
+		give_fail(g);
+		return;
+	}
+	g->st->given++;
+}
+
+static void give_depth(struct give *g, int dfd, const char *name, int depth)
+{
+	struct dirent *e;
+	struct stat st;
+	DIR *d;
+	int fd;
+
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+		if (errno != ENOENT)
+			give_fail(g);
+		return;
+	}
+	if (st.st_dev != g->dev) {
+		g->st->foreign++;
+		return;
+	}
+	if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+		g->st->devices++;
+		return;
+	}
+	if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+		g->st->linked++;
+		return;
+	}
+	if (S_ISREG(st.st_mode)) {
+		/* O_NONBLOCK: a lease never makes root wait; O_NOATIME: a look
+		 * changes nothing else */
+		fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOATIME | O_NOCTTY | O_CLOEXEC);
+		if (fd < 0) {
+			if (errno != ENOENT && errno != ELOOP)
+				give_fail(g);
+			return;
+		}
+		give_fd(g, fd, &st, 0777); /* chown dropped set-id bits: keep them dropped */
+		close(fd);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode)) { /* symlink, FIFO, socket: never opened */
+		if (fchownat(dfd, name, g->uid, g->gid, AT_SYMLINK_NOFOLLOW))
+			give_fail(g);
+		else
+			g->st->given++;
+		return;
+	}
+	fd = udir_openat(dfd, name);
+	if (fd < 0) {
+		if (errno != ENOENT && errno != ELOOP && errno != ENOTDIR)
+			give_fail(g);
+		return;
+	}
+	give_fd(g, fd, &st, S_ISGID | S_ISVTX | 0777);
+	if (depth >= UDIR_GIVE_MAX_DEPTH) {
+		errno = ELOOP;
+		give_fail(g);
+		close(fd);
+		return;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		give_fail(g);
+		close(fd);
+		return;
+	}
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			give_depth(g, dirfd(d), e->d_name, depth + 1);
+	closedir(d);
+}
+
+int udir_give(int dfd, const char *name, uid_t uid, gid_t gid, struct udir_give_stats *st)
+{
+	struct give g = { .uid = uid, .gid = gid, .st = st };
+	struct stat top;
+
+	memset(st, 0, sizeof(*st));
+	if (fstatat(dfd, name, &top, AT_SYMLINK_NOFOLLOW))
+		return -1;
+	g.dev = top.st_dev;
+	give_depth(&g, dfd, name, 0);
+	if (g.err) {
+		errno = g.err;
+		return -1;
+	}
+	return 0;
+}

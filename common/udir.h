@@ -52,4 +52,25 @@ int udir_remove(int dfd, const char *name);
  * at most 64 levels deep (then -1, ELOOP, after doing the rest). */
 int udir_chown_tree(int dfd, uid_t from, uid_t uid, gid_t gid);
 
+/* What udir_give did. */
+struct udir_give_stats {
+	unsigned long given;   /* directories, files, symlinks, FIFOs, sockets now uid:gid's */
+	unsigned long linked;  /* regular files with more than one link, left as they were */
+	unsigned long devices; /* device nodes, left as they were (root's) */
+	unsigned long foreign; /* entries on another file system (mount points), left */
+};
+
+/* chown -R of name inside dfd to uid:gid, for a tree made by someone else
+ * (another uid, another program) that a sandbox of uid:gid is to own: never
+ * following a symlink, staying on name's file system, write access for group
+ * and others removed (what made the tree writable across uids is no longer
+ * needed) and set-id bits of files dropped.  A regular file with several
+ * links is left alone (a hard link may name a file outside the tree, whose
+ * owner would change too), and so is a device node.  Every object is
+ * checked (fstat of what was opened) before it is changed, so a swap
+ * under the walk makes a step skip, never change something else.  Trees
+ * deeper than 128 levels are left below that (ELOOP).  0, or -1 with the
+ * errno of the first failure (the walk goes on past it); *st counts. */
+int udir_give(int dfd, const char *name, uid_t uid, gid_t gid, struct udir_give_stats *st);
+
 #endif

@@ -18,12 +18,13 @@
 
 #define ARGS_OPTS_CAP 4096
 
-enum { OPT_CHECK_CONFIG = 256 };
+enum { OPT_CHECK_CONFIG = 256, OPT_IMPORT };
 
 void args_usage(FILE *f)
 {
 	fprintf(f, "usage: sbxfs [-f] [-d] [-c FILE] [-o OPTIONS] [SOURCE] MOUNTPOINT\n"
 		   "       sbxfs --check-config FILE\n"
+		   "       sbxfs [-c FILE] --import-deerflow DIR\n"
 		   "       sbxfs --help | --version\n"
 		   "\n"
 		   "  -c, --config FILE      mount.conf (YAML); default " SBXFS_DEFAULT_CONFIG " if it exists\n"
@@ -36,6 +37,9 @@ void args_usage(FILE *f)
 		   "      --check-config FILE\n"
 		   "                         validate FILE as a start would, print the effective\n"
 		   "                         configuration (secrets as \"***\"); exit 0 or 1\n"
+		   "      --import-deerflow DIR\n"
+		   "                         move the threads' files of DeerFlow's base dir DIR into\n"
+		   "                         state_dir (no daemon may serve it); exit 0 or 1\n"
 		   "  -h, --help             this text\n"
 		   "  -V, --version          print the version\n"
 		   "\n"
@@ -158,7 +162,8 @@ enum args_action args_parse(int argc, char **argv, struct args *a, char *err, si
 {
 	static const struct option longopts[] = { { "config", required_argument, NULL, 'c' },
 		{ "foreground", no_argument, NULL, 'f' }, { "debug", no_argument, NULL, 'd' },
-		{ "check-config", required_argument, NULL, OPT_CHECK_CONFIG }, { "help", no_argument, NULL, 'h' },
+		{ "check-config", required_argument, NULL, OPT_CHECK_CONFIG },
+		{ "import-deerflow", required_argument, NULL, OPT_IMPORT }, { "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' }, { NULL, 0, NULL, 0 } };
 	const char *check = NULL, *copt = NULL;
 	int c, npos;
@@ -185,6 +190,9 @@ enum args_action args_parse(int argc, char **argv, struct args *a, char *err, si
 		case OPT_CHECK_CONFIG:
 			check = optarg;
 			break;
+		case OPT_IMPORT:
+			a->import_dir = optarg;
+			break;
 		case 'h':
 			return ARGS_HELP;
 		case 'V':
@@ -197,6 +205,11 @@ enum args_action args_parse(int argc, char **argv, struct args *a, char *err, si
 	if (copt && a->config_opt && strcmp(copt, a->config_opt))
 		return args_fail(err, errlen, "-c %s and -o config=%s name different files", copt, a->config_opt);
 	a->config = copt ? copt : a->config_opt;
+	if (a->import_dir) {
+		if (npos != 0 || check || !a->import_dir[0])
+			return args_fail(err, errlen, "--import-deerflow DIR takes only -c FILE, no mountpoint");
+		return ARGS_IMPORT;
+	}
 	if (check) {
 		if (npos != 0 || a->config)
 			return args_fail(err, errlen, "--check-config FILE takes no other file or mountpoint");

@@ -5,6 +5,7 @@
  *
  *   sbxfs [-f] [-d] [-c FILE] [-o OPTIONS] [SOURCE] MOUNTPOINT
  *   sbxfs --check-config FILE
+ *   sbxfs [-c FILE] --import-deerflow DIR
  *   sbxfs --help | --version
  *
  * mount(8) with `-t fuse.sbxfs` runs Debian's mount.fuse3, which runs
@@ -47,6 +48,7 @@
 enum args_action {
 	ARGS_RUN,          /* mount MOUNTPOINT */
 	ARGS_CHECK_CONFIG, /* --check-config FILE: validate, print, exit */
+	ARGS_IMPORT,       /* --import-deerflow DIR: move DeerFlow's threads into state_dir, exit */
 	ARGS_HELP,         /* --help: print args_usage(stdout), exit 0 */
 	ARGS_VERSION,      /* --version: print args_version(), exit 0 */
 	ARGS_ERROR,        /* err says why; exit 2 */
@@ -56,6 +58,7 @@ struct args {
 	const char *config;     /* -c FILE or -o config=FILE (--check-config FILE), or NULL */
 	const char *source;     /* mount(8)'s first operand, e.g. "sbxfs": not used */
 	const char *mountpoint;
+	const char *import_dir; /* --import-deerflow DIR */
 	bool foreground;        /* -f (or -d) */
 	bool debug;             /* -d */
 	bool allow_other;       /* -o allow_other was given */

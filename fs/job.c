@@ -749,30 +749,41 @@ void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), voi
 
 /* ---- input and start ------------------------------------------------------------------------- */
 
-static int job_env_valid(struct job *j, const char *text, size_t size)
+/* One write to `env`, checked whole and turned into what the env file
+ * keeps: KEY=VALUE entries, each ending in NUL.  A write is either lines
+ * ("KEY=VALUE\n", the shell's way) or, when it holds a NUL byte,
+ * NUL-separated entries whose values may hold newlines (a PEM key, a
+ * multi-line secret: DeerFlow's env values are arbitrary strings, §1.1).
+ * Empty lines and entries are skipped.  EINVAL (logged) for an entry
+ * without '=' or a key that is not ^[A-Za-z_][A-Za-z0-9_]*$. */
+static int job_env_entries(struct job *j, const char *text, size_t size, struct buf *out)
 {
-	const char *line = text, *end = text + size;
+	const char sep = memchr(text, '\0', size) ? '\0' : '\n';
+	const char *e = text, *end = text + size;
 
-	while (line < end) {
-		const char *nl = memchr(line, '\n', (size_t)(end - line));
-		size_t len = nl ? (size_t)(nl - line) : (size_t)(end - line);
-		const char *eq = memchr(line, '=', len);
+	while (e < end) {
+		const char *stop = memchr(e, sep, (size_t)(end - e));
+		size_t len = stop ? (size_t)(stop - e) : (size_t)(end - e);
+		const char *eq = memchr(e, '=', len);
 		char key[256];
 
-		if (len && (!eq || (size_t)(eq - line) >= sizeof(key))) {
-			log_warn(j->scope, "env: line %.*s is not KEY=VALUE", (int)(len > 80 ? 80 : len), line);
+		if (len && (!eq || (size_t)(eq - e) >= sizeof(key))) {
+			log_warn(j->scope, "env: %s %.*s is not KEY=VALUE", sep ? "line" : "entry",
+				(int)(len > 80 ? 80 : len), e);
 			return EINVAL;
 		}
 		if (len) {
-			memcpy(key, line, (size_t)(eq - line));
-			key[eq - line] = '\0';
+			memcpy(key, e, (size_t)(eq - e));
+			key[eq - e] = '\0';
 			if (!names_env_key_valid(key)) {
 				log_warn(j->scope, "env: key '%s' is not a valid POSIX environment variable name (must match ^[A-Za-z_][A-Za-z0-9_]*$)",
 					key);
 				return EINVAL;
 			}
+			if (buf_add(out, e, len) || buf_add(out, "", 1))
+				return EFBIG;
 		}
-		line += len + (nl ? 1 : 0);
+		e += len + (stop ? 1 : 0);
 	}
 	return 0;
 }
@@ -814,16 +825,16 @@ static int job_before_start(struct job *j, const char *what)
 
 int job_add_env(struct job *j, const char *data, size_t len)
 {
+	struct buf entries = BUF_INIT(JOB_ENV_MAX);
 	int err = job_before_start(j, "env");
 
-	if (!err && memchr(data, '\0', len))
-		err = EINVAL;
 	if (!err)
-		err = job_env_valid(j, data, len);
-	if (!err)
-		err = job_append(j, "env", data, len, JOB_ENV_MAX);
-	if (!err && len && data[len - 1] != '\n')
-		err = job_append(j, "env", "\n", 1, JOB_ENV_MAX);
+		err = job_env_entries(j, data, len, &entries);
+	if (err == EFBIG)
+		log_warn(j->scope, "env: more than %d bytes refused", JOB_ENV_MAX);
+	if (!err && entries.len)
+		err = job_append(j, "env", entries.ptr, entries.len, JOB_ENV_MAX);
+	buf_free(&entries);
 	return err;
 }
 
@@ -902,22 +913,121 @@ static int job_environ(struct job *j, const struct sbx_config *cfg, struct buf *
 		r |= buf_addf(out, "%s=%s", cfg->env[i].key, cfg->env[i].value) || buf_add(out, "", 1);
 	if (job_path(j, "env", &p) || (util_read_file(p.ptr, &text) && errno != ENOENT))
 		r = -1;
-	for (char *line = text.ptr; !r && line && *line;) {
-		char *nl = strchr(line, '\n');
-		if (nl)
-			*nl = '\0';
-		if (*line)
-			r |= buf_add(out, line, strlen(line) + 1);
-		line = nl ? nl + 1 : NULL;
+	/* the env file's entries end in NUL (job_env_entries); one without any
+	 * NUL was written by an older daemon, one entry per line */
+	if (text.len) {
+		const char sep = memchr(text.ptr, '\0', text.len) ? '\0' : '\n';
+		const char *e = text.ptr, *end = text.ptr + text.len;
+
+		while (!r && e < end) {
+			const char *stop = memchr(e, sep, (size_t)(end - e));
+			size_t len = stop ? (size_t)(stop - e) : (size_t)(end - e);
+			if (len)
+				r |= buf_add(out, e, len) || buf_add(out, "", 1);
+			e += len + 1;
+		}
 	}
 	buf_free(&p);
 	buf_free(&text);
 	return r ? ENOMEM : 0;
 }
 
-static int job_write_meta(struct job *j, const struct sbx_config *cfg, double started)
+/* ---- the per-job timeout ------------------------------------------------------------- */
+
+/* A `timeout` write: a positive decimal number of seconds ("30", "2.5"),
+ * trailing newlines and blanks allowed.  The value, 0 for zero, -1 for
+ * anything else (a sign, an exponent, "inf", garbage). */
+static double job_parse_seconds(const char *data, size_t len)
 {
-	json_t *o = json_pack("{s:i,s:f}", "timeout", (int)cfg->bash_command_timeout, "started_at", started);
+	char text[32];
+	size_t i = 0, digits = 0;
+
+	while (len && memchr("\n\r\t ", data[len - 1], 4))
+		len--;
+	if (!len || len >= sizeof(text))
+		return -1;
+	memcpy(text, data, len);
+	text[len] = '\0';
+	for (; text[i] >= '0' && text[i] <= '9'; i++)
+		digits++;
+	if (text[i] == '.')
+		for (i++; text[i] >= '0' && text[i] <= '9'; i++)
+			digits++;
+	if (text[i] || !digits)
+		return -1;
+	return strtod(text, NULL); /* the daemon runs in the C locale: '.' */
+}
+
+int job_set_timeout(struct job *j, const char *data, size_t len)
+{
+	struct sbx_config *cfg = pool_sbx_config(j->sbx);
+	double v = job_parse_seconds(data, len);
+	enum job_state st = J_CREATED;
+	char text[32];
+	long secs = 0;
+	int err = 0;
+
+	if (!cfg)
+		return ENOENT;
+	if (v <= 0) {
+		log_warn(j->scope, "timeout: '%.*s' is not a positive number of seconds", (int)(len > 40 ? 40 : len),
+			data);
+		err = EINVAL;
+	} else if (v > (double)cfg->bash_command_timeout) {
+		log_warn(j->scope, "timeout: %.*s s is more than bash_command_timeout (%ld s)", (int)(len > 40 ? 40 : len),
+			data, cfg->bash_command_timeout);
+		err = EINVAL;
+	} else {
+		/* whole seconds, rounded up: the providers count seconds, and a
+		 * command never gets less time than it asked for */
+		secs = (long)v;
+		if ((double)secs < v)
+			secs++;
+		snprintf(text, sizeof(text), "%ld\n", secs);
+	}
+	config_put(cfg);
+	if (err)
+		return err;
+	/* under the job's lock: a start claims the job under it, so a write
+	 * that succeeds is one the start reads */
+	pthread_mutex_lock(&j->lock);
+	if (j->state != J_CREATED || j->removed)
+		st = j->removed ? J_FAILED : j->state;
+	else
+		err = job_write_file(j, "timeout", text, strlen(text));
+	pthread_mutex_unlock(&j->lock);
+	if (st != J_CREATED) {
+		log_warn(j->scope, "timeout: the job has already been started (%s): it applies before cmd only",
+			job_state_name(st));
+		return EINVAL;
+	}
+	return err;
+}
+
+/* The timeout a job runs (or would run) with: its `timeout` file, else
+ * bash_command_timeout; never more than bash_command_timeout (a slot
+ * written under a configuration with a higher one gets the current cap). */
+static long job_timeout_of(struct job *j, const struct sbx_config *cfg, bool warn)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH), t = BUF_INIT(64);
+	long secs = cfg->bash_command_timeout;
+
+	if (!job_path(j, "timeout", &p) && !util_read_file(p.ptr, &t) && t.len) {
+		long v = strtol(buf_str(&t), NULL, 10);
+		if (v > 0 && v <= cfg->bash_command_timeout)
+			secs = v;
+		else if (v > 0 && warn)
+			log_warn(j->scope, "timeout: %ld s is more than bash_command_timeout (%ld s) now: %ld s applies",
+				v, cfg->bash_command_timeout, cfg->bash_command_timeout);
+	}
+	buf_free(&p);
+	buf_free(&t);
+	return secs;
+}
+
+static int job_write_meta(struct job *j, long timeout, double started)
+{
+	json_t *o = json_pack("{s:I,s:f}", "timeout", (json_int_t)timeout, "started_at", started);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int err = text ? job_write_file(j, "meta.json", text, strlen(text)) : ENOMEM;
 
@@ -932,6 +1042,7 @@ int job_start(struct job *j, const char *cmd, size_t len)
 	struct buf env = BUF_INIT(2 * JOB_ENV_MAX + 64 * 1024);
 	struct sbx_exec_spec spec = { 0 };
 	struct sbx_exec *x = NULL;
+	long timeout = 0;
 	int err = 0;
 
 	size_t blank = 0;
@@ -955,12 +1066,14 @@ int job_start(struct job *j, const char *cmd, size_t len)
 		err = job_write_file(j, "cmd", cmd, len);
 	if (!err)
 		err = job_write_file(j, "environ", env.ptr ? env.ptr : "", env.len);
-	if (!err)
-		err = job_write_meta(j, cfg, util_wall_now());
+	if (!err) {
+		timeout = job_timeout_of(j, cfg, true);
+		err = job_write_meta(j, timeout, util_wall_now());
+	}
 	if (!err) {
 		spec.job_dir = j->dir;
 		spec.job_name = j->name;
-		spec.timeout = cfg->bash_command_timeout;
+		spec.timeout = timeout;
 		err = pool_exec(j->sbx, &spec, &x);
 		if (err)
 			log_err(j->scope, "cannot start the job: %s", strerror(err));
@@ -1121,9 +1234,11 @@ off_t job_stream_size(struct job *j, enum job_stream which)
 	return job_file_size(j, stream_files[which]);
 }
 
-off_t job_input_size(struct job *j, bool stdin_file)
+off_t job_input_size(struct job *j, enum job_input which)
 {
-	return job_file_size(j, stdin_file ? "stdin" : "env");
+	static const char *files[] = { "env", "stdin", "timeout" };
+
+	return (unsigned)which < sizeof(files) / sizeof(files[0]) ? job_file_size(j, files[which]) : 0;
 }
 
 int job_exit_text(struct job *j, char *out, size_t len)
@@ -1157,7 +1272,8 @@ static json_t *jget(json_t *o, const char *key)
 int job_status_json(struct job *j, struct buf *out)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH), t = BUF_INIT(JOB_CMD_MAX + 1);
-	json_t *o, *r, *meta, *cmd = json_null(), *pgid = json_null();
+	json_t *o, *r, *meta, *cmd = json_null(), *pgid = json_null(), *timeout;
+	struct sbx_config *cfg;
 	enum job_state st = job_state(j);
 
 	r = job_read_json(j, "result");
@@ -1174,13 +1290,20 @@ int job_status_json(struct job *j, struct buf *out)
 	}
 	buf_free(&p);
 	buf_free(&t);
+	timeout = jget(meta, "timeout");
+	if (json_is_null(timeout) && (cfg = pool_sbx_config(j->sbx))) {
+		/* not started: the timeout it would run with (its `timeout` file) */
+		json_decref(timeout);
+		timeout = json_integer(job_timeout_of(j, cfg, false));
+		config_put(cfg);
+	}
 	o = json_pack("{s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:I,s:I,s:o}", "name", j->name, "state", job_state_name(st),
 		"cmd", cmd ? cmd : json_null(), "pid", pgid, "started_at", jget(meta, "started_at"), "ended_at",
 		jget(r, "ended_at"), "exit", jget(r, "exit"), "signal", jget(r, "signal"), "stdout_bytes",
 		(json_int_t)job_stream_size(j, JOB_STDOUT), "stderr_bytes", (json_int_t)job_stream_size(j, JOB_STDERR),
-		"timeout", jget(meta, "timeout"));
-	if (o && r && json_object_get(r, "reason"))
-		json_object_set(o, "reason", json_object_get(r, "reason"));
+		"timeout", timeout ? timeout : json_null());
+	if (o) /* every status has the key (interface.md): null when nothing ended the job */
+		json_object_set_new(o, "reason", jget(r, "reason"));
 	json_decref(r);
 	json_decref(meta);
 	return json_to_buf(o, out);

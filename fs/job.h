@@ -12,6 +12,7 @@
  *   stdin    the user's input (written before the start; JOB_STDIN_MAX)
  *   cmd      the command, as bytes (written at the start)
  *   environ  the job's whole environment, NUL-separated (written at the start)
+ *   timeout  the user's per-job timeout in whole seconds (written before the start)
  *   meta.json  timeout, started_at
  *   stdout, stderr, result, and the provider's own files (supervisor, ...)
  *
@@ -87,6 +88,12 @@ int job_add_stdin(struct job *j, const char *data, size_t len);
 /* A writer of cmd opened (+1) or closed (-1): while one is open, a reader
  * of exit waits for the start instead of getting ESRCH. */
 void job_cmd_writer(struct job *j, int delta);
+/* A `timeout` write: a positive number of seconds ("30", "2.5": rounded up
+ * to whole seconds), at most the sandbox's bash_command_timeout, before the
+ * start; the last write wins.  EINVAL for anything else (garbage, zero, a
+ * sign, past the cap, after cmd), ENOENT when the sandbox is gone; nothing
+ * is written on error.  The job's status shows it from then on. */
+int job_set_timeout(struct job *j, const char *data, size_t len);
 int job_cmd_writers(struct job *j);
 /* CREATED -> STARTING: this caller will start it.  EBUSY when already
  * started (or starting), ENOENT when removed.  job_unclaim() gives it back
@@ -104,8 +111,10 @@ int job_ctl(struct job *j, const char *text, size_t len);
 /* Output: an fd on the stream's host file (O_RDONLY), or -1 with errno. */
 int job_open_stream(struct job *j, enum job_stream which);
 off_t job_stream_size(struct job *j, enum job_stream which);
-/* Bytes written so far to the env (false) or stdin (true) file. */
-off_t job_input_size(struct job *j, bool stdin_file);
+enum job_input { JOB_IN_ENV, JOB_IN_STDIN, JOB_IN_TIMEOUT };
+
+/* Bytes written so far to one of the job's input files. */
+off_t job_input_size(struct job *j, enum job_input which);
 /* After the end: "N\n" (128+N for signal N). */
 int job_exit_text(struct job *j, char *out, size_t len);
 int job_status_json(struct job *j, struct buf *out);

@@ -37,11 +37,11 @@
 #include "vdir.h"
 #include "work.h"
 
-enum jobfile { JF_CMD, JF_ENV, JF_STDIN, JF_STDOUT, JF_STDERR, JF_EXIT, JF_STATUS, JF_CTL, JF_COUNT };
+enum jobfile { JF_CMD, JF_ENV, JF_STDIN, JF_STDOUT, JF_STDERR, JF_EXIT, JF_STATUS, JF_CTL, JF_TIMEOUT, JF_COUNT };
 
 static const char *job_file_names[JF_COUNT] = { "cmd", "env", "stdin", "stdout", "stderr", "exit", "status",
-	"ctl" };
-static const mode_t job_file_modes[JF_COUNT] = { 0600, 0200, 0200, 0400, 0400, 0400, 0400, 0200 };
+	"ctl", "timeout" };
+static const mode_t job_file_modes[JF_COUNT] = { 0600, 0200, 0200, 0400, 0400, 0400, 0400, 0200, 0200 };
 
 #define JOBFS_DIR_TIMEOUT 1.0
 #define JOBFS_STDIN_WRITE_MAX (2 * 1024 * 1024)
@@ -119,8 +119,11 @@ static off_t jobfile_size(struct job *j, int which)
 	case JF_STDERR:
 		return job_stream_size(j, which == JF_STDOUT ? JOB_STDOUT : JOB_STDERR);
 	case JF_ENV:
+		return job_input_size(j, JOB_IN_ENV);
 	case JF_STDIN:
-		return job_input_size(j, which == JF_STDIN);
+		return job_input_size(j, JOB_IN_STDIN);
+	case JF_TIMEOUT:
+		return job_input_size(j, JOB_IN_TIMEOUT);
 	case JF_EXIT:
 		if (job_state_ended(job_state(j)) && !job_exit_text(j, text, sizeof(text)))
 			size = (off_t)strlen(text);
@@ -485,6 +488,9 @@ static void jobfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec
 		break;
 	case JF_CTL:
 		err = job_ctl(n->job, mem, (size_t)got);
+		break;
+	case JF_TIMEOUT:
+		err = job_set_timeout(n->job, mem, (size_t)got);
 		break;
 	default:
 		err = EPERM;

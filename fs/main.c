@@ -55,6 +55,7 @@
 #include "args.h"
 #include "data.h"
 #include "handle.h"
+#include "import.h"
 #include "jobfs.h"
 #include "node.h"
 #include "park.h"
@@ -499,6 +500,24 @@ out:
 	return ret;
 }
 
+/* --import-deerflow DIR: DeerFlow's threads moved into state_dir, holding the
+ * state_dir lock (a daemon serving it refuses us, and we it).  Exit status. */
+static int import_command(struct args *o)
+{
+	struct sbx_config *cfg = load_config(o);
+	int lockfd, ret = 1;
+
+	if (!cfg)
+		return 1;
+	lockfd = take_lock(cfg->state_dir);
+	if (lockfd >= 0) {
+		ret = import_deerflow(cfg, o->import_dir);
+		close(lockfd);
+	}
+	config_put(cfg);
+	return ret;
+}
+
 /* The command line's verdict: -1 to go on and mount, else the exit status. */
 static int handle_args(enum args_action act, struct args *o, const char *err)
 {
@@ -515,6 +534,10 @@ static int handle_args(enum args_action act, struct args *o, const char *err)
 		log_open(0, o->debug);
 		config_set_hooks(&provider_config_hooks);
 		return check_config(o->config);
+	case ARGS_IMPORT:
+		log_open(0, o->debug);
+		config_set_hooks(&provider_config_hooks);
+		return import_command(o);
 	default:
 		fprintf(stderr, "sbxfs: %s\n", err);
 		args_usage(stderr);

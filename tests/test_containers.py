@@ -457,6 +457,10 @@ def test_env_file_and_config_environment(sbxfs):
     J.test_env_file_and_config_environment(sbxfs)
 
 
+def test_env_values_with_newlines_in_nul_separated_entries(sandbox):
+    J.test_env_values_with_newlines_in_nul_separated_entries(sandbox)
+
+
 def test_stdin_is_fed_to_the_command(sandbox):
     J.test_stdin_is_fed_to_the_command(sandbox)
 
@@ -473,6 +477,11 @@ def test_stdout_streams_while_running(sandbox):
 @pytest.mark.timeout_s(90)
 def test_bash_command_timeout(sbxfs):
     J.test_bash_command_timeout(sbxfs)
+
+
+@pytest.mark.timeout_s(120)
+def test_job_timeout_file(sbxfs):
+    J.test_job_timeout_file(sbxfs)
 
 
 @pytest.mark.timeout_s(90)

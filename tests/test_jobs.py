@@ -144,7 +144,8 @@ def test_exit_stdout_stderr_and_status(sandbox):
     m, t = sandbox
     assert sorted(os.listdir(t / "jobs")) == []
     j = mkjob(t, "j1")
-    assert sorted(os.listdir(j)) == sorted(["cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl"])
+    assert sorted(os.listdir(j)) == sorted(["cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl",
+                                            "timeout"])
     st = jstatus(j)
     assert st["name"] == "j1" and st["state"] == "created", st
     start(j, "echo out; echo err >&2; exit 7")
@@ -207,6 +208,30 @@ def test_env_file_and_config_environment(sbxfs):
     start(j, 'printf "%s|%s|%s|%s|%s\\n" "$A" "$B" "$C" "$CFG_VAR" "$CFG_HOST"')
     assert wait_exit(j) == 0
     assert read_text(j / "stdout") == "1|two words|x=y|from config|from the daemon's env\n"
+
+
+def test_env_values_with_newlines_in_nul_separated_entries(sandbox):
+    """A write holding a NUL byte is KEY=VALUE entries separated by NUL, whose
+    values may hold newlines (a PEM key as a request-scoped secret, DeerFlow
+    §1.1: values are arbitrary); lines and entries mix in one env file; the
+    value never reaches the command's text or an argv."""
+    m, t = sandbox
+    pem = "-----BEGIN KEY-----\nAAAA\nBBBB=\n-----END KEY-----\n"
+    j = mkjob(t, "nl")
+    assert write_ctl(j / "env", "PLAIN=1\n") == 8
+    entries = f"SECRET={pem}\0SPACED= a \nb \0LAST=x=y\0".encode()
+    assert write_ctl(j / "env", entries) == len(entries)
+    start(j, 'printf "[%s][%s][%s][%s]\\n" "$PLAIN" "$SECRET" "$SPACED" "$LAST"')
+    assert wait_exit(j) == 0, read_text(j / "stderr")
+    assert read_text(j / "stdout") == f"[1][{pem}][ a \nb ][x=y]\n"
+    assert "BEGIN KEY" not in jstatus(j)["cmd"]
+    # a bad entry in the NUL form refuses the whole write
+    j2 = mkjob(t, "bad")
+    for bad in (b"GOOD=1\0NOEQUALS\0", b"GOOD=1\0BAD-KEY=x\0", b"\0=v\0"):
+        expect_errno(lambda: write_ctl(j2 / "env", bad), errno.EINVAL)
+    assert os.stat(j2 / "env").st_size == 0, "a refused write keeps nothing"
+    start(j2, 'printf "[%s]\\n" "${GOOD-unset}"')
+    assert wait_exit(j2) == 0 and read_text(j2 / "stdout") == "[unset]\n"
 
 
 def test_stdin_is_fed_to_the_command(sandbox):
@@ -488,6 +513,64 @@ def test_timeout_ends_term_ignoring_and_escaping_processes(sbxfs):
         f"processes of the timed-out job survive: {procs_of_uid(uid, f'sleep {tag}')}"
 
 
+@pytest.mark.timeout_s(120)
+def test_job_timeout_file(sbxfs):
+    """jobs/NAME/timeout: a per-job timeout written before cmd, at most
+    bash_command_timeout, shown in status; a job under it is ended and
+    reports timed_out while the configured cap is far away."""
+    m = sbxfs(config={"bash_command_timeout": 60})
+    t = acquire(m)
+    j = mkjob(t, "short")
+    assert jstatus(j)["timeout"] == 60, "before a write: the timeout that would apply"
+    assert write_ctl(j / "timeout", "2\n") == 2
+    st = jstatus(j)
+    assert st["timeout"] == 2 and st["state"] == "created", st
+    assert os.stat(j / "timeout").st_size == 2  # what was kept: "2\n"
+    start(j, "echo started; sleep 59; echo never")
+    code = wait_exit(j, 45)  # bash_command_timeout (60 s) would outlast this wait
+    st = jstatus(j)
+    assert st["state"] == "timed_out" and st["reason"] in ("timeout", None), st
+    assert st["timeout"] == 2, st
+    assert code > 128 and st["signal"] == code - 128, st
+    assert read_text(j / "stdout") == "started\n"
+    # after the start: EINVAL, nothing changes
+    expect_errno(lambda: write_ctl(j / "timeout", "5"), errno.EINVAL)
+    assert jstatus(j)["timeout"] == 2
+    assert "already been started" in m.log
+    # fractions round up; the last write wins; the cap itself is allowed
+    j2 = mkjob(t, "frac")
+    assert write_ctl(j2 / "timeout", "50") == 2
+    assert write_ctl(j2 / "timeout", "2.5") == 3
+    assert jstatus(j2)["timeout"] == 3
+    j3 = mkjob(t, "cap")
+    assert write_ctl(j3 / "timeout", "60.0\n") == 5
+    assert jstatus(j3)["timeout"] == 60
+    start(j3, "echo quick")
+    assert wait_exit(j3, 30) == 0 and jstatus(j3)["state"] == "exited"
+    assert jstatus(j3)["timeout"] == 60
+    # a job without a timeout file runs under bash_command_timeout
+    code, out, _ = run_job(t, "plain", "echo plain")
+    assert (code, out) == (0, "plain\n") and jstatus(t / "jobs" / "plain")["timeout"] == 60
+
+
+BAD_TIMEOUTS = ["0", "0.0", "-1", "-0.5", "abc", "1e1", "inf", "nan", "\n", "2 s", "2,5", ".", "61", "60.001",
+                "99999999999999999999999", "0x10", " 3"]
+
+
+def test_bad_job_timeout_is_einval_and_changes_nothing(sbxfs):
+    m = sbxfs(config={"bash_command_timeout": 60})
+    t = acquire(m)
+    j, j2 = mkjob(t, "j"), mkjob(t, "j2")
+    assert write_ctl(j / "timeout", "7") == 1
+    for bad in BAD_TIMEOUTS:
+        expect_errno(lambda: write_ctl(j / "timeout", bad), errno.EINVAL)
+        assert jstatus(j)["timeout"] == 7, f"a refused write ({bad!r}) changed the timeout"
+        # a slot without a timeout file: a refused write creates none
+        expect_errno(lambda: write_ctl(j2 / "timeout", bad), errno.EINVAL)
+        assert jstatus(j2)["timeout"] == 60 and os.stat(j2 / "timeout").st_size == 0, bad
+    assert "is not a positive number of seconds" in m.log and "more than bash_command_timeout" in m.log
+
+
 # --------------------------------------------------------------------------
 # 6. kill
 
@@ -615,7 +698,8 @@ def test_job_slot_rules(sandbox):
     expect_errno(lambda: os.close(os.open(j / "extra", os.O_WRONLY | os.O_CREAT, 0o644)), errno.EPERM)
     expect_errno(lambda: os.unlink(j / "cmd"), errno.EPERM)
     expect_errno(lambda: os.rename(j / "stdout", j / "out"), errno.EPERM)
-    assert sorted(os.listdir(j)) == sorted(["cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl"])
+    assert sorted(os.listdir(j)) == sorted(["cmd", "env", "stdin", "stdout", "stderr", "exit", "status", "ctl",
+                                            "timeout"])
     assert sorted(os.listdir(t / "jobs")) == sorted(["A-b_9", "x" * 64])
 
 

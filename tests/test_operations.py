@@ -69,6 +69,20 @@ def test_make_install_layout_modes_and_uninstall(tmp_path):
     for p, m in expect.items():
         assert p.is_file(), f"{p} not installed"
         assert mode(p) == m, f"{p}: mode {oct(mode(p))}, expected {oct(m)}"
+    # the DeerFlow package, where Debian's python3 looks for this prefix
+    pyver = "%d.%d" % tuple(int(x) for x in subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True,
+        timeout=30).stdout.split())
+    site = usr / "lib" / f"python{pyver}" / "dist-packages"
+    assert (site / "sbxfs_deerflow" / "provider.py").is_file() and list(site.glob("sbxfs_deerflow-*.dist-info"))
+    r = subprocess.run(["/usr/bin/python3", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); "
+                        "import sbxfs_deerflow; print(sbxfs_deerflow.SbxfsSandboxProvider.__name__)"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout == "SbxfsSandboxProvider\n", r.stderr
+    assert str(usr / "lib" / f"python{pyver}" / "dist-packages").replace(str(dest), "") in subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.path)"], capture_output=True, text=True,
+        timeout=30).stdout, "the site directory is not on Debian's python3 path"
+    assert not (REPO / "python" / "build").exists() and not list((REPO / "python").glob("*.egg-info"))
     state = dest / "var" / "lib" / "sbxfs"
     assert state.is_dir() and mode(state) == 0o700, f"state_dir mode {oct(mode(state))}"
     unit = (usr / "lib" / "systemd" / "system" / "sbxfs.service").read_text()
@@ -102,6 +116,7 @@ def test_make_install_layout_modes_and_uninstall(tmp_path):
     for p in expect:
         if p.name != "mount.conf":
             assert not p.exists(), f"{p} left by make uninstall"
+    assert not site.exists(), f"{site} left by make uninstall"
     assert (dest / "etc" / "sbxfs" / "mount.conf").read_text() == mine
     assert (state / "users").is_dir()
 

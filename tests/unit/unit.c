@@ -298,6 +298,19 @@ static void test_args(void)
 	args_free(&a);
 	CHECK(parse(&a, err, sizeof(err), "a", "b", "c", NULL) == ARGS_ERROR);
 	args_free(&a);
+
+	/* --import-deerflow DIR, with -c FILE and nothing else */
+	CHECK(parse(&a, err, sizeof(err), "-c", "/etc/x.conf", "--import-deerflow", "/srv/deer-flow", NULL) ==
+	      ARGS_IMPORT);
+	CHECK(!strcmp(a.import_dir, "/srv/deer-flow") && !strcmp(a.config, "/etc/x.conf"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--import-deerflow", "/d", "/m", NULL) == ARGS_ERROR &&
+	      strstr(err, "--import-deerflow"));
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--import-deerflow", "/d", "--check-config", "/c", NULL) == ARGS_ERROR);
+	args_free(&a);
+	CHECK(parse(&a, err, sizeof(err), "--import-deerflow", "", NULL) == ARGS_ERROR);
+	args_free(&a);
 	CHECK(parse(&a, err, sizeof(err), "--check-config", "/f", NULL) == ARGS_CHECK_CONFIG && !strcmp(a.config, "/f"));
 	args_free(&a);
 	CHECK(parse(&a, err, sizeof(err), "--check-config", "/f", "/m", NULL) == ARGS_ERROR);
