@@ -457,3 +457,99 @@ print(json.dumps(out))
     assert got["cp sparse"] == 0, got
     assert os.stat(ws / "huge23").st_size == 1 << 40
     assert os.stat(m.workspace_data("alice", "t") / "huge23").st_blocks < 1 << 16
+
+
+# --------------------------------------------------------------------------
+# issue 19 item 2: a sandbox's files against the daemon's file descriptors
+
+
+FD_LIMIT = 2048  # the daemon's RLIMIT_NOFILE in these tests (set with prlimit)
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def metrics(m):
+    return sbxutil.parse_metrics((m.mnt / ".metrics").read_text())
+
+
+class low_fd_limit:
+    """The daemon's RLIMIT_NOFILE lowered to n for a while, as an
+    administrator would with prlimit(1); restored after.  Only the soft
+    limit: raising a hard limit back needs CAP_SYS_RESOURCE, which a test
+    host may not grant."""
+
+    def __init__(self, m, n=FD_LIMIT):
+        import resource
+        self.resource, self.pid, self.n = resource, m.proc.pid, n
+
+    def __enter__(self):
+        self.old = self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE)
+        self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE, (self.n, self.old[1]))
+        time.sleep(0.3)  # the daemon looks at its limit at most every 100 ms
+        return self
+
+    def __exit__(self, *exc):
+        self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE, self.old)
+        time.sleep(0.3)
+
+
+MAKE_FILES = "python3 -c 'import os\nos.mkdir(\"many\")\nfor i in range(50000): os.close(os.open(\"many/f%05d\" % i, os.O_CREAT | os.O_WRONLY, 0o644))'"
+
+
+@pytest.mark.timeout_s(400)
+def test_fifty_thousand_files_keep_the_daemon_within_its_fd_budget(sbxfs):
+    """A job makes 50 000 empty files; `ls -l` and `find` of them through
+    the mount, with the daemon under a low fd limit, while another user's
+    sandbox keeps answering: every file listed with its attributes, the
+    daemon's descriptors under its budget all along, nobody gets EMFILE."""
+    from test_jobs import acquire, run_job
+    m = sbxfs()
+    alice = acquire(m, "alice", "t")
+    bob = acquire(m, "bob", "t")
+    pid = m.proc.pid
+    code, _, err = run_job(alice, "many", MAKE_FILES, timeout=240)
+    assert code == 0, err
+    listing = m.base / "ls.out"
+    with low_fd_limit(m), open(listing, "w+") as out:
+        ls = subprocess.Popen(["ls", "-l", str(alice / "workspace" / "many")], stdout=out,
+                              stderr=subprocess.STDOUT, text=True)
+        base = fd_count(pid)  # the daemon and two sandboxes, before the listing
+        peak, rounds = 0, 0
+        try:
+            while ls.poll() is None:
+                peak = max(peak, fd_count(pid))
+                res = responsive(bob / "workspace")
+                assert all(x[1] not in ("EMFILE", "ENFILE", "EIO") for x in res), res
+                rounds += 1
+            ls.wait(timeout=300)
+        finally:
+            if ls.poll() is None:
+                ls.kill()
+        out.seek(0)
+        text = out.read()
+        assert ls.returncode == 0, text[-2000:]
+        lines = text.splitlines()[1:]  # "total N" first
+        assert len(lines) == 50000, (len(lines), text[-2000:])
+        assert not [x for x in lines if "?" in x.split()[0]], [x for x in lines if "?" in x][:5]
+        find = subprocess.run(["find", str(alice / "workspace" / "many"), "-type", "f"], capture_output=True,
+                              text=True, timeout=300)
+        assert find.returncode == 0, find.stderr[-2000:]
+        assert len(find.stdout.splitlines()) == 50000
+        peak = max(peak, fd_count(pid))
+        got = metrics(m)
+        assert got["sbxfs_fds_limit"] == FD_LIMIT, got
+        # what the listing added stays within the data shares of the limit
+        budget = got['sbxfs_fds_budget{share="data_cache"}'] + got['sbxfs_fds_budget{share="data"}']
+        assert peak <= base + budget < FD_LIMIT, (peak, base, rounds, got)
+        assert got['sbxfs_data_fds{kind="cached"}'] <= got['sbxfs_fds_budget{share="data_cache"}'], got
+        assert rounds >= 1
+        # the other sandbox is untouched: a job starts and runs
+        code, out, err = run_job(bob, "after", "echo fine", timeout=60)
+        assert (code, out) == (0, "fine\n"), err
+        # and so is the one with the files
+        assert os.stat(alice / "workspace" / "many" / "f49999").st_size == 0
+        assert responsive(alice / "workspace")[-1][1] == "ok"
+    assert "Too many open files" not in m.log
+    assert (m.mnt / ".health").read_text() == "ok\n"
