@@ -46,9 +46,12 @@ void budget_caps_for(long limit, struct budget_caps *c)
 	if (c->reserve > limit / 2)
 		c->reserve = limit / 2;
 	avail = limit - c->reserve;
-	c->data_cache = avail / 4;
+	c->data_cache = avail * 3 / 16;
 	if (c->data_cache < 16)
 		c->data_cache = 16; /* a few, or every operation reopens */
+	c->rfiles_cache = avail / 16;
+	if (c->rfiles_cache < 4)
+		c->rfiles_cache = 4;
 	c->total[BUDGET_DATA] = avail * 3 / 8;
 	c->sandbox[BUDGET_DATA] = c->total[BUDGET_DATA] / 8;
 	c->user[BUDGET_DATA] = c->total[BUDGET_DATA] / 2;
@@ -77,6 +80,7 @@ static struct {
 	uint64_t checked_ms;       /* atomic: when the limit was last read */
 	long limit;                /* atomic: RLIMIT_NOFILE as last read */
 	long cache_cap;            /* atomic: caps.data_cache for that limit */
+	long rfiles_cap;           /* atomic: caps.rfiles_cache for that limit */
 	long used[BUDGET_SHARES];  /* atomic */
 	uint64_t refused[BUDGET_SHARES][3]; /* atomic */
 	uint64_t logged_ms[BUDGET_SHARES];  /* atomic: refusals of a NULL account */
@@ -106,6 +110,7 @@ static long budget_limit(void)
 	limit = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1 << 24) ? 1 << 24 : (long)rl.rlim_cur;
 	budget_caps_for(limit, &c);
 	__atomic_store_n(&bg.cache_cap, c.data_cache, __ATOMIC_RELAXED);
+	__atomic_store_n(&bg.rfiles_cap, c.rfiles_cache, __ATOMIC_RELAXED);
 	__atomic_store_n(&bg.limit, limit, __ATOMIC_RELAXED);
 	return limit;
 }
@@ -119,6 +124,12 @@ long budget_data_cache(void)
 {
 	budget_limit();
 	return __atomic_load_n(&bg.cache_cap, __ATOMIC_RELAXED);
+}
+
+long budget_rfiles_cache(void)
+{
+	budget_limit();
+	return __atomic_load_n(&bg.rfiles_cap, __ATOMIC_RELAXED);
 }
 
 /* ---- accounts ----------------------------------------------------------------------------- */

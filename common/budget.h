@@ -9,11 +9,16 @@
  *   reserve      512 + L/16: the daemon's own (FUSE workers and their splice
  *                pipes, libcurl, jobs, resolvers, the log); not enforced, it
  *                is what the shares below leave;
- *   data_cache   A/4, where A = L - reserve: O_PATH descriptors of data nodes
- *                kept only to save a reopen (fs/nodefd.c), evicted at will;
+ *   data_cache   3A/16, where A = L - reserve: O_PATH descriptors of data
+ *                nodes kept only to save a reopen (fs/nodefd.c), evicted at
+ *                will;
+ *   rfiles_cache A/16: cache files of remote files that nobody has open
+ *                (fs/rfiles.c), evicted at will like the bytes over
+ *                remote_files.cache_size;
  *   data         3A/8: descriptors held for files and directories open
- *                through the mount (and, where file handles do not work, one
- *                per data node); at most 1/8 of it per sandbox, 1/2 per user;
+ *                through the mount (data and remote files; and, where file
+ *                handles do not work, one per data node); at most 1/8 of it
+ *                per sandbox, 1/2 per user;
  *   proxy        3A/8 descriptors, 6 per connection of the approval proxy:
  *                at most BUDGET_PROXY_MAX connections in all, 1/4 of them
  *                (at most BUDGET_PROXY_SANDBOX_MAX) per sandbox, 1/2 per user.
@@ -58,6 +63,7 @@ struct budget_caps {
 	long limit;   /* RLIMIT_NOFILE, soft */
 	long reserve; /* left for the daemon's own */
 	long data_cache;
+	long rfiles_cache;
 	/* in descriptors for BUDGET_DATA, in connections for BUDGET_PROXY */
 	long total[BUDGET_SHARES];
 	long user[BUDGET_SHARES];
@@ -68,8 +74,9 @@ struct budget_caps {
 void budget_caps_for(long limit, struct budget_caps *c);
 /* The caps now: the limit is read again when BUDGET_REFRESH_MS have passed. */
 void budget_caps(struct budget_caps *c);
-/* The data_cache cap now (the hot path of nodefd.c: no copy of the rest). */
+/* The data_cache and rfiles_cache caps now (hot paths: no copy of the rest). */
 long budget_data_cache(void);
+long budget_rfiles_cache(void);
 
 struct budget_acct;
 

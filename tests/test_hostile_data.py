@@ -12,6 +12,7 @@ test from ending."""
 import errno
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -553,3 +554,63 @@ def test_fifty_thousand_files_keep_the_daemon_within_its_fd_budget(sbxfs):
         assert responsive(alice / "workspace")[-1][1] == "ok"
     assert "Too many open files" not in m.log
     assert (m.mnt / ".health").read_text() == "ok\n"
+
+
+@pytest.mark.timeout_s(180)
+def test_a_sandbox_holding_files_open_hits_only_its_own_budget(sbxfs):
+    """Files held open through the mount cost the daemon descriptors: past
+    its sandbox's budget an open fails with EMFILE for that sandbox alone,
+    with a log line; another sandbox (of the same user and of another) keeps
+    working, and closing the files gives the budget back."""
+    from test_jobs import acquire
+    m = sbxfs()
+    alice = acquire(m, "alice", "t")
+    mine = acquire(m, "alice", "u")
+    bob = acquire(m, "bob", "t")
+    held, err = [], None
+    with low_fd_limit(m):
+        got = metrics(m)
+        per_sbx = int(got['sbxfs_fds_budget{share="data_sandbox"}'])
+        assert 0 < per_sbx < FD_LIMIT // 4, got
+        try:
+            for i in range(per_sbx):  # an open file costs two: half of these at most
+                try:
+                    held.append(os.open(alice / "workspace" / f"h{i:04d}", os.O_CREAT | os.O_RDWR, 0o644))
+                except OSError as e:
+                    err = e
+                    break
+            assert err is not None and err.errno == errno.EMFILE, (len(held), err)
+            assert len(held) == per_sbx // 2, (len(held), per_sbx)
+            # a directory costs one: none left either
+            expect_errno(lambda: os.listdir(alice / "workspace"), errno.EMFILE)
+            assert re.search(r"alice/t: refused: \d+ descriptors for open files would pass the %d allowed a "
+                             r"sandbox \(EMFILE" % per_sbx, m.log), m.log[-2000:]
+            assert metrics(m)['sbxfs_data_fds{kind="held"}'] >= per_sbx - 1
+            # what alice/t holds still works, and so does every other sandbox
+            os.pwrite(held[0], b"still", 0)
+            assert os.pread(held[0], 5, 0) == b"still"
+            assert os.stat(alice / "workspace" / "h0000").st_size == 5
+            for ws in (mine / "workspace", bob / "workspace"):
+                res = responsive(ws)
+                assert [x[1] for x in res] == [0, "ok", 0, "ok"], res
+        finally:
+            for fd in held:
+                os.close(fd)
+        # the releases give the budget back
+        assert wait_until(lambda: metrics(m)['sbxfs_data_fds{kind="held"}'] == 0, 10), metrics(m)
+        res = responsive(alice / "workspace")
+        assert [x[1] for x in res][1:] == ["ok", 0, "ok"], res
+    assert (m.mnt / ".health").read_text() == "ok\n"
+
+
+@pytest.mark.timeout_s(60)
+def test_health_says_degraded_near_the_fd_limit_and_ok_after(sandbox):
+    m, _ = sandbox
+    assert (m.mnt / ".health").read_text() == "ok\n"
+    n = fd_count(m.proc.pid)
+    with low_fd_limit(m, n + 3):
+        health = (m.mnt / ".health").read_text()
+        assert health.startswith("degraded: ") and "file descriptors: " in health, health
+        assert metrics(m)["sbxfs_healthy"] == 0
+    assert (m.mnt / ".health").read_text() == "ok\n"
+    assert metrics(m)["sbxfs_healthy"] == 1
