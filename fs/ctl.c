@@ -185,15 +185,17 @@ static int ctl_metrics_budget(struct buf *out)
 	r |= metric_head(out, "sbxfs_fds_limit", "gauge", "The daemon's RLIMIT_NOFILE (soft).");
 	r |= buf_addf(out, "sbxfs_fds_limit %ld\n", c.limit);
 	r |= metric_head(out, "sbxfs_fds_budget", "gauge",
-		"The limit's shares (docs/security.md): reserve, data_cache, data (descriptors held for open files, "
+		"The limit's shares (docs/security.md): reserve, data_cache, rfiles_cache, data (descriptors held for "
+		"open files, "
 		"in all, a sandbox, a user), proxy (connections, in all, a sandbox, a user).");
 	r |= buf_addf(out,
 		"sbxfs_fds_budget{share=\"reserve\"} %ld\nsbxfs_fds_budget{share=\"data_cache\"} %ld\n"
+		"sbxfs_fds_budget{share=\"rfiles_cache\"} %ld\n"
 		"sbxfs_fds_budget{share=\"data\"} %ld\nsbxfs_fds_budget{share=\"data_sandbox\"} %ld\n"
 		"sbxfs_fds_budget{share=\"data_user\"} %ld\nsbxfs_fds_budget{share=\"proxy_connections\"} %ld\n"
 		"sbxfs_fds_budget{share=\"proxy_connections_sandbox\"} %ld\n"
 		"sbxfs_fds_budget{share=\"proxy_connections_user\"} %ld\n",
-		c.reserve, c.data_cache, c.total[BUDGET_DATA], c.sandbox[BUDGET_DATA], c.user[BUDGET_DATA],
+		c.reserve, c.data_cache, c.rfiles_cache, c.total[BUDGET_DATA], c.sandbox[BUDGET_DATA], c.user[BUDGET_DATA],
 		c.total[BUDGET_PROXY], c.sandbox[BUDGET_PROXY], c.user[BUDGET_PROXY]);
 	r |= metric_head(out, "sbxfs_data_fds", "gauge",
 		"Descriptors of data files: cached (O_PATH, evictable), fixed (no file handle: kept for the node's "
@@ -218,19 +220,6 @@ static int ctl_metrics_budget(struct buf *out)
 		for (int l = 0; l < 3; l++)
 			r |= buf_addf(out, "sbxfs_budget_refusals_total{share=\"%s\",cap=\"%s\"} %llu\n", shares[s],
 				levels[l], (unsigned long long)bs.refused[s][l]);
-	if (u.mem >= 0) {
-		r |= metric_head(out, "sbxfs_memory_bytes", "gauge",
-			"Anonymous memory of the daemon's cgroup, at its tightest limit.");
-		r |= buf_addf(out, "sbxfs_memory_bytes %lld\n", u.mem);
-		r |= metric_head(out, "sbxfs_memory_limit_bytes", "gauge", "That limit.");
-		r |= buf_addf(out, "sbxfs_memory_limit_bytes %lld\n", u.mem_limit);
-	}
-	if (u.threads >= 0) {
-		r |= metric_head(out, "sbxfs_tasks", "gauge", "Tasks of the daemon's cgroup, at its tightest pids.max.");
-		r |= buf_addf(out, "sbxfs_tasks %lld\n", u.threads);
-		r |= metric_head(out, "sbxfs_tasks_limit", "gauge", "That pids.max.");
-		r |= buf_addf(out, "sbxfs_tasks_limit %lld\n", u.threads_limit);
-	}
 	return r;
 }
 

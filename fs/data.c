@@ -1313,29 +1313,33 @@ static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 	skills_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 }
 
-/* An open directory: its fd (in dp), charged to its sandbox's budget.
- * The fd is closed at RELEASEDIR, not when the retired handle is freed
- * (handle.h: 10 s later): a loop of `ls` would otherwise hold hundreds.
- * lock orders that close after a READDIR of a killed reader still running
- * (it is taken before view->lock and nfd.lock, never held by a reply); acct
- * is referenced (a retired handle outlives its view). */
+/* An open directory: its fd (in dp) and a use of its node's fd (so fstat
+ * of an open directory a job removed works, as of an open file), both
+ * charged to its sandbox's budget like an open file's.  They are let go at
+ * RELEASEDIR, not when the retired handle is freed (handle.h: 10 s later):
+ * a loop of `ls` would otherwise hold hundreds.  lock orders that against a
+ * READDIR of a killed reader still running (it is taken before view->lock
+ * and nfd.lock, never held by a reply); acct is referenced (a retired
+ * handle outlives its view). */
 struct data_dir {
 	pthread_mutex_t lock;
-	DIR *dp; /* NULL once released */
+	DIR *dp;         /* NULL once released */
+	struct node *n;  /* its node, whose fd it uses while dp is open */
 	struct dirent *entry;
 	off_t offset;
 	struct budget_acct *acct;
 };
 
-/* The directory's fd closed and its charge given back (d->lock held or
- * the handle unreachable). */
+/* The directory's fds let go and their charge given back (d->lock held,
+ * or the handle unreachable). */
 static void data_dir_close(struct data_dir *d)
 {
 	if (!d->dp)
 		return;
 	closedir(d->dp);
 	d->dp = NULL;
-	budget_give(d->acct, BUDGET_DATA, 1);
+	nfd_put(d->n);
+	budget_give(d->acct, BUDGET_DATA, DATA_OPEN_FDS);
 }
 
 static void data_dir_clean(void *p)
@@ -1356,14 +1360,13 @@ static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!d)
 		return (void)fuse_reply_err(req, ENOMEM);
 	pthread_mutex_init(&d->lock, NULL);
-	if ((err = budget_take(n->view->fds, BUDGET_DATA, 1))) {
+	if ((err = data_open_charge(n))) {
 		handle_discard(d);
 		return (void)fuse_reply_err(req, err);
 	}
 	if ((pfd = nfd_get(n)) >= 0) {
 		fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		err = errno;
-		nfd_put(n);
 	} else {
 		err = -pfd;
 	}
@@ -1371,10 +1374,13 @@ static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 		err = fd < 0 ? err : errno;
 		if (fd >= 0)
 			close(fd);
-		budget_give(n->view->fds, BUDGET_DATA, 1);
+		if (pfd >= 0)
+			nfd_put(n);
+		budget_give(n->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
 		handle_discard(d);
 		return (void)fuse_reply_err(req, err);
 	}
+	d->n = n; /* keeps pfd's use until RELEASEDIR */
 	d->acct = budget_acct_ref(n->view->fds);
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;

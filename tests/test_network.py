@@ -1434,13 +1434,9 @@ def test_one_users_sandboxes_cannot_take_the_whole_proxy(sbxfs):
     try:
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (2048, old[1]))
         time.sleep(0.3)  # the daemon reads its limit again at most every 100 ms
-        got = sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
-        per_sbx = int(got['sbxfs_fds_budget{share="proxy_connections_sandbox"}'])
-        per_user = int(got['sbxfs_fds_budget{share="proxy_connections_user"}'])
-        total = int(got['sbxfs_fds_budget{share="proxy_connections"}'])
-        # the caps follow the limit: 3/8 of what the reserve leaves, 6 descriptors a connection
-        assert total == ((2048 - 640) * 3 // 8) // 6, got
-        assert per_sbx < 30 and per_user < 3 * per_sbx and per_user < total, got  # the user cap binds
+        shares = sbxutil.fd_shares(2048)
+        per_sbx, per_user = shares["proxy_connections_sandbox"], shares["proxy_connections_user"]
+        assert per_sbx < 30 and per_user < 3 * per_sbx and per_user < shares["proxy_connections"]  # the user's binds  # the user cap binds
         for i, t in enumerate(alice):
             j = mkjob(t, "hold")
             start(j, "python3 -", stdin=PYLIB + HOLD_MANY)
@@ -1453,6 +1449,9 @@ def test_one_users_sandboxes_cannot_take_the_whole_proxy(sbxfs):
         alive = [json.loads(o.read_text())["alive"] for o in outs]
         assert max(alive) <= per_sbx and sum(alive) == per_user, (alive, per_sbx, per_user)
         got = sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
+        for k, v in shares.items():
+            if k.startswith("proxy"):
+                assert got['sbxfs_fds_budget{share="%s"}' % k] == v, (k, got)
         assert got["sbxfs_proxy_connections"] == per_user, got
         assert got['sbxfs_budget_refusals_total{share="proxy",cap="user"}'] >= 1, got
         assert got['sbxfs_budget_refusals_total{share="proxy",cap="sandbox"}'] >= 1, got
