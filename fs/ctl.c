@@ -13,12 +13,14 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "../common/budget.h"
 #include "../common/json.h"
 
 #include "../common/util.h"
 #include "../net/net.h"
 #include "../skills/skills.h"
 #include "ctl.h"
+#include "nodefd.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
@@ -110,14 +112,17 @@ static void ctl_health_preflight(char *out, size_t len)
 	config_put(cfg);
 }
 
-/* One line: "ok", or "degraded: WHY[; WHY]" (docs/interface.md).  There is
- * no "stopping": at shutdown the request loop ends before anything else,
- * and nothing is answered any more. */
+/* One line: "ok", or "degraded: WHY[; WHY]" (docs/interface.md): the
+ * provider's checks, a recent failed create, and every limit of the daemon
+ * it is near (budget.h: descriptors, memory, tasks).  There is no
+ * "stopping": at shutdown the request loop ends before anything else, and
+ * nothing is answered any more. */
 static int ctl_health(struct buf *out, struct pool_stats *st)
 {
+	struct budget_usage use;
 	char pre[512];
 	double now = util_wall_now();
-	int n = 0, r = 0;
+	int n = 0, r = 0, near;
 
 	ctl_health_preflight(pre, sizeof(pre));
 	if (pre[0])
@@ -132,6 +137,12 @@ static int ctl_health(struct buf *out, struct pool_stats *st)
 			now - st->last_error_at, kind ? kind : "create", why ? why : "?");
 		json_decref(le);
 	}
+	budget_usage(&use);
+	near = budget_near(&use, out, n ? "; " : "degraded: ", "; ");
+	if (near < 0)
+		r = -1;
+	else
+		n += near;
 	r |= buf_adds(out, n ? "\n" : "ok\n");
 	return r ? -1 : 0;
 }
@@ -152,6 +163,64 @@ static int metric_label(struct buf *out, const char *v)
 static int metric_head(struct buf *out, const char *name, const char *type, const char *help)
 {
 	return buf_addf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* The daemon's descriptors and their shares (budget.h, nodefd.h). */
+static int ctl_metrics_budget(struct buf *out)
+{
+	static const char *const levels[3] = { "sandbox", "user", "total" };
+	static const char *const shares[BUDGET_SHARES] = { "data", "proxy" };
+	struct budget_caps c;
+	struct budget_usage u;
+	struct budget_stats bs;
+	struct nfd_stats ns;
+	int r = 0;
+
+	budget_caps(&c);
+	budget_usage(&u);
+	budget_stats(&bs);
+	nfd_stats(&ns);
+	r |= metric_head(out, "sbxfs_fds_open", "gauge", "File descriptors the daemon has open (-1: at its limit).");
+	r |= buf_addf(out, "sbxfs_fds_open %ld\n", u.fds);
+	r |= metric_head(out, "sbxfs_fds_limit", "gauge", "The daemon's RLIMIT_NOFILE (soft).");
+	r |= buf_addf(out, "sbxfs_fds_limit %ld\n", c.limit);
+	r |= metric_head(out, "sbxfs_fds_budget", "gauge",
+		"The limit's shares (docs/security.md): reserve, data_cache, rfiles_cache, data (descriptors held for "
+		"open files, "
+		"in all, a sandbox, a user), proxy (connections, in all, a sandbox, a user).");
+	r |= buf_addf(out,
+		"sbxfs_fds_budget{share=\"reserve\"} %ld\nsbxfs_fds_budget{share=\"data_cache\"} %ld\n"
+		"sbxfs_fds_budget{share=\"rfiles_cache\"} %ld\n"
+		"sbxfs_fds_budget{share=\"data\"} %ld\nsbxfs_fds_budget{share=\"data_sandbox\"} %ld\n"
+		"sbxfs_fds_budget{share=\"data_user\"} %ld\nsbxfs_fds_budget{share=\"proxy_connections\"} %ld\n"
+		"sbxfs_fds_budget{share=\"proxy_connections_sandbox\"} %ld\n"
+		"sbxfs_fds_budget{share=\"proxy_connections_user\"} %ld\n",
+		c.reserve, c.data_cache, c.rfiles_cache, c.total[BUDGET_DATA], c.sandbox[BUDGET_DATA], c.user[BUDGET_DATA],
+		c.total[BUDGET_PROXY], c.sandbox[BUDGET_PROXY], c.user[BUDGET_PROXY]);
+	r |= metric_head(out, "sbxfs_data_fds", "gauge",
+		"Descriptors of data files: cached (O_PATH, evictable), fixed (no file handle: kept for the node's "
+		"life), held (charged to sandboxes: open files and directories, fixed nodes).");
+	r |= buf_addf(out, "sbxfs_data_fds{kind=\"cached\"} %ld\nsbxfs_data_fds{kind=\"fixed\"} %ld\n"
+			   "sbxfs_data_fds{kind=\"held\"} %ld\n",
+		ns.cached, ns.fixed, bs.used[BUDGET_DATA]);
+	r |= metric_head(out, "sbxfs_data_nodes", "gauge", "Data files and directories the kernel remembers.");
+	r |= buf_addf(out, "sbxfs_data_nodes %ld\n", ns.nodes);
+	r |= metric_head(out, "sbxfs_data_file_handles", "gauge",
+		"1 when data nodes hold file handles and reopen by them, 0 when each keeps its descriptor.");
+	r |= buf_addf(out, "sbxfs_data_file_handles %d\n", ns.handles);
+	r |= metric_head(out, "sbxfs_data_fd_reopens_total", "counter", "Data nodes' descriptors reopened by handle.");
+	r |= buf_addf(out, "sbxfs_data_fd_reopens_total %llu\n", (unsigned long long)ns.reopens);
+	r |= metric_head(out, "sbxfs_data_fd_evictions_total", "counter",
+		"Data nodes' descriptors closed by the cache's cap.");
+	r |= buf_addf(out, "sbxfs_data_fd_evictions_total %llu\n", (unsigned long long)ns.evictions);
+	r |= metric_head(out, "sbxfs_budget_refusals_total", "counter",
+		"Requests refused at a share's cap, by share and by the cap that refused (sandbox: EMFILE; user, "
+		"total: ENFILE; a proxy connection is closed).");
+	for (int s = 0; s < BUDGET_SHARES; s++)
+		for (int l = 0; l < 3; l++)
+			r |= buf_addf(out, "sbxfs_budget_refusals_total{share=\"%s\",cap=\"%s\"} %llu\n", shares[s],
+				levels[l], (unsigned long long)bs.refused[s][l]);
+	return r;
 }
 
 static int ctl_metrics(struct buf *out)
@@ -233,6 +302,7 @@ static int ctl_metrics(struct buf *out)
 			   "sbxfs_data_opens_total{path=\"copy\"} %llu\n",
 		__atomic_load_n(&fs.opens_passthrough, __ATOMIC_RELAXED),
 		__atomic_load_n(&fs.opens_copy, __ATOMIC_RELAXED));
+	r |= ctl_metrics_budget(out);
 	r |= metric_head(out, "sbxfs_healthy", "gauge", "1 when /sbx/.health says ok, else 0.");
 	r |= ctl_health(&health_line, &st);
 	r |= buf_addf(out, "sbxfs_healthy %d\n", !strcmp(buf_str(&health_line), "ok\n"));

@@ -3,12 +3,19 @@
  * data.c - workspace/, uploads/, outputs/ and skills/: a passthrough to
  * host directories, in the manner of libfuse's passthrough_ll.
  *
- * Each data node holds an O_PATH fd on its host file, opened with
- * O_NOFOLLOW relative to its parent's fd; every operation is an *at() call
- * on those fds.  So the daemon never resolves a path string: `..` never
- * reaches it (the kernel resolves it in its dcache) and symlinks are stored
- * and returned as they are but never followed by the daemon, which makes
+ * Each data node has an O_PATH fd on its host file, opened with O_NOFOLLOW
+ * relative to its parent's fd; every operation is an *at() call on those
+ * fds.  So the daemon never resolves a path string: `..` never reaches it
+ * (the kernel resolves it in its dcache) and symlinks are stored and
+ * returned as they are but never followed by the daemon, which makes
  * escaping the thread's directory impossible.
+ *
+ * Descriptors are bounded (issue 19, nodefd.h): a node holds a file handle
+ * and its fd only while in use or cached (nfd_get/nfd_put around each
+ * operation; an evicted fd is reopened by handle), and what a sandbox can
+ * hold for long, its open files and directories, is charged to its budget
+ * (budget.h): past it its opens fail with EMFILE (ENFILE: its user's or
+ * everyone's), and only its own.
  *
  * Speed: reads go out with read_buf (splice from the host file when the
  * kernel allows), writes come in with write_buf, requests are up to 1 MiB,
@@ -41,11 +48,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "../common/budget.h"
 #include "../common/log.h"
 #include "../common/layout.h"
 #include "../skills/skills.h"
 #include "data.h"
 #include "handle.h"
+#include "nodefd.h"
 
 #define DATA_COPY_MAX (64 * 1024 * 1024) /* bytes one COPY_FILE_RANGE copies at most */
 #define DATA_CREATE_TRIES 8                /* create vs a job that makes and removes the name */
@@ -54,6 +63,11 @@
  * open uses the node's passthrough backing file (libfuse does not hand
  * fi->backing_id back at RELEASE, so the handle remembers it). */
 #define DATA_FH_BACKING (1ULL << 32)
+
+/* What an open file holds, charged to its sandbox's budget: its own
+ * descriptor and its node's O_PATH one (kept from open to release, counted
+ * per open: a bound, not a tally). */
+#define DATA_OPEN_FDS 2
 
 static int data_fd(const struct fuse_file_info *fi)
 {
@@ -115,49 +129,116 @@ static struct node *data_table_find_locked(struct view *v, dev_t dev, ino_t ino)
 	return n;
 }
 
-/* Find or insert the node for fd's file, known to the kernel as name in
- * parent (NULL for a data directory's top).  Takes ownership of fd. */
-static struct node *data_node_get(struct view *v, int fd, const struct stat *st, int which,
-	const struct node *parent, const char *name)
+/* Out of the view's table (view->lock held): a forgotten node, or a
+ * removed file's node whose inode number a new file got.  Idempotent. */
+static void data_unhash_locked(struct view *v, struct node *n)
+{
+	for (struct node **pp = &v->table[data_hash(n->dev, n->ino)]; *pp; pp = &(*pp)->hnext)
+		if (*pp == n) {
+			*pp = n->hnext;
+			break;
+		}
+}
+
+static void data_forget(struct node *n, uint64_t count);
+
+/* Find or insert the node for fd's file (st: its stat), known to the
+ * kernel as name in parent (NULL for a data directory's top), counted as a
+ * lookup.  Takes ownership of fd.  0 and *out, or an errno: ENOMEM, or
+ * where nodes keep their descriptor for life (nodefd.h) EMFILE/ENFILE for
+ * a sandbox past its budget. */
+static int data_node_get(struct view *v, int fd, const struct stat *st, int which, const struct node *parent,
+	const char *name, struct node **out)
 {
 	unsigned h = data_hash(st->st_dev, st->st_ino);
-	struct node *n;
+	struct node *n, *stale = NULL;
+	bool charged;
+	int err = nfd_charge(v, &charged);
 
+	if (err) {
+		close(fd);
+		return err;
+	}
 	pthread_mutex_lock(&v->lock);
 	n = data_table_find_locked(v, st->st_dev, st->st_ino);
+	if (n && !nfd_pinned(n)) {
+		/* A node of this inode number without a descriptor: fd's file, or
+		 * a removed one whose number fd's file got.  Their handles tell;
+		 * compared outside the lock, holding the node. */
+		n->nlookup++;
+		pthread_mutex_unlock(&v->lock);
+		if (nfd_same_fd(n, fd)) {
+			pthread_mutex_lock(&v->lock);
+			data_name_note_locked(n, parent, name);
+			pthread_mutex_unlock(&v->lock);
+			nfd_offer(n, fd); /* the hold is the lookup's reference */
+			if (charged)
+				nfd_uncharge(v);
+			*out = n;
+			return 0;
+		}
+		stale = n;
+		pthread_mutex_lock(&v->lock);
+		data_unhash_locked(v, stale);
+		/* a node inserted since is fd's file's: made from a descriptor
+		 * pinning an inode of this number, as fd pins one */
+		n = data_table_find_locked(v, st->st_dev, st->st_ino);
+	}
 	if (n) {
 		n->nlookup++;
 		data_name_note_locked(n, parent, name);
 		pthread_mutex_unlock(&v->lock);
 		close(fd);
-		return n;
+		if (charged)
+			nfd_uncharge(v);
+		goto out;
 	}
 	n = calloc(1, sizeof(*n));
 	if (!n) {
 		pthread_mutex_unlock(&v->lock);
 		close(fd);
-		return NULL;
+		if (charged)
+			nfd_uncharge(v);
+		err = ENOMEM;
+		goto out;
 	}
 	n->kind = N_DATA;
 	n->which = which;
-	n->fd = fd;
 	n->dev = st->st_dev;
 	n->ino = st->st_ino;
 	n->nlookup = 1;
 	n->view = v;
 	data_stamp(n, st);
 	data_name_note_locked(n, parent, name);
+	nfd_attach_locked(n, fd, charged);
 	n->hnext = v->table[h];
 	v->table[h] = n;
 	pthread_mutex_unlock(&v->lock);
 	view_get(v);
-	return n;
+	nfd_trim();
+out:
+	if (stale) {
+		nfd_stale(stale);
+		data_forget(stale, 1);
+	}
+	*out = n;
+	return err;
+}
+
+/* Free a data node the kernel forgot (the last nfd_put of one forgotten
+ * while in use comes here too). */
+static void data_node_free(struct node *n)
+{
+	struct view *v = n->view;
+
+	free(n->name);
+	free(n);
+	view_put(v);
 }
 
 static void data_forget(struct node *n, uint64_t count)
 {
 	struct view *v = n->view;
-	struct node **pp;
 
 	pthread_mutex_lock(&v->lock);
 	n->nlookup = n->nlookup > count ? n->nlookup - count : 0;
@@ -165,16 +246,10 @@ static void data_forget(struct node *n, uint64_t count)
 		pthread_mutex_unlock(&v->lock);
 		return;
 	}
-	for (pp = &v->table[data_hash(n->dev, n->ino)]; *pp; pp = &(*pp)->hnext)
-		if (*pp == n) {
-			*pp = n->hnext;
-			break;
-		}
+	data_unhash_locked(v, n);
 	pthread_mutex_unlock(&v->lock);
-	close(n->fd);
-	free(n->name);
-	free(n);
-	view_put(v);
+	if (nfd_forget(n))
+		data_node_free(n);
 }
 
 /* How long the kernel may trust what we say about a file of this view:
@@ -199,15 +274,15 @@ static int data_finish_lookup(struct view *v, int fd, int which, const struct no
 {
 	struct stat st;
 	struct node *n;
+	int err;
 
 	if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = errno;
+		err = errno;
 		close(fd);
 		return err;
 	}
-	n = data_node_get(v, fd, &st, which, parent, name);
-	if (!n)
-		return ENOMEM;
+	if ((err = data_node_get(v, fd, &st, which, parent, name, &n)))
+		return err;
 	data_entry(n, &st, e);
 	return 0;
 }
@@ -255,14 +330,14 @@ static void data_skills_changed(const struct node *n, int err)
 		skills_changed(n->view->sbx);
 }
 
-/* Before fd's file (or n's, fd -1) grows to end bytes. */
+/* Before fd's file (n's, open or its O_PATH fd) grows to end bytes. */
 static int data_skills_grow(const struct node *n, int fd, off_t end)
 {
 	struct stat st;
 
 	if (!data_skills(n))
 		return 0;
-	if (fd >= 0 ? fstat(fd, &st) : fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+	if (fstat(fd, &st))
 		return errno;
 	if (end <= st.st_size)
 		return 0;
@@ -290,26 +365,40 @@ static int data_do_lookup(struct node *parent, const char *name, struct fuse_ent
 {
 	struct stat st;
 	struct node *n;
-	int fd;
+	int pfd, fd, err = 0;
 
 	if (bad_name(name))
 		return EPERM;
+	if ((pfd = nfd_get(parent)) < 0)
+		return -pfd;
 	/* Most lookups are of names the kernel knew (an entry that expired, a
 	 * READDIRPLUS of a listed directory) or of names that do not exist (the
 	 * lookup before a create): one fstatat answers both, without opening
-	 * and closing an O_PATH fd.  Its node's fd pins the inode, so the inode
-	 * number cannot have been reused. */
-	if (fstatat(parent->fd, name, &st, AT_SYMLINK_NOFOLLOW))
-		return errno;
+	 * and closing an O_PATH fd.  A node that holds its fd pins the inode,
+	 * so the inode number cannot have been reused; one whose fd was evicted
+	 * is compared by handle (a removed file's node, or a name that changed
+	 * meanwhile, is decided on an open fd below). */
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+		err = errno;
+		goto out;
+	}
 	n = data_table_ref(parent->view, &st, parent, name);
+	if (n && !nfd_same_at(n, pfd, name)) {
+		data_forget(n, 1);
+		n = NULL;
+	}
 	if (n) {
 		data_entry(n, &st, e);
-		return 0;
+		goto out;
 	}
-	fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	fd = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return errno;
-	return data_finish_lookup(parent->view, fd, parent->which, parent, name, e); /* its own fstat decides */
+		err = errno;
+	else
+		err = data_finish_lookup(parent->view, fd, parent->which, parent, name, e); /* its own fstat decides */
+out:
+	nfd_put(parent);
+	return err;
 }
 
 /* ---- creating as the sandbox's uid --------------------------------------------
@@ -371,13 +460,18 @@ static void data_creds_leave(void)
 static void data_undo(struct node *p, const char *name, const struct stat *made, mode_t type)
 {
 	struct stat now;
+	int pfd = nfd_get(p);
 
-	if (fstatat(p->fd, name, &now, AT_SYMLINK_NOFOLLOW))
-		return;
+	if (pfd < 0)
+		return log_warn(p->view->sbx->token, "cannot undo a failed create: %s", strerror(-pfd));
+	if (fstatat(pfd, name, &now, AT_SYMLINK_NOFOLLOW))
+		goto out;
 	if (made ? now.st_dev != made->st_dev || now.st_ino != made->st_ino : (now.st_mode & S_IFMT) != type)
-		return;
-	if (unlinkat(p->fd, name, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0))
+		goto out;
+	if (unlinkat(pfd, name, S_ISDIR(now.st_mode) ? AT_REMOVEDIR : 0))
 		log_warn(p->view->sbx->token, "cannot undo a failed create: %s", strerror(errno));
+out:
+	nfd_put(p);
 }
 
 /* Reply to mknod, mkdir or symlink: err is the creation's result, type what
@@ -413,13 +507,32 @@ static bool data_stale_name(struct node *n, const struct stat *st)
 	return st->st_nlink == 0 && !S_ISDIR(st->st_mode) && !__atomic_load_n(&n->nopen, __ATOMIC_RELAXED);
 }
 
+/* fstat of n's file (by its O_PATH fd): 0 or an errno (ESTALE: gone). */
+static int data_stat(struct node *n, struct stat *st)
+{
+	int fd = nfd_get(n), err;
+
+	if (fd < 0)
+		return -fd;
+	err = fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) ? errno : 0;
+	nfd_put(n);
+	return err;
+}
+
 static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
 	struct stat st;
+	int err;
 
-	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
-		return (void)fuse_reply_err(req, errno);
+	/* an open file's own fd when there is one (the kernel sends it for
+	 * regular files only): it needs no O_PATH fd */
+	if (fi)
+		err = fstat(data_fd(fi), &st) ? errno : 0;
+	else
+		err = data_stat(n, &st);
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	/* Removed (our O_PATH fd keeps the inode): gone for a path lookup, but
 	 * still there for whoever has it open.  Linux sends fstat(2) as a
 	 * GETATTR without a file handle, so what tells them apart is whether
@@ -436,9 +549,10 @@ static void data_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	fuse_reply_attr(req, &st, st.st_nlink ? data_timeout(n->view) : 0);
 }
 
-static int data_proc_path(struct node *n, char *out, size_t len)
+/* /proc/self/fd/<fd>: the path of an open fd (a magic link to its file). */
+static int data_proc_path(int fd, char *out, size_t len)
 {
-	return str_fmt(out, len, "/proc/self/fd/%d", n->fd);
+	return str_fmt(out, len, "/proc/self/fd/%d", fd);
 }
 
 /* The flags of the host open(2) for a FUSE open or create.
@@ -521,13 +635,13 @@ static int data_kill_setid(int fd)
 /* truncate(2) without an open file: the path-based call would wait for a
  * lease a job holds (lease-break-time, 45 s), so open the file O_NONBLOCK
  * and ftruncate it. */
-static int data_truncate(struct node *n, off_t size, bool kill_setid)
+static int data_truncate(int pfd, off_t size, bool kill_setid)
 {
 	char proc[64];
 	struct stat st;
 	int fd, err;
 
-	if (data_proc_path(n, proc, sizeof(proc)))
+	if (data_proc_path(pfd, proc, sizeof(proc)))
 		return EIO;
 	fd = open(proc, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
@@ -549,14 +663,18 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 	struct node *n = dnode(ino);
 	struct view *v = n->view;
 	char proc[64];
-	int res = 0;
+	int pfd = nfd_get(n), err = 0;
 
-	if (data_proc_path(n, proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
-	if (valid & FUSE_SET_ATTR_MODE) {
-		res = fi ? fchmod(data_fd(fi), attr->st_mode) : chmod(proc, attr->st_mode);
-		if (res)
-			goto out;
+	if (pfd < 0)
+		return (void)fuse_reply_err(req, -pfd);
+	if (data_proc_path(pfd, proc, sizeof(proc))) {
+		err = EIO;
+		goto out;
+	}
+	if ((valid & FUSE_SET_ATTR_MODE) &&
+	    (fi ? fchmod(data_fd(fi), attr->st_mode) : chmod(proc, attr->st_mode))) {
+		err = errno;
+		goto out;
 	}
 	if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
 		uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
@@ -565,30 +683,25 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			uid = v->sbx_uid;
 		if (gid == v->pres_gid)
 			gid = v->sbx_gid;
-		res = fchownat(n->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
-		if (res)
+		if (fchownat(pfd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+			err = errno;
 			goto out;
+		}
 	}
 	if (valid & FUSE_SET_ATTR_SIZE) {
-		int e = data_skills_grow(n, fi ? data_fd(fi) : -1, attr->st_size);
-		if (e) {
-			errno = e;
-			res = -1;
-			goto out;
-		}
 		/* FUSE_SET_ATTR_KILL_SUID is the kernel's FATTR_KILL_SUIDGID */
 		bool kill = valid & FUSE_SET_ATTR_KILL_SUID;
+
+		if ((err = data_skills_grow(n, fi ? data_fd(fi) : pfd, attr->st_size)))
+			goto out;
 		if (fi) {
-			res = ftruncate(data_fd(fi), attr->st_size);
-			if (!res && kill && (res = data_kill_setid(data_fd(fi)))) {
-				errno = res;
-				res = -1;
-			}
-		} else if ((res = data_truncate(n, attr->st_size, kill))) {
-			errno = res;
-			res = -1;
+			err = ftruncate(data_fd(fi), attr->st_size) ? errno : 0;
+			if (!err && kill)
+				err = data_kill_setid(data_fd(fi));
+		} else {
+			err = data_truncate(pfd, attr->st_size, kill);
 		}
-		if (res)
+		if (err)
 			goto out;
 	}
 	if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
@@ -601,13 +714,13 @@ static void data_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int 
 			tv[1].tv_nsec = UTIME_NOW;
 		else if (valid & FUSE_SET_ATTR_MTIME)
 			tv[1] = attr->st_mtim;
-		res = fi ? futimens(data_fd(fi), tv) : utimensat(AT_FDCWD, proc, tv, 0);
-		if (res)
-			goto out;
+		if (fi ? futimens(data_fd(fi), tv) : utimensat(AT_FDCWD, proc, tv, 0))
+			err = errno;
 	}
 out:
-	if (res)
-		return (void)fuse_reply_err(req, errno);
+	nfd_put(n);
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	if (valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_SIZE))
 		data_skills_changed(n, 0);
 	data_getattr(req, ino, fi);
@@ -616,10 +729,16 @@ out:
 static void data_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	char buf[PATH_MAX + 1];
-	ssize_t n = readlinkat(dnode(ino)->fd, "", buf, sizeof(buf));
+	int fd = nfd_get(dnode(ino)), err;
+	ssize_t n;
 
+	if (fd < 0)
+		return (void)fuse_reply_err(req, -fd);
+	n = readlinkat(fd, "", buf, sizeof(buf));
+	err = errno;
+	nfd_put(dnode(ino));
 	if (n < 0)
-		return (void)fuse_reply_err(req, errno);
+		return (void)fuse_reply_err(req, err);
 	if (n == sizeof(buf))
 		return (void)fuse_reply_err(req, ENAMETOOLONG);
 	buf[n] = '\0';
@@ -629,7 +748,7 @@ static void data_readlink(fuse_req_t req, fuse_ino_t ino)
 static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
 	struct node *p = dnode(parent);
-	int res;
+	int res, pfd;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
@@ -639,9 +758,12 @@ static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 		return (void)fuse_reply_err(req, EPERM); /* a projection holds files, directories, links */
 	if (data_skills(p) && (res = skills_check_add(p->view->sbx, false)))
 		return (void)fuse_reply_err(req, res);
+	if ((pfd = nfd_get(p)) < 0)
+		return (void)fuse_reply_err(req, -pfd);
 	data_creds_enter(p->view);
-	res = mknodat(p->fd, name, mode, rdev) ? errno : 0;
+	res = mknodat(pfd, name, mode, rdev) ? errno : 0;
 	data_creds_leave();
+	nfd_put(p);
 	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, mode & S_IFMT);
 }
@@ -649,15 +771,18 @@ static void data_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
 	struct node *p = dnode(parent);
-	int res;
+	int res, pfd;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
 	if (data_skills(p) && (res = skills_check_add(p->view->sbx, true)))
 		return (void)fuse_reply_err(req, res);
+	if ((pfd = nfd_get(p)) < 0)
+		return (void)fuse_reply_err(req, -pfd);
 	data_creds_enter(p->view);
-	res = mkdirat(p->fd, name, mode) ? errno : 0;
+	res = mkdirat(pfd, name, mode) ? errno : 0;
 	data_creds_leave();
+	nfd_put(p);
 	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, S_IFDIR);
 }
@@ -665,19 +790,23 @@ static void data_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 static void data_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
 	struct node *p = dnode(parent);
-	int res;
+	int res, pfd;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	if (data_skills(p) && ((res = skills_check_symlink(p->view->sbx, p->fd, link)) ||
+	if ((pfd = nfd_get(p)) < 0)
+		return (void)fuse_reply_err(req, -pfd);
+	if (data_skills(p) && ((res = skills_check_symlink(p->view->sbx, pfd, link)) ||
 				      (res = skills_check_add(p->view->sbx, false)))) {
+		nfd_put(p);
 		if (res == EPERM)
 			log_warn(p->view->sbx->token, "skills/: symlink to '%s' refused: absolute or leaving skills/", link);
 		return (void)fuse_reply_err(req, res);
 	}
 	data_creds_enter(p->view);
-	res = symlinkat(link, p->fd, name) ? errno : 0;
+	res = symlinkat(link, pfd, name) ? errno : 0;
 	data_creds_leave();
+	nfd_put(p);
 	data_skills_changed(p, res);
 	data_reply_made(req, p, name, res, S_IFLNK);
 }
@@ -688,33 +817,57 @@ static void data_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t parent, const c
 	struct fuse_entry_param e;
 	struct stat st;
 	char proc[64];
-	int res;
+	int nf = -1, pfd = -1, err = 0;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
 	if (p->kind != N_DATA || n->view != p->view || data_skills(n) || data_skills(p))
 		return (void)fuse_reply_err(req, EXDEV); /* projected skills are copies, never links */
-	res = linkat(n->fd, "", p->fd, name, AT_EMPTY_PATH);
-	if (res && errno == ENOENT && !data_proc_path(n, proc, sizeof(proc)))
-		res = linkat(AT_FDCWD, proc, p->fd, name, AT_SYMLINK_FOLLOW);
-	if (res)
-		return (void)fuse_reply_err(req, errno);
+	if ((nf = nfd_get(n)) < 0 || (pfd = nfd_get(p)) < 0) {
+		err = nf < 0 ? -nf : -pfd;
+		goto out;
+	}
+	if (linkat(nf, "", pfd, name, AT_EMPTY_PATH)) {
+		err = errno;
+		if (err == ENOENT && !data_proc_path(nf, proc, sizeof(proc)))
+			err = linkat(AT_FDCWD, proc, pfd, name, AT_SYMLINK_FOLLOW) ? errno : 0;
+		if (err)
+			goto out;
+	}
 	pthread_mutex_lock(&n->view->lock);
 	n->nlookup++;
 	data_name_note_locked(n, p, name);
 	pthread_mutex_unlock(&n->view->lock);
-	if (fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-		int err = errno;
+	if (fstatat(nf, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+		err = errno;
 		data_forget(n, 1);
-		return (void)fuse_reply_err(req, err);
 	}
+out:
+	if (pfd >= 0)
+		nfd_put(p);
+	if (nf >= 0)
+		nfd_put(n);
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	data_entry(n, &st, &e);
 	fuse_reply_entry(req, &e);
 }
 
+/* unlinkat(2) in a data directory. */
+static int data_unlinkat(struct node *p, const char *name, int flags)
+{
+	int pfd = nfd_get(p), err;
+
+	if (pfd < 0)
+		return -pfd;
+	err = unlinkat(pfd, name, flags) ? errno : 0;
+	nfd_put(p);
+	return err;
+}
+
 static void data_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	int err = unlinkat(dnode(parent)->fd, name, 0) ? errno : 0;
+	int err = data_unlinkat(dnode(parent), name, 0);
 
 	data_skills_changed(dnode(parent), err);
 	fuse_reply_err(req, err);
@@ -722,20 +875,20 @@ static void data_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void data_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	int err = unlinkat(dnode(parent)->fd, name, AT_REMOVEDIR) ? errno : 0;
+	int err = data_unlinkat(dnode(parent), name, AT_REMOVEDIR);
 
 	data_skills_changed(dnode(parent), err);
 	fuse_reply_err(req, err);
 }
 
-/* After a rename through the mount: what is now at name in p is known to
- * the kernel by that name (the kernel moved its entry). */
-static void data_name_refresh(struct node *p, const char *name)
+/* After a rename through the mount: what is now at name in p (pfd: its
+ * fd) is known to the kernel by that name (the kernel moved its entry). */
+static void data_name_refresh(struct node *p, int pfd, const char *name)
 {
 	struct stat st;
 	struct node *n;
 
-	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW))
+	if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW))
 		return;
 	pthread_mutex_lock(&p->view->lock);
 	n = data_table_find_locked(p->view, st.st_dev, st.st_ino);
@@ -755,13 +908,23 @@ static void data_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fus
 		return (void)fuse_reply_err(req, EPERM);
 	if (p->view != np->view || !data_skills(p) != !data_skills(np))
 		return (void)fuse_reply_err(req, EXDEV); /* in or out of skills/: a copy (mv does it) */
-	int err = renameat2(p->fd, name, np->fd, newname, flags) ? errno : 0;
+	int pfd = nfd_get(p), npfd = pfd < 0 ? -1 : nfd_get(np), err;
+	if (pfd < 0 || npfd < 0) {
+		err = pfd < 0 ? -pfd : -npfd;
+		goto out;
+	}
+	err = renameat2(pfd, name, npfd, newname, flags) ? errno : 0;
 	if (!err) {
-		data_name_refresh(np, newname);
+		data_name_refresh(np, npfd, newname);
 		if (flags & RENAME_EXCHANGE)
-			data_name_refresh(p, name);
+			data_name_refresh(p, pfd, name);
 	}
 	data_skills_changed(p, err);
+out:
+	if (npfd >= 0)
+		nfd_put(np);
+	if (pfd >= 0)
+		nfd_put(p);
 	fuse_reply_err(req, err);
 }
 
@@ -892,8 +1055,11 @@ static void data_passthrough_close(fuse_req_t req, struct node *n, struct fuse_f
 #endif
 }
 
-/* An open file handle: counted on its node (see data_getattr).  st: the
- * file's stat; fresh: a file this call made (no page cache to keep). */
+/* An open file handle: counted on its node (see data_getattr), holding
+ * its node's fd (a use from nfd_get) and DATA_OPEN_FDS of its sandbox's
+ * budget, both taken by the caller and given back by data_handle_close.
+ * st: the file's stat; fresh: a file this call made (no page cache to
+ * keep). */
 static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struct stat *st, bool fresh,
 	struct fuse_file_info *fi)
 {
@@ -909,11 +1075,21 @@ static void data_handle_open(fuse_req_t req, struct node *n, int fd, const struc
 		data_cache_policy(n, st, fi);
 }
 
+/* The node's fd is let go last: after an interrupted open the kernel may
+ * already have forgotten n, which this use keeps (nfd_forget). */
 static void data_handle_close(fuse_req_t req, struct node *n, struct fuse_file_info *fi)
 {
 	data_passthrough_close(req, n, fi);
 	__atomic_sub_fetch(&n->nopen, 1, __ATOMIC_RELAXED);
 	close(data_fd(fi));
+	budget_give(n->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
+	nfd_put(n);
+}
+
+/* Before an open: the sandbox's budget for it (0, EMFILE, ENFILE). */
+static int data_open_charge(struct node *n)
+{
+	return budget_take(n->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
 }
 
 static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -922,17 +1098,29 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	int hflags = data_host_flags(fi->flags);
 	struct stat st;
 	char proc[64];
-	int fd, err;
+	int pfd = -1, fd = -1, err;
 
-	if (data_proc_path(n, proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
+	if ((err = data_open_charge(n)))
+		return (void)fuse_reply_err(req, err);
+	if ((pfd = nfd_get(n)) < 0) {
+		err = -pfd;
+		goto fail;
+	}
+	if (data_proc_path(pfd, proc, sizeof(proc))) {
+		err = EIO;
+		goto fail;
+	}
 	/* an O_TRUNC must not reach a removed file, which a job may still use */
-	if ((fi->flags & O_TRUNC) && !fstatat(n->fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) &&
-	    data_stale_name(n, &st))
-		return (void)fuse_reply_err(req, ESTALE);
+	if ((fi->flags & O_TRUNC) && !fstatat(pfd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) &&
+	    data_stale_name(n, &st)) {
+		err = ESTALE;
+		goto fail;
+	}
 	fd = open(proc, hflags);
-	if (fd < 0)
-		return (void)fuse_reply_err(req, errno);
+	if (fd < 0) {
+		err = errno;
+		goto fail;
+	}
 	err = data_open_checked(fd, hflags, fi->flags, &st);
 	if (!err && data_stale_name(n, &st))
 		err = ESTALE;
@@ -941,30 +1129,41 @@ static void data_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!err && (fi->flags & O_TRUNC) && data_caller_unprivileged(req) && data_setid_bits(st.st_mode) &&
 	    !(err = data_kill_setid(fd)))
 		st.st_mode &= ~data_setid_bits(st.st_mode);
-	if (err) {
-		close(fd);
-		return (void)fuse_reply_err(req, err);
-	}
-	data_handle_open(req, n, fd, &st, false, fi);
+	if (err)
+		goto fail;
+	data_handle_open(req, n, fd, &st, false, fi); /* keeps pfd's use and the charge */
 	if (fuse_reply_open(req, fi) == -ENOENT) /* interrupted: no RELEASE will come */
 		data_handle_close(req, n, fi);
+	return;
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (pfd >= 0)
+		nfd_put(n);
+	budget_give(n->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
+	fuse_reply_err(req, err);
 }
 
-/* The node of the file open on fd as name in p (st: its stat), counted as
- * a lookup. */
-static int data_node_of_fd(struct node *p, const char *name, int fd, const struct stat *st, struct node **out)
+/* The node of the file open on fd as name in p (pfd: its fd; st: the
+ * file's stat), counted as a lookup. */
+static int data_node_of_fd(struct node *p, int pfd, const char *name, int fd, const struct stat *st,
+	struct node **out)
 {
 	struct stat o;
 	char proc[64];
 	int opath;
 
 	*out = data_table_ref(p->view, st, p, name);
+	if (*out && !nfd_same_fd(*out, fd)) { /* a removed file's node: data_node_get decides */
+		data_forget(*out, 1);
+		*out = NULL;
+	}
 	if (*out)
 		return 0;
 	/* The O_PATH fd of a new node must be the very file open on fd: by
 	 * name (cheap) if the name still refers to it, else (a job swapped it)
 	 * through /proc/self/fd. */
-	opath = openat(p->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	opath = openat(pfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (opath >= 0 && (fstat(opath, &o) || o.st_ino != st->st_ino || o.st_dev != st->st_dev)) {
 		close(opath);
 		opath = -1;
@@ -974,8 +1173,7 @@ static int data_node_of_fd(struct node *p, const char *name, int fd, const struc
 		opath = open(proc, O_PATH | O_CLOEXEC);
 	if (opath < 0)
 		return errno;
-	*out = data_node_get(p->view, opath, st, p->which, p, name);
-	return *out ? 0 : ENOMEM;
+	return data_node_get(p->view, opath, st, p->which, p, name, out);
 }
 
 static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, struct fuse_file_info *fi)
@@ -985,18 +1183,24 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	struct fuse_entry_param e;
 	struct stat st = { .st_ino = 0 };
 	bool created = false;
-	int fd, err;
+	int pfd, fd = -1, err;
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
 	if (data_skills(p) && (err = skills_check_add(p->view->sbx, false)))
 		return (void)fuse_reply_err(req, err);
+	if ((err = data_open_charge(p))) /* the new node is p's view's */
+		return (void)fuse_reply_err(req, err);
+	if ((pfd = nfd_get(p)) < 0) {
+		budget_give(p->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
+		return (void)fuse_reply_err(req, -pfd);
+	}
 	/* O_NOFOLLOW: a symlink planted by a job between the kernel's lookup
 	 * and this call must not make the daemon create a file elsewhere.  A
 	 * new file is never a FIFO nor leased: no O_NONBLOCK needed for it. */
 	data_creds_enter(p->view);
 	for (int tries = 0; tries < DATA_CREATE_TRIES; tries++) {
-		fd = openat(p->fd, name, (hflags & ~O_NONBLOCK) | O_CREAT | O_EXCL, mode);
+		fd = openat(pfd, name, (hflags & ~O_NONBLOCK) | O_CREAT | O_EXCL, mode);
 		if (fd >= 0) {
 			created = true;
 			hflags &= ~O_NONBLOCK;
@@ -1008,7 +1212,7 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 		 * without waiting on it (it may be a FIFO); if it is gone again,
 		 * create once more (a local filesystem holds the directory's
 		 * lock across both steps, we cannot) */
-		fd = openat(p->fd, name, hflags, mode);
+		fd = openat(pfd, name, hflags, mode);
 		if (fd >= 0 || errno != ENOENT)
 			break;
 	}
@@ -1017,12 +1221,21 @@ static void data_create(fuse_req_t req, fuse_ino_t parent, const char *name, mod
 	if (!err)
 		err = data_open_checked(fd, hflags, fi->flags, &st);
 	if (!err)
-		err = data_node_of_fd(p, name, fd, &st, &n);
+		err = data_node_of_fd(p, pfd, name, fd, &st, &n);
+	if (!err) { /* the use the open file keeps (a new node's fd: no reopen) */
+		int nf = nfd_get(n);
+		if (nf < 0) {
+			err = -nf;
+			data_forget(n, 1);
+		}
+	}
+	nfd_put(p);
 	if (err) {
 		if (created)
 			data_undo(p, name, st.st_ino ? &st : NULL, S_IFREG);
 		if (fd >= 0)
 			close(fd);
+		budget_give(p->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
 		return (void)fuse_reply_err(req, err);
 	}
 	data_entry(n, &st, &e);
@@ -1100,35 +1313,75 @@ static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 	skills_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 }
 
+/* An open directory: its fd (in dp) and a use of its node's fd (so fstat
+ * of an open directory a job removed works, as of an open file), both
+ * charged to its sandbox's budget like an open file's.  They are let go at
+ * RELEASEDIR, not when the retired handle is freed (handle.h: 10 s later):
+ * a loop of `ls` would otherwise hold hundreds.  lock orders that against a
+ * READDIR of a killed reader still running (it is taken before view->lock
+ * and nfd.lock, never held by a reply); acct is referenced (a retired
+ * handle outlives its view). */
 struct data_dir {
-	DIR *dp;
+	pthread_mutex_t lock;
+	DIR *dp;         /* NULL once released */
+	struct node *n;  /* its node, whose fd it uses while dp is open */
 	struct dirent *entry;
 	off_t offset;
+	struct budget_acct *acct;
 };
+
+/* The directory's fds let go and their charge given back (d->lock held,
+ * or the handle unreachable). */
+static void data_dir_close(struct data_dir *d)
+{
+	if (!d->dp)
+		return;
+	closedir(d->dp);
+	d->dp = NULL;
+	nfd_put(d->n);
+	budget_give(d->acct, BUDGET_DATA, DATA_OPEN_FDS);
+}
 
 static void data_dir_clean(void *p)
 {
 	struct data_dir *d = p;
 
-	if (d->dp)
-		closedir(d->dp);
+	data_dir_close(d);
+	pthread_mutex_destroy(&d->lock);
+	budget_acct_put(d->acct);
 }
 
 static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct node *n = dnode(ino);
 	struct data_dir *d = handle_alloc(sizeof(*d), data_dir_clean);
-	int fd, err;
+	int pfd, fd = -1, err;
 
 	if (!d)
 		return (void)fuse_reply_err(req, ENOMEM);
-	fd = openat(dnode(ino)->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || !(d->dp = fdopendir(fd))) {
-		err = errno;
-		if (fd >= 0)
-			close(fd);
+	pthread_mutex_init(&d->lock, NULL);
+	if ((err = data_open_charge(n))) {
 		handle_discard(d);
 		return (void)fuse_reply_err(req, err);
 	}
+	if ((pfd = nfd_get(n)) >= 0) {
+		fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		err = errno;
+	} else {
+		err = -pfd;
+	}
+	if (fd < 0 || !(d->dp = fdopendir(fd))) {
+		err = fd < 0 ? err : errno;
+		if (fd >= 0)
+			close(fd);
+		if (pfd >= 0)
+			nfd_put(n);
+		budget_give(n->view->fds, BUDGET_DATA, DATA_OPEN_FDS);
+		handle_discard(d);
+		return (void)fuse_reply_err(req, err);
+	}
+	d->n = n; /* keeps pfd's use until RELEASEDIR */
+	d->acct = budget_acct_ref(n->view->fds);
 	fi->fh = (uint64_t)(uintptr_t)d;
 	fi->cache_readdir = 0;
 	fuse_reply_open(req, fi);
@@ -1145,6 +1398,12 @@ static void data_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 
 	if (!buf)
 		return (void)fuse_reply_err(req, ENOMEM);
+	pthread_mutex_lock(&d->lock);
+	if (!d->dp) { /* released meanwhile: the reader is gone */
+		pthread_mutex_unlock(&d->lock);
+		free(buf);
+		return (void)fuse_reply_err(req, EBADF);
+	}
 	if (offset != d->offset) {
 		seekdir(d->dp, offset);
 		d->entry = NULL;
@@ -1205,6 +1464,7 @@ static void data_do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t o
 		d->offset = d->entry->d_off;
 		d->entry = NULL;
 	}
+	pthread_mutex_unlock(&d->lock);
 	if (err && rem == size)
 		fuse_reply_err(req, err);
 	else
@@ -1224,19 +1484,32 @@ static void data_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t 
 
 static void data_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
+
 	(void)ino;
+	pthread_mutex_lock(&d->lock);
+	data_dir_close(d);
+	pthread_mutex_unlock(&d->lock);
 	/* retired, not freed: a READDIR of a killed reader may still be running */
-	handle_retire((void *)(uintptr_t)fi->fh);
+	handle_retire(d);
 	fuse_reply_err(req, 0);
 }
 
+/* Under the handle's lock: only a READDIR or RELEASEDIR of the same open
+ * directory waits for the fsync. */
 static void data_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct data_dir *d = (struct data_dir *)(uintptr_t)fi->fh;
-	int fd = dirfd(d->dp);
+	int err;
 
-	if (datasync ? fdatasync(fd) : fsync(fd))
-		return (void)fuse_reply_err(req, errno);
+	pthread_mutex_lock(&d->lock);
+	if (!d->dp)
+		err = EBADF;
+	else
+		err = (datasync ? fdatasync(dirfd(d->dp)) : fsync(dirfd(d->dp))) ? errno : 0;
+	pthread_mutex_unlock(&d->lock);
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	if (!data_skills(dnode(ino)))
 		return (void)fuse_reply_err(req, 0);
 	skills_fsync(req, dnode(ino)->view->sbx, false);
@@ -1245,9 +1518,14 @@ static void data_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct f
 static void data_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct statvfs sv;
+	int fd = nfd_get(dnode(ino)), err;
 
-	if (fstatvfs(dnode(ino)->fd, &sv))
-		return (void)fuse_reply_err(req, errno);
+	if (fd < 0)
+		return (void)fuse_reply_err(req, -fd);
+	err = fstatvfs(fd, &sv) ? errno : 0;
+	nfd_put(dnode(ino));
+	if (err)
+		return (void)fuse_reply_err(req, err);
 	fuse_reply_statfs(req, &sv);
 }
 
@@ -1309,20 +1587,50 @@ static void data_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, err);
 }
 
-/* xattrs go through /proc/self/fd/N; symlinks cannot carry user xattrs. */
-static void data_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+/* xattrs go through /proc/self/fd/N of the node's O_PATH fd; symlinks
+ * cannot carry user xattrs.  Each returns what the call returned, -1 with
+ * errno. */
+enum data_xattr_op { DX_GET, DX_LIST, DX_SET, DX_REMOVE };
+
+static ssize_t data_xattr(struct node *n, enum data_xattr_op op, const char *name, void *value, size_t size,
+	int flags)
 {
-	char proc[64], *value = NULL;
+	char proc[64];
+	int fd = nfd_get(n), err;
+	ssize_t r = -1;
+
+	if (fd < 0) {
+		errno = -fd;
+		return -1;
+	}
+	if (data_proc_path(fd, proc, sizeof(proc)))
+		errno = EIO;
+	else if (op == DX_GET)
+		r = getxattr(proc, name, value, size);
+	else if (op == DX_LIST)
+		r = listxattr(proc, value, size);
+	else if (op == DX_SET)
+		r = setxattr(proc, name, value, size, flags);
+	else
+		r = removexattr(proc, name);
+	err = errno;
+	nfd_put(n);
+	errno = err;
+	return r;
+}
+
+/* getxattr and listxattr: the value, or its size when size is 0. */
+static void data_xattr_read(fuse_req_t req, fuse_ino_t ino, enum data_xattr_op op, const char *name, size_t size)
+{
+	char *value = NULL;
 	ssize_t n;
 
-	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
 	if (size) {
 		value = malloc(size);
 		if (!value)
 			return (void)fuse_reply_err(req, ENOMEM);
 	}
-	n = getxattr(proc, name, value, size);
+	n = data_xattr(dnode(ino), op, name, value, size, 0);
 	if (n < 0)
 		fuse_reply_err(req, errno);
 	else if (size)
@@ -1330,46 +1638,26 @@ static void data_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size
 	else
 		fuse_reply_xattr(req, (size_t)n);
 	free(value);
+}
+
+static void data_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	data_xattr_read(req, ino, DX_GET, name, size);
 }
 
 static void data_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	char proc[64], *value = NULL;
-	ssize_t n;
-
-	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
-	if (size) {
-		value = malloc(size);
-		if (!value)
-			return (void)fuse_reply_err(req, ENOMEM);
-	}
-	n = listxattr(proc, value, size);
-	if (n < 0)
-		fuse_reply_err(req, errno);
-	else if (size)
-		fuse_reply_buf(req, value, (size_t)n);
-	else
-		fuse_reply_xattr(req, (size_t)n);
-	free(value);
+	data_xattr_read(req, ino, DX_LIST, NULL, size);
 }
 
 static void data_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value, size_t size, int flags)
 {
-	char proc[64];
-
-	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
-	fuse_reply_err(req, setxattr(proc, name, value, size, flags) ? errno : 0);
+	fuse_reply_err(req, data_xattr(dnode(ino), DX_SET, name, (void *)value, size, flags) ? errno : 0);
 }
 
 static void data_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-	char proc[64];
-
-	if (data_proc_path(dnode(ino), proc, sizeof(proc)))
-		return (void)fuse_reply_err(req, EIO);
-	fuse_reply_err(req, removexattr(proc, name) ? errno : 0);
+	fuse_reply_err(req, data_xattr(dnode(ino), DX_REMOVE, name, NULL, 0, 0) ? errno : 0);
 }
 
 static void data_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, struct fuse_file_info *fi_in,
@@ -1442,9 +1730,15 @@ static const struct fuse_lowlevel_ops data_ops = {
 };
 static const struct node_kind_ops k_data = { .ops = &data_ops, .forget = data_forget };
 
-void data_init(void)
+void data_init(const char *state_dir)
 {
 	node_kind_register(N_DATA, &k_data);
+	nfd_init(state_dir, data_node_free);
+}
+
+void data_shutdown(void)
+{
+	nfd_shutdown();
 }
 
 /* Job end: if the name the kernel knows n by no longer refers to n (the job
@@ -1468,8 +1762,13 @@ static void data_name_check(struct node *n)
 	pthread_mutex_unlock(&v->lock);
 	if (!p)
 		return;
-	if (fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) || st.st_dev != n->dev || st.st_ino != n->ino)
+	/* same inode number and n without an fd: a new file may have it */
+	int pfd = nfd_get(p);
+	if (pfd < 0 || fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) || st.st_dev != n->dev || st.st_ino != n->ino ||
+	    !nfd_same_at(n, pfd, name))
 		fuse_lowlevel_notify_inval_entry(fs.se, node_ino(p), name, len);
+	if (pfd >= 0)
+		nfd_put(p);
 	data_forget(p, 1);
 }
 

@@ -8,8 +8,10 @@
 
 #include "node.h"
 
-/* Register the N_DATA kind. */
-void data_init(void);
+/* Register the N_DATA kind; the descriptors of data nodes (nodefd.h) on
+ * state_dir's mount.  data_shutdown() at exit. */
+void data_init(const char *state_dir);
+void data_shutdown(void);
 /* LOOKUP of data directory `which` (enum datadir) in a sandbox directory:
  * 0 and a counted entry, or an errno. */
 int data_lookup_root(struct view *v, int which, struct fuse_entry_param *e);

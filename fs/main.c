@@ -626,7 +626,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "sbxfs: out of memory\n");
 		goto out;
 	}
-	data_init();
+	data_init(cfg->state_dir);
 	rfiles_init();
 	if (build_fuse_args(&o, cfg, &args))
 		goto out;
@@ -688,6 +688,7 @@ out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
 	handle_free_all();
+	data_shutdown();
 	fuse_session_destroy(fs.se);
 	fs.se = NULL;
 out:

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/budget.h"
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -173,6 +174,7 @@ static void view_free(struct view *v)
 	v->vnext->vprev = v->vprev;
 	pthread_mutex_unlock(&fs_lock);
 	pthread_mutex_destroy(&v->lock);
+	budget_acct_put(v->fds);
 	free(v->jobs_dir);
 	pool_put(v->sbx);
 	free(v);
@@ -241,6 +243,7 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 		return NULL;
 	}
 	v->jobs_dir = buf_take(&jd, NULL);
+	v->fds = budget_acct_get(s->user, s->thread); /* NULL (ENOMEM): counted in the total only */
 	v->sbx = s;
 	pool_get(s);
 	v->gen = gen;

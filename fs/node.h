@@ -65,6 +65,8 @@ enum datadir { DD_WORKSPACE, DD_UPLOADS, DD_OUTPUTS, DD_SKILLS, DD_COUNT };
 
 struct view;
 struct job;
+struct budget_acct;
+struct file_handle;
 struct user_ent;
 
 struct node {
@@ -75,8 +77,16 @@ struct node {
 	struct view *view;     /* N_SANDBOX and below */
 	struct user_ent *user; /* N_USER */
 	struct job *job;       /* N_JOB, N_JOBFILE: referenced */
-	/* N_DATA: */
-	int fd; /* O_PATH */
+	/* N_DATA: its host file's O_PATH descriptor and handle (nodefd.h;
+	 * nfd.lock) */
+	int fd;                  /* -1: none now (evicted, or gone) */
+	unsigned fd_users;       /* operations and open files using fd */
+	bool fd_fixed;           /* no handle: fd kept for life, charged to the sandbox */
+	bool fd_gone;            /* its file is gone: never reopened */
+	bool fd_free;            /* forgotten while in use: the last nfd_put frees it */
+	bool fd_lru;             /* on the LRU list (fd >= 0, unused, not fixed) */
+	struct node *lru_prev, *lru_next;
+	struct file_handle *fh;  /* set once, before fd is first evicted */
 	dev_t dev;
 	ino_t ino;
 	char *name;       /* N_DATA: the name the kernel last learned it by (view->lock); NULL at a data directory's top */
@@ -114,6 +124,7 @@ struct view {
 	struct node *vnodes;        /* fs_lock: other virtual nodes of this view (jobs, ...) */
 	char *jobs_dir;             /* host: thread_dir/jobs */
 	struct view *vprev, *vnext; /* fs_lock: every view that exists */
+	struct budget_acct *fds;    /* the sandbox's descriptor account (budget.h), referenced */
 	pthread_mutex_t lock;       /* the data inode table */
 	struct node *table[VIEW_BUCKETS];
 };

@@ -14,6 +14,12 @@
  * answers it; the worker only answers what the caches hold (fresh
  * attributes, listings, cached byte ranges, writes into the cache file).
  *
+ * Descriptors (issue 19): a node's cache file stays open while the node has
+ * a cache; an open file is charged one descriptor of its sandbox's budget
+ * (budget.h: EMFILE past it), and the caches nobody has open are evicted
+ * past the rfiles_cache share, least recently used first, as past
+ * remote_files.cache_size bytes.
+ *
  * The cache file of a node is fetched in RFILES_CHUNK pieces on demand
  * (ranged reads: `head` of a 1 GiB file fetches one chunk), whole at open
  * for a small file or a writer (an upload sends the whole file).  A chunk
@@ -38,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/budget.h"
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -102,6 +109,8 @@ static struct {
 	/* over the cap with nothing left to evict (files open, unsent): the
 	 * next recount waits until the caches grew past this */
 	uint64_t trim_floor;
+	long ncache;      /* cache files open (nodes with cfd >= 0) */
+	long ncache_floor; /* the same for their count (budget_rfiles_cache) */
 } rf = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static const char *rf_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
@@ -202,8 +211,10 @@ static void rf_uncount_locked(struct rnode *r)
 static void rf_cache_drop_locked(struct rnode *r, bool keep_file)
 {
 	rf_uncount_locked(r);
-	if (r->cfd >= 0)
+	if (r->cfd >= 0) {
 		close(r->cfd);
+		rf.ncache--;
+	}
 	if (r->cpath && !keep_file)
 		unlink(r->cpath);
 	else if (r->cpath)
@@ -680,6 +691,7 @@ static int rf_cache_make_locked(struct rnode *r, off_t size, bool complete)
 		buf_free(&p);
 		return err;
 	}
+	rf.ncache++;
 	r->cpath = buf_take(&p, NULL);
 	r->chunks = calloc(nch ? nch : 1, 1);
 	if (!r->cpath || !r->chunks) {
@@ -826,10 +838,16 @@ struct rf_gone { /* a cache file evicted: closed and removed outside rf.lock */
 	char *path;
 };
 
+/* rf.lock held: over 90 % of a cap (cap bytes, 0: none; ncap files)? */
+static bool rf_over_locked(uint64_t cap, long ncap)
+{
+	return (cap && rf.cached > cap / 10 * 9) || rf.ncache > ncap / 10 * 9;
+}
+
 /* rf.lock held: recount rf.cached and detach the least recently used
- * evictable caches until it is under 90 % of cap.  *gone (malloc'd) gets
- * the files to close and remove. */
-static size_t rf_trim_locked(uint64_t cap, struct rf_gone **gone)
+ * evictable caches until they are under 90 % of cap bytes and of nfiles
+ * files.  *gone (malloc'd) gets the files to close and remove. */
+static size_t rf_trim_locked(uint64_t cap, long nfiles, struct rf_gone **gone)
 {
 	struct rnode **cand = NULL;
 	size_t n = 0, ncap = 0, ngone = 0;
@@ -854,12 +872,13 @@ static size_t rf_trim_locked(uint64_t cap, struct rf_gone **gone)
 	if (n)
 		qsort(cand, n, sizeof(*cand), rf_by_use);
 	*gone = n ? calloc(n, sizeof(**gone)) : NULL;
-	for (size_t i = 0; i < n && *gone && rf.cached > cap / 10 * 9; i++) {
+	for (size_t i = 0; i < n && *gone && rf_over_locked(cap, nfiles); i++) {
 		struct rnode *r = cand[i];
 		rf_uncount_locked(r);
 		(*gone)[ngone].fd = r->cfd;
 		(*gone)[ngone++].path = r->cpath;
 		r->cfd = -1;
+		rf.ncache--;
 		r->cpath = NULL; /* the next open fetches again */
 		free(r->chunks);
 		r->chunks = NULL;
@@ -867,22 +886,25 @@ static size_t rf_trim_locked(uint64_t cap, struct rf_gone **gone)
 		r->csize = 0;
 	}
 	free(cand);
-	rf.trim_floor = rf.cached > cap / 10 * 9 ? rf.cached + cap / 10 : 0;
+	rf.trim_floor = cap && rf.cached > cap / 10 * 9 ? rf.cached + cap / 10 : 0;
+	rf.ncache_floor = rf.ncache > nfiles / 10 * 9 ? rf.ncache + nfiles / 10 : 0;
 	return ngone;
 }
 
 /* After the caches grew: keep them under the cap of r's sandbox's
- * configuration (work thread; the files go outside rf.lock). */
+ * configuration and under the descriptors' share (work thread; the files
+ * go outside rf.lock). */
 static void rf_trim(struct rnode *r)
 {
 	const struct sbx_config *cfg = r->n.view->sbx->cfg;
 	uint64_t cap = cfg ? cfg->rfiles_cache_max : 0;
+	long ncap = budget_rfiles_cache();
 	struct rf_gone *gone = NULL;
 	size_t n = 0;
 
 	pthread_mutex_lock(&rf.lock);
-	if (cap && rf.cached > cap && rf.cached > rf.trim_floor)
-		n = rf_trim_locked(cap, &gone);
+	if ((cap && rf.cached > cap && rf.cached > rf.trim_floor) || (rf.ncache > ncap && rf.ncache > rf.ncache_floor))
+		n = rf_trim_locked(cap, ncap, &gone);
 	pthread_mutex_unlock(&rf.lock);
 	for (size_t i = 0; i < n; i++) {
 		close(gone[i].fd);
@@ -919,8 +941,13 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	struct rfh *h = NULL;
 	struct stat st;
 	bool keep = false, local;
-	int err = rf_path(r, NULL, &path);
+	/* the cache file's descriptor, kept while the file is open: charged
+	 * first, so a sandbox past its budget downloads nothing */
+	int err = budget_take(r->n.view->fds, BUDGET_DATA, 1);
+	bool charged = !err;
 
+	if (!err)
+		err = rf_path(r, NULL, &path);
 	pthread_mutex_lock(&rf.lock);
 	local = r->cfd >= 0 && (r->dirty || r->local_new || r->nwriters);
 	keep = !local && rf_cache_fresh_locked(r);
@@ -969,8 +996,11 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	buf_free(&path);
 	if (!err && !(h = handle_alloc(sizeof(*h), NULL)))
 		err = ENOMEM;
-	if (err)
+	if (err) {
+		if (charged)
+			budget_give(r->n.view->fds, BUDGET_DATA, 1);
 		return (void)fuse_reply_err(j->req, err);
+	}
 	pthread_mutex_lock(&rf.lock);
 	h->r = r;
 	h->flags = fi->flags;
@@ -991,6 +1021,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 			r->nwriters--;
 		pthread_mutex_unlock(&rf.lock);
 		handle_discard(h);
+		budget_give(r->n.view->fds, BUDGET_DATA, 1);
 		rf_unref(r);
 	}
 }
@@ -1284,6 +1315,7 @@ static void rf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		r->nwriters--;
 	pthread_mutex_unlock(&rf.lock);
 	handle_retire(h);
+	budget_give(r->n.view->fds, BUDGET_DATA, 1);
 	rf_unref(r);
 	fuse_reply_err(req, 0);
 }
@@ -1315,9 +1347,13 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
+	if ((err = budget_take(p->n.view->fds, BUDGET_DATA, 1))) /* as job_open */
+		return (void)fuse_reply_err(req, err);
 	h = handle_alloc(sizeof(*h), NULL);
-	if (!h)
+	if (!h) {
+		budget_give(p->n.view->fds, BUDGET_DATA, 1);
 		return (void)fuse_reply_err(req, ENOMEM);
+	}
 	/* made here, uploaded at close (close-to-open): no round trip now */
 	pthread_mutex_lock(&rf.lock);
 	r = rf_find_locked(p->n.view, p, name);
@@ -1356,6 +1392,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		rf_unref(got); /* the get's */
 	if (err) {
 		handle_discard(h);
+		budget_give(p->n.view->fds, BUDGET_DATA, 1);
 		return (void)fuse_reply_err(req, err);
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
@@ -1366,6 +1403,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		r->nopen--;
 		pthread_mutex_unlock(&rf.lock);
 		handle_discard(h);
+		budget_give(p->n.view->fds, BUDGET_DATA, 1);
 		rf_unref(r);
 		rf_forget(&r->n, 1);
 	}

@@ -48,6 +48,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "../common/budget.h"
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/names.h"
@@ -82,6 +83,7 @@ struct listener {
 	int fd;
 	struct netpol *pol; /* referenced */
 	char scope[NAMES_SCOPE_MAX];
+	struct budget_acct *acct; /* its sandbox's (and so its user's) share of connections; referenced */
 	unsigned nconns;
 	unsigned big_pipes; /* pipes of its connections enlarged to PROXY_PIPE_SIZE */
 	uint64_t log_sec;   /* log_allowed(): the second counted, lines in it, lines not logged */
@@ -293,8 +295,10 @@ static void conn_close(struct conn *c)
 		c->next->prev = c->prev;
 	px.nconns--;
 	stat_add(&px.active, -1);
-	if (c->l)
+	if (c->l) {
 		c->l->nconns--;
+		budget_give(c->l->acct, BUDGET_PROXY, 1);
+	}
 	c->l = NULL;
 	if (c->rr && c->st == CS_RESOLVE) {
 		resolve_cancel(c->rr); /* still queued: no lookup for it */
@@ -1222,9 +1226,17 @@ static void on_accept(struct listener *l)
 		}
 		px.fd_short = false;
 		stat_add(&px.accepted, 1);
-		if (l->nconns >= PROXY_MAX_PER_SANDBOX || px.nconns >= PROXY_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
+		/* the sandbox's, its user's and everyone's caps (budget.h: the
+		 * refusal is logged there, at most every few seconds) */
+		if (budget_take(l->acct, BUDGET_PROXY, 1)) {
 			stat_add(&px.refused, 1);
 			close(fd); /* past the limits: no answer at all */
+			continue;
+		}
+		if (!(c = calloc(1, sizeof(*c)))) {
+			budget_give(l->acct, BUDGET_PROXY, 1);
+			stat_add(&px.refused, 1);
+			close(fd);
 			continue;
 		}
 		c->ctag = (struct tag){ TAG_CLIENT, c };
@@ -1292,6 +1304,7 @@ static void listener_free(struct listener *l)
 		px.paused--;
 	close(l->fd);
 	netpol_put(l->pol);
+	budget_acct_put(l->acct);
 	free(l);
 }
 
@@ -1346,6 +1359,12 @@ uint64_t proxy_listen(int nsfd, struct netpol *pol, const char *scope)
 	l->pol = netpol_get(pol);
 	l->id = __atomic_add_fetch(&px.next_id, 1, __ATOMIC_RELAXED);
 	snprintf(l->scope, sizeof(l->scope), "%s", scope);
+	{ /* scope is "user/thread": the account of both */
+		char user[NAMES_SCOPE_MAX];
+		size_t ul = strcspn(scope, "/");
+		snprintf(user, sizeof(user), "%.*s", (int)ul, scope);
+		l->acct = budget_acct_get(user, scope[ul] ? scope + ul + 1 : "");
+	}
 	c->kind = CMD_LISTEN;
 	c->l = l;
 	c->id = l->id;

@@ -26,8 +26,10 @@
  *   dropped, Connection: close) and exactly one body forwarded -> relay
  *   (splice through a pipe per direction, no copy through the daemon).
  *
- * Limits: PROXY_MAX_PER_SANDBOX connections per sandbox, PROXY_MAX_CONNS in
- * all (past them a connection is closed at once); an established relay is
+ * Limits: connections per sandbox, per user and in all, from the daemon's
+ * descriptor limit (budget.h, BUDGET_PROXY: 6 descriptors a connection; at
+ * most 512 a sandbox and 8192 in all); past them a connection is closed at
+ * once, and the log says which cap refused it.  An established relay is
  * closed after PROXY_IDLE_S without traffic either way.
  *
  * Threads: proxy_listen() blocks briefly (a thread joins the namespace) and
@@ -42,8 +44,6 @@
 #define PROXY_PORT 3128
 #define PROXY_READ_TIMEOUT_S 15 /* DeerFlow's read timeouts */
 #define PROXY_IDLE_S 600        /* an established relay with no traffic */
-#define PROXY_MAX_PER_SANDBOX 512
-#define PROXY_MAX_CONNS 8192
 
 struct netpol;
 

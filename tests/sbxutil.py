@@ -270,6 +270,23 @@ def parse_metrics(text):
     return out
 
 
+def fd_shares(limit):
+    """The daemon's descriptor shares for RLIMIT_NOFILE = limit, as
+    docs/security.md states them (common/budget.c computes the same)."""
+    reserve = min(512 + limit // 16, limit // 2)
+    avail = limit - reserve
+    data = avail * 3 // 8
+    proxy = min((avail * 3 // 8) // 6, 8192)
+    s = {"reserve": reserve, "data_cache": max(avail * 3 // 16, 16), "rfiles_cache": max(avail // 16, 4),
+         "data": data, "data_sandbox": max(data // 8, 4), "data_user": data // 2,
+         "proxy_connections": proxy, "proxy_connections_sandbox": max(min(proxy // 4, 512), 4),
+         "proxy_connections_user": proxy // 2}
+    for k in ("data", "proxy_connections"):
+        s[k + "_user"] = max(s[k + "_user"], s[k + "_sandbox"])
+        s[k] = max(s[k], s[k + "_user"])
+    return s
+
+
 def expect_errno(fn, *errnos):
     """Call fn(); it must raise OSError with one of errnos.  Returns the error."""
     try:

@@ -12,6 +12,7 @@ test from ending."""
 import errno
 import json
 import os
+import re
 import select
 import signal
 import stat
@@ -457,3 +458,268 @@ print(json.dumps(out))
     assert got["cp sparse"] == 0, got
     assert os.stat(ws / "huge23").st_size == 1 << 40
     assert os.stat(m.workspace_data("alice", "t") / "huge23").st_blocks < 1 << 16
+
+
+# --------------------------------------------------------------------------
+# issue 19 item 2: a sandbox's files against the daemon's file descriptors
+
+
+FD_LIMIT = 2048  # the daemon's RLIMIT_NOFILE in these tests (set with prlimit)
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def metrics(m):
+    return sbxutil.parse_metrics((m.mnt / ".metrics").read_text())
+
+
+class low_fd_limit:
+    """The daemon's RLIMIT_NOFILE lowered to n for a while, as an
+    administrator would with prlimit(1); restored after.  Only the soft
+    limit: raising a hard limit back needs CAP_SYS_RESOURCE, which a test
+    host may not grant."""
+
+    def __init__(self, m, n=FD_LIMIT):
+        import resource
+        self.resource, self.pid, self.n = resource, m.proc.pid, n
+
+    def __enter__(self):
+        self.old = self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE)
+        self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE, (self.n, self.old[1]))
+        time.sleep(0.3)  # the daemon looks at its limit at most every 100 ms
+        return self
+
+    def __exit__(self, *exc):
+        self.resource.prlimit(self.pid, self.resource.RLIMIT_NOFILE, self.old)
+        time.sleep(0.3)
+
+
+MAKE_FILES = "python3 -c 'import os\nos.mkdir(\"many\")\nfor i in range(50000): os.close(os.open(\"many/f%05d\" % i, os.O_CREAT | os.O_WRONLY, 0o644))'"
+
+
+@pytest.mark.timeout_s(400)
+def test_fifty_thousand_files_keep_the_daemon_within_its_fd_budget(sbxfs):
+    """A job makes 50 000 empty files; `ls -l` and `find` of them through
+    the mount, with the daemon under a low fd limit, while another user's
+    sandbox keeps answering: every file listed with its attributes, the
+    daemon's descriptors under its budget all along, nobody gets EMFILE."""
+    from test_jobs import acquire, run_job
+    m = sbxfs()
+    alice = acquire(m, "alice", "t")
+    bob = acquire(m, "bob", "t")
+    pid = m.proc.pid
+    code, _, err = run_job(alice, "many", MAKE_FILES, timeout=240)
+    assert code == 0, err
+    listing = m.base / "ls.out"
+    with low_fd_limit(m), open(listing, "w+") as out:
+        ls = subprocess.Popen(["ls", "-l", str(alice / "workspace" / "many")], stdout=out,
+                              stderr=subprocess.STDOUT, text=True)
+        base = fd_count(pid)  # the daemon and two sandboxes, before the listing
+        peak, rounds = 0, 0
+        try:
+            while ls.poll() is None:
+                peak = max(peak, fd_count(pid))
+                res = responsive(bob / "workspace")
+                assert all(x[1] not in ("EMFILE", "ENFILE", "EIO") for x in res), res
+                rounds += 1
+            ls.wait(timeout=300)
+        finally:
+            if ls.poll() is None:
+                ls.kill()
+        out.seek(0)
+        text = out.read()
+        assert ls.returncode == 0, text[-2000:]
+        lines = text.splitlines()[1:]  # "total N" first
+        assert len(lines) == 50000, (len(lines), text[-2000:])
+        assert not [x for x in lines if "?" in x.split()[0]], [x for x in lines if "?" in x][:5]
+        find = subprocess.run(["find", str(alice / "workspace" / "many"), "-type", "f"], capture_output=True,
+                              text=True, timeout=300)
+        assert find.returncode == 0, find.stderr[-2000:]
+        assert len(find.stdout.splitlines()) == 50000
+        peak = max(peak, fd_count(pid))
+        shares = sbxutil.fd_shares(FD_LIMIT)
+        # what the listing added stays within the data shares of the limit
+        assert peak <= base + shares["data_cache"] + shares["data"] < FD_LIMIT, (peak, base, rounds)
+        got = metrics(m)
+        assert got["sbxfs_fds_limit"] == FD_LIMIT, got
+        for k, v in shares.items():
+            assert got['sbxfs_fds_budget{share="%s"}' % k] == v, (k, got)
+        assert got['sbxfs_data_fds{kind="cached"}'] <= got['sbxfs_fds_budget{share="data_cache"}'], got
+        assert rounds >= 1
+        # the other sandbox is untouched: a job starts and runs
+        code, out, err = run_job(bob, "after", "echo fine", timeout=60)
+        assert (code, out) == (0, "fine\n"), err
+        # and so is the one with the files
+        assert os.stat(alice / "workspace" / "many" / "f49999").st_size == 0
+        assert responsive(alice / "workspace")[-1][1] == "ok"
+    assert "Too many open files" not in m.log
+    assert (m.mnt / ".health").read_text() == "ok\n"
+
+
+@pytest.mark.timeout_s(180)
+def test_a_sandbox_holding_files_open_hits_only_its_own_budget(sbxfs):
+    """Files held open through the mount cost the daemon descriptors: past
+    its sandbox's budget an open fails with EMFILE for that sandbox alone,
+    with a log line; another sandbox (of the same user and of another) keeps
+    working, and closing the files gives the budget back."""
+    from test_jobs import acquire
+    m = sbxfs()
+    alice = acquire(m, "alice", "t")
+    mine = acquire(m, "alice", "u")
+    bob = acquire(m, "bob", "t")
+    held, err = [], None
+    with low_fd_limit(m):
+        per_sbx = sbxutil.fd_shares(FD_LIMIT)["data_sandbox"]
+        try:
+            for i in range(per_sbx):  # an open file costs two: half of these at most
+                try:
+                    held.append(os.open(alice / "workspace" / f"h{i:04d}", os.O_CREAT | os.O_RDWR, 0o644))
+                except OSError as e:
+                    err = e
+                    break
+            assert err is not None and err.errno == errno.EMFILE, (len(held), err)
+            assert len(held) == per_sbx // 2, (len(held), per_sbx)
+            # an open directory costs two as well: none left
+            expect_errno(lambda: os.listdir(alice / "workspace"), errno.EMFILE)
+            assert re.search(r"alice/t: refused: \d+ descriptors for open files would pass the %d allowed a "
+                             r"sandbox \(EMFILE" % per_sbx, m.log), m.log[-2000:]
+            got = metrics(m)
+            assert got['sbxfs_fds_budget{share="data_sandbox"}'] == per_sbx, got
+            assert got['sbxfs_data_fds{kind="held"}'] >= per_sbx - 1, got
+            # what alice/t holds still works, and so does every other sandbox
+            os.pwrite(held[0], b"still", 0)
+            assert os.pread(held[0], 5, 0) == b"still"
+            assert os.stat(alice / "workspace" / "h0000").st_size == 5
+            for ws in (mine / "workspace", bob / "workspace"):
+                res = responsive(ws)
+                assert [x[1] for x in res] == [0, "ok", 0, "ok"], res
+        finally:
+            for fd in held:
+                os.close(fd)
+        # the releases give the budget back
+        assert wait_until(lambda: metrics(m)['sbxfs_data_fds{kind="held"}'] == 0, 10), metrics(m)
+        res = responsive(alice / "workspace")
+        assert [x[1] for x in res][1:] == ["ok", 0, "ok"], res
+    assert (m.mnt / ".health").read_text() == "ok\n"
+
+
+@pytest.mark.timeout_s(60)
+def test_health_says_degraded_near_the_fd_limit_and_ok_after(sandbox):
+    m, _ = sandbox
+    assert (m.mnt / ".health").read_text() == "ok\n"
+    n = fd_count(m.proc.pid)
+    with low_fd_limit(m, n + 3):
+        health = (m.mnt / ".health").read_text()
+        assert health.startswith("degraded: ") and "file descriptors: " in health, health
+        assert metrics(m)["sbxfs_healthy"] == 0
+    assert (m.mnt / ".health").read_text() == "ok\n"
+    assert metrics(m)["sbxfs_healthy"] == 1
+
+
+MAKE_TREE = """
+import os
+for d in range(10):
+    os.makedirs("tree/d%d" % d)
+    for f in range(100):
+        with open("tree/d%d/f%03d" % (d, f), "w") as fh:
+            fh.write("d%d/f%03d" % (d, f))
+"""
+
+
+@pytest.mark.timeout_s(240)
+def test_files_keep_their_identity_when_their_descriptors_are_evicted(sbxfs):
+    """Under a low fd limit the daemon keeps a few hundred descriptors of
+    the files the kernel remembers and reopens the others by file handle:
+    every operation still reaches the right file (1 000 files a job wrote,
+    read back, changed, renamed, linked and removed through the mount), an
+    open directory a job removed still answers fstat, and a name a job
+    replaced is the new file."""
+    from test_jobs import acquire, run_job
+    m = sbxfs()
+    t = acquire(m)
+    code, _, err = run_job(t, "tree", "python3 -", stdin=MAKE_TREE, timeout=120)
+    assert code == 0, err
+    tree = t / "workspace" / "tree"
+    host = m.workspace_data("alice", "t") / "tree"
+    with low_fd_limit(m):
+        cache = sbxutil.fd_shares(FD_LIMIT)["data_cache"]
+        dfd = os.open(tree / "d9", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for d in range(10):
+                for f in range(100):
+                    assert (tree / f"d{d}" / f"f{f:03d}").read_text() == f"d{d}/f{f:03d}"
+            # the first ones' descriptors went long ago: reopened by handle
+            os.chmod(tree / "d0" / "f000", 0o600)
+            os.utime(tree / "d0" / "f001", (1000000000, 1000000000))
+            os.setxattr(tree / "d0" / "f002", "user.k", b"v")
+            os.rename(tree / "d0" / "f003", tree / "d1" / "moved")
+            os.link(tree / "d0" / "f004", tree / "d0" / "linked")
+            os.unlink(tree / "d0" / "f005")
+            with open(tree / "d0" / "f006", "a") as fh:
+                fh.write("+")
+            assert (host / "d0" / "f000").stat().st_mode & 0o777 == 0o600
+            assert (host / "d0" / "f001").stat().st_mtime == 1000000000
+            assert os.getxattr(host / "d0" / "f002", "user.k") == b"v"
+            assert (host / "d1" / "moved").read_text() == "d0/f003"
+            assert (host / "d0" / "linked").stat().st_ino == (host / "d0" / "f004").stat().st_ino
+            assert not (host / "d0" / "f005").exists()
+            assert (host / "d0" / "f006").read_text() == "d0/f006+"
+            # a job removes an open directory and replaces a file under its name
+            code, _, err = run_job(t, "swap", "rm -r tree/d9 && rm tree/d0/f007 && echo new > tree/d0/f007", timeout=60)
+            assert code == 0, err
+            assert os.fstat(dfd).st_nlink == 0
+            assert (tree / "d0" / "f007").read_text() == "new\n"
+            expect_errno(lambda: os.stat(tree / "d9"), errno.ENOENT)
+        finally:
+            os.close(dfd)
+        got = metrics(m)
+        assert got["sbxfs_data_fd_evictions_total"] >= 1000 - cache, got
+        assert got["sbxfs_data_fd_reopens_total"] >= 7, got
+        assert got['sbxfs_data_fds{kind="cached"}'] <= cache, got
+
+
+@pytest.mark.timeout_s(180)
+def test_without_file_handles_each_sandbox_keeps_within_its_own_budget(sbxfs, tmp_path):
+    """state_dir on a filesystem without file handles (an overlayfs without
+    nfs_export): every file the kernel remembers keeps a descriptor, as
+    before handles, but charged to its sandbox, so a sandbox whose listing
+    passes its share gets EMFILE and the other sandboxes do not; the log
+    and .metrics say handles are off."""
+    from test_jobs import acquire
+    ovl = tmp_path / "ovl"
+    for d in ("lower", "upper", "work", "merged"):
+        (ovl / d).mkdir(parents=True)
+    r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={ovl}/lower,upperdir={ovl}/upper,"
+                        f"workdir={ovl}/work", str(ovl / "merged")], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount an overlayfs here: {r.stderr.strip()}")
+    os.chmod(ovl / "merged", 0o755)
+    m = None
+    try:
+        m = sbxfs(config={"state_dir": str(ovl / "merged" / "state")})
+        assert "file handles do not work on" in m.log
+        assert metrics(m)["sbxfs_data_file_handles"] == 0
+        alice = acquire(m, "alice", "t")
+        bob = acquire(m, "bob", "t")
+        many = ovl / "merged" / "state" / "users" / "alice" / "threads" / "t" / "user-data" / "workspace" / "many"
+        many.mkdir()
+        for i in range(300):
+            (many / f"f{i:03d}").write_text("")
+        with low_fd_limit(m):
+            per_sbx = sbxutil.fd_shares(FD_LIMIT)["data_sandbox"]
+            r = subprocess.run(["ls", "-l", str(alice / "workspace" / "many")], capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode != 0 and "Too many open files" in r.stderr, (r.returncode, r.stderr[-500:])
+            shown = [x for x in r.stdout.splitlines()[1:] if "?" not in x.split()[0]]
+            assert 0 < len(shown) < per_sbx, len(shown)
+            assert re.search(r"alice/t: refused: \d+ descriptors for open files would pass the %d allowed a "
+                             r"sandbox \(EMFILE" % per_sbx, m.log), m.log[-2000:]
+            res = responsive(bob / "workspace")
+            assert [x[1] for x in res] == [0, "ok", 0, "ok"], res
+            assert metrics(m)['sbxfs_data_fds{kind="fixed"}'] >= per_sbx - 4
+    finally:
+        if m is not None:
+            m.stop()
+        subprocess.run(["umount", "-l", str(ovl / "merged")], capture_output=True)

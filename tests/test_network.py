@@ -1471,3 +1471,81 @@ def test_a_flood_of_refused_connections_is_logged_in_brief(allow):
     lines, counted = logged()
     assert lines <= 10 * (int(r["took"]) + 2), f"{lines} lines in {r['took']:.1f} s"
     assert lines + counted >= 300, (lines, counted)
+
+
+HOLD_MANY = r'''
+while not os.path.exists("go"):
+    time.sleep(0.05)
+socks = []
+for i in range(30):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect(P)
+    except BlockingIOError:
+        pass
+    socks.append(s)
+def alive(s):
+    try:
+        return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True  # connected, nothing said: the proxy holds it
+    except OSError:
+        return False
+time.sleep(2)  # the proxy has accepted (or refused: closed) every one
+print(json.dumps({"alive": sum(map(alive, socks))}), flush=True)
+t0 = time.time()
+while not os.path.exists("stop") and time.time() - t0 < 12:
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.timeout_s(180)
+def test_one_users_sandboxes_cannot_take_the_whole_proxy(sbxfs):
+    """Connections are capped per sandbox, per user and in all, the caps
+    derived from the daemon's descriptor limit (lowered here): three
+    sandboxes of one user holding 30 idle connections each get the user's
+    cap between them, the refusal is logged, and another user's sandbox is
+    still served."""
+    import resource
+    m = sbxfs(config={"network": {"mode": "allowlist", "allow_domains": ["static.example.test"]}})
+    alice = [acquire(m, "alice", f"t{i}") for i in range(3)]
+    bob = acquire(m, "bob", "t")
+    pid = m.proc.pid
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    jobs = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (2048, old[1]))
+        time.sleep(0.3)  # the daemon reads its limit again at most every 100 ms
+        shares = sbxutil.fd_shares(2048)
+        per_sbx, per_user = shares["proxy_connections_sandbox"], shares["proxy_connections_user"]
+        assert per_sbx < 30 and per_user < 3 * per_sbx and per_user < shares["proxy_connections"]  # the user's binds  # the user cap binds
+        for i, t in enumerate(alice):
+            j = mkjob(t, "hold")
+            start(j, "python3 -", stdin=PYLIB + HOLD_MANY)
+            jobs.append(j)
+        assert wait_until(lambda: all(jstatus(j)["state"] == "running" for j in jobs), 20)
+        for i in range(3):
+            (m.workspace_data("alice", f"t{i}") / "go").write_text("")
+        outs = [m.thread_data("alice", f"t{i}") / "jobs" / "hold" / "stdout" for i in range(3)]
+        assert wait_until(lambda: all('"alive"' in o.read_text() for o in outs), 30), [o.read_text() for o in outs]
+        alive = [json.loads(o.read_text())["alive"] for o in outs]
+        assert max(alive) <= per_sbx and sum(alive) == per_user, (alive, per_sbx, per_user)
+        got = sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
+        for k, v in shares.items():
+            if k.startswith("proxy"):
+                assert got['sbxfs_fds_budget{share="%s"}' % k] == v, (k, got)
+        assert got["sbxfs_proxy_connections"] == per_user, got
+        assert got['sbxfs_budget_refusals_total{share="proxy",cap="user"}'] >= 1, got
+        assert got['sbxfs_budget_refusals_total{share="proxy",cap="sandbox"}'] >= 1, got
+        assert re.search(r"alice/t\d: refused: \d+ proxy connections would pass the %d allowed a user \(ENFILE"
+                         % per_user, m.log), m.log[-3000:]
+        # while alice holds all she may, bob's sandbox is served
+        r = py(bob, "served", "show(a=raw(b'CONNECT api.example.test:443 HTTP/1.1\\r\\n\\r\\n'))")
+        assert r["a"].startswith("HTTP/1.1 403"), r
+    finally:
+        for i in range(3):
+            (m.workspace_data("alice", f"t{i}") / "stop").write_text("")
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    for j in jobs:
+        assert wait_exit(j, 30) == 0, read_text(j / "stderr")

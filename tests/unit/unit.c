@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit.c - unit tests of the common layer (buffers, names and the scope
- * token, configuration) and of the command line (fs/args.c), run by
+ * token, configuration, the descriptor budget) and of the command line
+ * (fs/args.c), run by
  * `make test` before the black-box suite.
  * Each check prints only on failure; the last line is "N passed, N failed".
  */
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../common/budget.h"
 #include "../../common/buf.h"
 #include "../../common/config.h"
 #include "../../common/idrange.h"
@@ -323,6 +325,88 @@ static void test_args(void)
 	args_free(&a);
 }
 
+/* The shares of a limit (budget.h) and the near-a-limit reasons of .health. */
+static void test_budget(void)
+{
+	static const long limits[] = { 64, 1024, 2048, 20000, 524288, 1048576 };
+	struct budget_caps c;
+	struct budget_usage u;
+	struct budget_acct *a, *b, *other;
+	struct buf out = BUF_INIT(4096);
+	int n;
+
+	for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
+		budget_caps_for(limits[i], &c);
+		/* what sandboxes may hold plus the caches plus the reserve is the limit,
+		 * but for the floors of a tiny one */
+		if (limits[i] >= 1024)
+			CHECK(c.reserve + c.data_cache + c.rfiles_cache + c.total[BUDGET_DATA] +
+					c.total[BUDGET_PROXY] * BUDGET_PROXY_FDS <= c.limit);
+		for (int s = 0; s < BUDGET_SHARES; s++)
+			CHECK(c.sandbox[s] >= 4 && c.sandbox[s] <= c.user[s] && c.user[s] <= c.total[s]);
+		CHECK(c.total[BUDGET_PROXY] <= BUDGET_PROXY_MAX && c.sandbox[BUDGET_PROXY] <= BUDGET_PROXY_SANDBOX_MAX);
+	}
+	budget_caps_for(2048, &c);
+	CHECK(c.reserve == 640 && c.data_cache == 264 && c.total[BUDGET_DATA] == 528 && c.sandbox[BUDGET_DATA] == 66 &&
+	      c.user[BUDGET_DATA] == 264 && c.total[BUDGET_PROXY] == 88 && c.sandbox[BUDGET_PROXY] == 22 &&
+	      c.user[BUDGET_PROXY] == 44);
+	budget_caps_for(1048576, &c); /* a big limit: the proxy's fixed maxima */
+	CHECK(c.total[BUDGET_PROXY] == 8192 && c.sandbox[BUDGET_PROXY] == 512 && c.user[BUDGET_PROXY] == 4096);
+
+	/* accounts: a sandbox's cap (EMFILE), its user's (ENFILE); the other
+	 * user untouched; what is given back may be taken again */
+	budget_caps(&c);
+	a = budget_acct_get("u1", "t1");
+	b = budget_acct_get("u1", "t2");
+	other = budget_acct_get("u2", "t1");
+	CHECK(a && b && other);
+	CHECK(budget_take(a, BUDGET_DATA, c.sandbox[BUDGET_DATA]) == 0);
+	CHECK(budget_take(a, BUDGET_DATA, 1) == EMFILE);
+	for (long k = c.sandbox[BUDGET_DATA]; k < c.user[BUDGET_DATA] && !budget_take(b, BUDGET_DATA, 1); k++)
+		;
+	CHECK(budget_take(b, BUDGET_DATA, 1) == (c.user[BUDGET_DATA] > 2 * c.sandbox[BUDGET_DATA] ? EMFILE : ENFILE));
+	CHECK(budget_take(other, BUDGET_DATA, 1) == 0);
+	budget_give(other, BUDGET_DATA, 1);
+	budget_give(a, BUDGET_DATA, 1);
+	CHECK(budget_take(a, BUDGET_DATA, 1) == 0);
+	struct budget_stats st;
+	budget_stats(&st);
+	CHECK(st.refused[BUDGET_DATA][0] >= 1);
+	budget_give(a, BUDGET_DATA, c.sandbox[BUDGET_DATA]);
+	budget_stats(&st);
+	CHECK(st.used[BUDGET_DATA] > 0); /* b still holds */
+	budget_acct_put(a);
+	budget_acct_put(b);
+	budget_acct_put(other);
+
+	/* .health's reasons */
+	memset(&u, 0, sizeof(u));
+	u.fds = 10;
+	u.fds_limit = 100;
+	u.mem = u.mem_limit = u.vm = u.vm_limit = u.threads = u.threads_limit = -1;
+	u.sys_threads = u.sys_threads_limit = -1;
+	CHECK(budget_near(&u, &out, "degraded: ", "; ") == 0 && out.len == 0);
+	u.fds = 95;
+	u.mem = 950LL << 20;
+	u.mem_limit = 1000LL << 20;
+	u.threads = 50;
+	u.threads_limit = 100;
+	n = budget_near(&u, &out, "degraded: ", "; ");
+	CHECK(n == 2 && !strcmp(buf_str(&out), "degraded: file descriptors: 95 of 100 in use; memory: 950 of 1000 MiB (cgroup)"));
+	buf_reset(&out);
+	u.fds = -1; /* could not even count them */
+	u.mem = 0;
+	u.proxy_used = 80;
+	u.proxy_cap = 88;
+	n = budget_near(&u, &out, "; ", "; ");
+	CHECK(n == 2 && !strcmp(buf_str(&out), "; file descriptors: at the limit (100); proxy connections: 80 of 88"));
+	buf_free(&out);
+
+	/* the probe reads this process */
+	budget_usage(&u);
+	CHECK(u.fds > 2 && u.fds < u.fds_limit && u.fds_limit == c.limit);
+}
+
 int main(void)
 {
 	log_open(0, 0);
@@ -334,6 +418,7 @@ int main(void)
 	test_idrange();
 	test_config();
 	test_args();
+	test_budget();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
