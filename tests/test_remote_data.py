@@ -130,6 +130,17 @@ def box(sbxfs, remote, fake):  # noqa: F811
     yield m, d, Server(remote, fake)
 
 
+@pytest.fixture
+def bigbox(sbxfs, remote, fake):  # noqa: F811
+    """box for tens of MiB in one request: request_timeout bounds each
+    request through the mount in total (an upload at close, an open for
+    writing), and 5 s is short for 50 MiB on a loaded 2-CPU host."""
+    m = sbxfs(config={"request_timeout": 60})
+    d = m.mnt / "alice" / "t"
+    os.makedirs(d)
+    yield m, d, Server(remote, fake)
+
+
 def run(d, name, cmd):
     code, out, err = J.run_job(d, name, cmd)
     assert code == 0, (cmd, out, err)
@@ -156,8 +167,8 @@ def sha(b):
 
 
 @pytest.mark.timeout_s(240)
-def test_50mib_round_trip_both_ways(box):
-    _, d, srv = box
+def test_50mib_round_trip_both_ways(bigbox):
+    _, d, srv = bigbox
     w = d / "workspace"
     data = os.urandom(50 * MiB)
     (w / "up.bin").write_bytes(data)
@@ -291,8 +302,8 @@ def test_writer_and_reader_of_one_file(box):
     assert run(d, "cat", "cat shared") == "hello\n"
 
 
-def test_partial_writes_into_a_big_file_and_appends(box):
-    _, d, _ = box
+def test_partial_writes_into_a_big_file_and_appends(bigbox):
+    _, d, _ = bigbox
     w = d / "workspace"
     run(d, "make", "head -c 20971520 /dev/urandom > big")
     with open(w / "big", "rb") as f:
