@@ -645,9 +645,9 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 	if (c == CURLE_ABORTED_BY_CALLBACK && rs->cancelled)
 		snprintf(rs->error, sizeof(rs->error), "cancelled");
 	else if (c == CURLE_OPERATION_TIMEDOUT && x.tok && token_check(x.tok) == SBX_ERR_TIMEOUT)
-		snprintf(rs->error, sizeof(rs->error), "deadline passed (%s)", errbuf[0] ? errbuf : "timeout");
+		snprintf(rs->error, sizeof(rs->error), "deadline passed (%.200s)", errbuf[0] ? errbuf : "timeout");
 	else if (c == CURLE_UNSUPPORTED_PROTOCOL)
-		snprintf(rs->error, sizeof(rs->error), "refused: only http and https are spoken (%s)",
+		snprintf(rs->error, sizeof(rs->error), "refused: only http and https are spoken (%.180s)",
 			errbuf[0] ? errbuf : curl_easy_strerror(c));
 	else if (c == CURLE_LOGIN_DENIED)
 		snprintf(rs->error, sizeof(rs->error), "refused: credentials in the URL");
