@@ -42,6 +42,8 @@ int sbx_err_errno(enum sbx_err e)
 		return ENOTDIR;
 	case SBX_ERR_ISDIR:
 		return EISDIR;
+	case SBX_ERR_INTR:
+		return EINTR;
 	default:
 		return EIO;
 	}
@@ -123,7 +125,7 @@ enum sbx_err sbx_err_from_message(const char *text)
 const char *sbx_err_name(enum sbx_err e)
 {
 	static const char *names[SBX_ERR_COUNT] = { "ok", "io", "timeout", "nospc", "access", "nomem", "gone", "inval",
-		"busy", "notsup", "exist", "quota", "toobig", "perm", "notempty", "notdir", "isdir" };
+		"busy", "notsup", "exist", "quota", "toobig", "perm", "notempty", "notdir", "isdir", "intr" };
 
 	return (unsigned)e < SBX_ERR_COUNT ? names[e] : "io";
 }

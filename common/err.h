@@ -28,6 +28,7 @@ enum sbx_err {
 	SBX_ERR_NOTEMPTY, /* ENOTEMPTY: rmdir of a directory that has entries (remote files) */
 	SBX_ERR_NOTDIR,  /* ENOTDIR */
 	SBX_ERR_ISDIR,   /* EISDIR */
+	SBX_ERR_INTR,    /* EINTR: the caller gave up (a FUSE interrupt cancelled the work) */
 	SBX_ERR_COUNT
 };
 

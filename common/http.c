@@ -13,15 +13,30 @@
  * both directions (FRESH_CONNECT + FORBID_REUSE): the cache keys on the
  * address, and 127.0.0.1:8080 in one container is not 127.0.0.1:8080 in
  * the next.
+ *
+ * Every handle speaks http and https only (CURLOPT_PROTOCOLS_STR, also for
+ * redirects, which are never followed anyway) and refuses credentials in a
+ * URL: the daemon runs as root and builds URLs from what remote servers
+ * answer (an OpenSandbox execd endpoint); libcurl would otherwise speak
+ * gopher, dict, file, smtp, ... to wherever such a URL points.
+ *
+ * A request runs on a multi handle of its own rather than
+ * curl_easy_perform (which makes one internally anyway) so that a token's
+ * cancel can wake it (curl_multi_wakeup) while it waits in poll(2) on a
+ * server that sends nothing; curl's progress callback runs only about once
+ * a second then.
  */
 #define _GNU_SOURCE
 #include "http.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -129,6 +144,13 @@ enum sbx_err http_status_err(long status)
 	}
 }
 
+long http_transfer_ms(long base_ms, long long bytes)
+{
+	long long ms = (long long)(base_ms > 0 ? base_ms : 0) + (bytes > 0 ? bytes : 0) * 1000 / HTTP_MIN_RATE;
+
+	return ms > 24LL * 3600 * 1000 ? 24L * 3600 * 1000 : ms > 0 ? (long)ms : 1;
+}
+
 void http_header_for_log(const struct http_header *h, char *out, size_t len)
 {
 	snprintf(out, len, "%s: %s", h->name, h->secret ? "***" : h->value);
@@ -144,6 +166,81 @@ void http_url_for_log(const char *url, char *out, size_t len)
 		snprintf(out, len, "%s", url);
 }
 
+static int http_url_part(CURLU *u, CURLUPart what, char *out, size_t len, bool *present)
+{
+	char *v = NULL;
+	CURLUcode rc = curl_url_get(u, what, &v, 0);
+	int r = 0;
+
+	if (present)
+		*present = rc == CURLUE_OK && v;
+	if (out && len)
+		out[0] = '\0';
+	if (rc == CURLUE_OK && v && out && str_fmt(out, len, "%s", v))
+		r = -1;
+	curl_free(v);
+	return r;
+}
+
+int http_url_parse(const char *url, struct http_url *out)
+{
+	CURLU *u = curl_url();
+	char port[16];
+	bool user = false, pass = false, has_port = false;
+	int r = -1;
+
+	memset(out, 0, sizeof(*out));
+	if (!u)
+		return -1;
+	/* any scheme (the caller decides which it takes), nothing guessed */
+	if (curl_url_set(u, CURLUPART_URL, url, CURLU_NON_SUPPORT_SCHEME) != CURLUE_OK)
+		goto out;
+	if (http_url_part(u, CURLUPART_SCHEME, out->scheme, sizeof(out->scheme), NULL) ||
+	    http_url_part(u, CURLUPART_HOST, out->host, sizeof(out->host), NULL) ||
+	    http_url_part(u, CURLUPART_PORT, port, sizeof(port), &has_port) ||
+	    http_url_part(u, CURLUPART_USER, NULL, 0, &user) || http_url_part(u, CURLUPART_PASSWORD, NULL, 0, &pass) ||
+	    http_url_part(u, CURLUPART_QUERY, NULL, 0, &out->query) ||
+	    http_url_part(u, CURLUPART_FRAGMENT, NULL, 0, &out->fragment) ||
+	    http_url_part(u, CURLUPART_URL, out->url, sizeof(out->url), NULL))
+		goto out;
+	for (char *c = out->scheme; *c; c++)
+		if (*c >= 'A' && *c <= 'Z')
+			*c = (char)(*c - 'A' + 'a');
+	out->port = has_port ? strtol(port, NULL, 10) : 0;
+	out->userinfo = user || pass;
+	/* curl drops an empty query or fragment ("...#"): a caller appending a
+	 * path to the URL needs to know of the '#' all the same */
+	{
+		const char *hash = strchr(url, '#'), *q = strchr(url, '?');
+		out->fragment = out->fragment || hash;
+		out->query = out->query || (q && (!hash || q < hash));
+	}
+	r = 0;
+out:
+	curl_url_cleanup(u);
+	return r;
+}
+
+bool http_host_loopback(const char *host)
+{
+	char h[256];
+	size_t n = strlen(host);
+	unsigned char a[16];
+
+	if (!strcasecmp(host, "localhost") || !strcasecmp(host, "localhost."))
+		return true;
+	if (n >= 2 && host[0] == '[' && host[n - 1] == ']' && n - 2 < sizeof(h)) {
+		memcpy(h, host + 1, n - 2);
+		h[n - 2] = '\0';
+		if (inet_pton(AF_INET6, h, a) != 1)
+			return false;
+		if (IN6_IS_ADDR_LOOPBACK((struct in6_addr *)a))
+			return true;
+		return IN6_IS_ADDR_V4MAPPED((struct in6_addr *)a) && a[12] == 127;
+	}
+	return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
+}
+
 /* ---- one transfer ------------------------------------------------------------------ */
 
 struct http_xfer {
@@ -155,6 +252,7 @@ struct http_xfer {
 	bool nomem;     /* rq->out could not grow */
 	bool sink_stop; /* the sink asked to stop */
 	int netns_err;  /* errno of a failed socket in the namespace */
+	struct token *tok; /* rq->token or the thread's: deadline and cancel */
 };
 
 static size_t http_write(char *data, size_t size, size_t n, void *arg)
@@ -262,6 +360,16 @@ int http_escape(struct buf *b, const char *s)
 	return 0;
 }
 
+/* Whether the caller gave up: *rq->cancel or the token (sets rs->cancelled). */
+static bool http_stopped(struct http_xfer *x)
+{
+	if ((x->rq->cancel && __atomic_load_n(x->rq->cancel, __ATOMIC_RELAXED)) || token_cancelled(x->tok)) {
+		x->rs->cancelled = true;
+		return true;
+	}
+	return false;
+}
+
 static int http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow)
 {
 	struct http_xfer *x = arg;
@@ -270,11 +378,61 @@ static int http_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_o
 	(void)dlnow;
 	(void)ultotal;
 	(void)ulnow;
-	if (x->rq->cancel && __atomic_load_n(x->rq->cancel, __ATOMIC_RELAXED)) {
-		x->rs->cancelled = true;
-		return 1;
+	return http_stopped(x) ? 1 : 0;
+}
+
+static void http_wake(void *arg)
+{
+	curl_multi_wakeup(arg); /* thread-safe; a wake before the poll is not lost */
+}
+
+/* Run the transfer of h to its end, or until the caller gives up (a
+ * cancelled token wakes the wait at once; *rq->cancel is seen within a
+ * second).  The CURLcode of the transfer. */
+static CURLcode http_run(struct http_xfer *x, CURL *h)
+{
+	CURLM *m = curl_multi_init();
+	CURLcode c = CURLE_OUT_OF_MEMORY;
+	bool watched = false;
+	int running = 1;
+
+	if (!m)
+		return c;
+	if (curl_multi_add_handle(m, h) != CURLM_OK)
+		goto out;
+	if (x->tok)
+		watched = token_watch(x->tok, http_wake, m);
+	c = CURLE_OK;
+	while (running) {
+		CURLMsg *msg;
+		int left;
+
+		if (curl_multi_perform(m, &running) != CURLM_OK) {
+			c = CURLE_OUT_OF_MEMORY;
+			break;
+		}
+		while ((msg = curl_multi_info_read(m, &left)))
+			if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
+				c = msg->data.result;
+		if (!running)
+			break;
+		if (http_stopped(x)) {
+			c = CURLE_ABORTED_BY_CALLBACK;
+			break;
+		}
+		/* at most a second (*rq->cancel), less when curl's timers say so;
+		 * a token that could not be watched is polled more often */
+		if (curl_multi_poll(m, NULL, 0, x->tok && !watched ? TOKEN_COND_SLICE_MS : 1000, NULL) != CURLM_OK) {
+			c = CURLE_OUT_OF_MEMORY;
+			break;
+		}
 	}
-	return 0;
+	if (watched)
+		token_unwatch(x->tok);
+	curl_multi_remove_handle(m, h);
+out:
+	curl_multi_cleanup(m);
+	return c;
 }
 
 static curl_socket_t http_open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
@@ -304,8 +462,11 @@ static enum sbx_err http_curl_err(CURLcode c, struct http_xfer *x)
 		if (x->sink_stop)
 			return SBX_OK;
 		return x->toobig ? SBX_ERR_TOOBIG : x->nomem ? SBX_ERR_NOMEM : SBX_ERR_IO;
+	case CURLE_ABORTED_BY_CALLBACK:
+		return x->rs->cancelled ? SBX_ERR_INTR : SBX_ERR_IO;
 	case CURLE_URL_MALFORMAT:
 	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_LOGIN_DENIED: /* credentials in the URL (DISALLOW_USERNAME_IN_URL) */
 		return SBX_ERR_INVAL;
 	default:
 		return SBX_ERR_IO;
@@ -324,10 +485,11 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 	enum sbx_err result = SBX_ERR_INVAL;
 	CURLcode c = CURLE_OK;
 	CURL *h = NULL;
-	long status = 0;
+	long status = 0, timeout_ms, connect_ms;
 	double total = 0;
 
 	memset(rs, 0, sizeof(*rs));
+	x.tok = rq->token ? rq->token : token_current();
 	snprintf(rs->id, sizeof(rs->id), "h%lu", __atomic_add_fetch(&http.next_id, 1, __ATOMIC_RELAXED));
 	http_url_for_log(rq->url ? rq->url : "", logurl, sizeof(logurl));
 	if (!rq->url || !rq->method || (!rq->out == !rq->sink)) {
@@ -339,26 +501,38 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 		result = SBX_ERR_IO;
 		goto out;
 	}
+	result = token_check(x.tok);
+	if (result) { /* the caller gave up, or its time is over: no request at all */
+		rs->cancelled = result == SBX_ERR_INTR;
+		snprintf(rs->error, sizeof(rs->error), "%s", result == SBX_ERR_INTR ? "cancelled" : "deadline passed");
+		goto out;
+	}
+	/* the token's deadline bounds the whole transfer, streams too */
+	timeout_ms = token_bound_ms(x.tok, rq->timeout_ms);
+	connect_ms = token_bound_ms(x.tok, rq->connect_timeout_ms > 0 ? rq->connect_timeout_ms : HTTP_CONNECT_TIMEOUT_MS);
 	result = SBX_ERR_NOMEM;
 	h = curl_easy_init();
 	if (!h)
 		goto out;
 	x.h = h;
 	c |= curl_easy_setopt(h, CURLOPT_URL, rq->url);
+	c |= curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	c |= curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	c |= curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	c |= curl_easy_setopt(h, CURLOPT_DISALLOW_USERNAME_IN_URL, 1L);
 	c |= curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	c |= curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	c |= curl_easy_setopt(h, CURLOPT_SHARE, http.share);
 	c |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, http_write);
 	c |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
-	c |= curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-		rq->connect_timeout_ms > 0 ? rq->connect_timeout_ms : (long)HTTP_CONNECT_TIMEOUT_MS);
-	if (rq->timeout_ms > 0)
-		c |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, rq->timeout_ms);
+	c |= curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+	if (timeout_ms > 0)
+		c |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
 	if (rq->stall_ms > 0) {
 		c |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 		c |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (rq->stall_ms + 999) / 1000);
 	}
-	if (rq->cancel) {
+	if (rq->cancel || x.tok) {
 		c |= curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, http_progress);
 		c |= curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
 		c |= curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -456,7 +630,7 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 		goto out;
 	}
 
-	c = curl_easy_perform(h);
+	c = http_run(&x, h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
 	curl_easy_getinfo(h, CURLINFO_TOTAL_TIME, &total);
 	rs->status = status;
@@ -470,6 +644,13 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 	result = http_curl_err(c, &x);
 	if (c == CURLE_ABORTED_BY_CALLBACK && rs->cancelled)
 		snprintf(rs->error, sizeof(rs->error), "cancelled");
+	else if (c == CURLE_OPERATION_TIMEDOUT && x.tok && token_check(x.tok) == SBX_ERR_TIMEOUT)
+		snprintf(rs->error, sizeof(rs->error), "deadline passed (%.200s)", errbuf[0] ? errbuf : "timeout");
+	else if (c == CURLE_UNSUPPORTED_PROTOCOL)
+		snprintf(rs->error, sizeof(rs->error), "refused: only http and https are spoken (%.180s)",
+			errbuf[0] ? errbuf : curl_easy_strerror(c));
+	else if (c == CURLE_LOGIN_DENIED)
+		snprintf(rs->error, sizeof(rs->error), "refused: credentials in the URL");
 	else if (x.netns_err)
 		snprintf(rs->error, sizeof(rs->error), "cannot open a socket in the network namespace: %s",
 			strerror(x.netns_err));

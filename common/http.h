@@ -18,6 +18,12 @@
  *     container's API on its loopback, no published port; common/netns.h).
  *     Such connections are never reused nor cached: two containers' APIs on
  *     127.0.0.1:8080 are different servers with the same address;
+ *   - only http and https: every handle refuses other schemes (gopher,
+ *     dict, file, ...), never follows a redirect and refuses a URL with
+ *     credentials in it, whatever URL a server made the daemon build;
+ *   - deadlines and cancellation (common/token.h): a transfer is bounded by
+ *     the time its token has left and stops at once when it is cancelled
+ *     (SBX_ERR_INTR), the token being rq->token or the thread's current one;
  *   - errors at one edge: transport failures as enum sbx_err, the status
  *     code for the caller's own decoder (http_status_err() is the default
  *     mapping); CURLcode never leaves http.c;
@@ -41,6 +47,7 @@
 
 #include "buf.h"
 #include "err.h"
+#include "token.h"
 
 #define HTTP_CONNECT_TIMEOUT_MS 5000
 #define HTTP_CAP_SMALL (256 * 1024)      /* an API answer: status, inspect, envelope */
@@ -102,6 +109,7 @@ struct http_request {
 	long timeout_ms;         /* whole transfer; 0: no limit (streams: use stall_ms) */
 	long stall_ms;           /* fail when no byte moves for this long; 0: off */
 	const int *cancel;       /* non-NULL: the transfer stops soon after *cancel becomes non-zero */
+	struct token *token;     /* NULL: token_current(); bounds the whole transfer, cancels it at once */
 	const char *scope;       /* log scope, e.g. "alice/t1" or "docker" */
 };
 
@@ -113,9 +121,16 @@ struct http_response {
 	char error[256];       /* transport failure, "" when none */
 	char content_type[96]; /* of the response, "" when absent */
 	bool aborted;          /* the sink stopped the transfer */
-	bool cancelled;        /* *cancel stopped it */
+	bool cancelled;        /* *cancel or the token stopped it */
 	double seconds;        /* total time */
 };
+
+/* The least rate a file transfer is allowed (bytes a second): a transfer
+ * of n bytes gets http_transfer_ms(base, n) in total, so a server that
+ * drips a byte at a time (which curl's stall limit never catches) cannot
+ * hold the daemon's thread for longer, even without a token. */
+#define HTTP_MIN_RATE (64 * 1024)
+long http_transfer_ms(long base_ms, long long bytes);
 
 /* Start of day (main thread, before any request): curl's global state and
  * the share.  0, or -1 when curl cannot be initialised.  Idempotent. */
@@ -126,8 +141,11 @@ void http_cleanup(void);
 /* Perform rq; fill rs (always, also on failure).  Returns SBX_OK once an
  * HTTP response arrived (whatever its status) or the sink stopped it;
  * SBX_ERR_IO when no connection or no complete response (rs->error says
- * why), SBX_ERR_TIMEOUT, SBX_ERR_TOOBIG (the body exceeded rq->out's cap),
- * SBX_ERR_NOMEM, SBX_ERR_INVAL (a malformed request). */
+ * why), SBX_ERR_TIMEOUT (rq's timeouts, or the token's deadline),
+ * SBX_ERR_INTR (*cancel or the token cancelled it), SBX_ERR_TOOBIG (the
+ * body exceeded rq->out's cap), SBX_ERR_NOMEM, SBX_ERR_INVAL (a malformed
+ * request, a scheme other than http/https, credentials in the URL: refused
+ * before any connection). */
 enum sbx_err http_perform(const struct http_request *rq, struct http_response *rs);
 
 /* The default meaning of an HTTP status: 2xx/3xx OK; 400, 405, 422 INVAL;
@@ -153,6 +171,26 @@ struct http_range {
 };
 bool http_range_sink(const char *data, size_t len, void *arg);
 void http_range_status(long status, void *arg);
+
+/* A URL as libcurl reads it (RFC 3986 with curl's normalisation: the
+ * scheme lower-cased, IPv4 numbers in dotted form, IPv6 in brackets). */
+struct http_url {
+	char scheme[16];
+	char host[256];
+	long port;     /* 0: none given */
+	bool userinfo; /* a user name or password before the host */
+	bool query;    /* a '?' part, even an empty one */
+	bool fragment; /* a '#' part, even an empty one */
+	char url[1024]; /* the whole URL, normalised */
+};
+
+/* Parse url, whatever its scheme.  0, or -1 when it is no URL (or longer
+ * than struct http_url holds). */
+int http_url_parse(const char *url, struct http_url *out);
+/* Whether host (as in struct http_url) names this machine's loopback:
+ * "localhost", 127.0.0.0/8, [::1] or [::ffff:127.x.y.z].  A name that
+ * merely begins like one ("localhost.example", "127.0.0.1.nip.io") is not. */
+bool http_host_loopback(const char *host);
 
 /* "Name: value" for a log line, the value shown as "***" when secret. */
 void http_header_for_log(const struct http_header *h, char *out, size_t len);

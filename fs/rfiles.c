@@ -47,6 +47,7 @@
 #include "../common/budget.h"
 #include "../common/layout.h"
 #include "../common/log.h"
+#include "../common/token.h"
 #include "../common/util.h"
 #include "handle.h"
 #include "work.h"
@@ -414,6 +415,11 @@ struct rjob {
 	struct fuse_file_info fi;
 	bool has_fi;
 	void (*fn)(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
+	/* the request's deadline (request_timeout from its arrival) and its
+	 * cancel (the FUSE interrupt): current on the work thread while fn
+	 * runs, so every provider call under it is bounded and stops at once */
+	struct token tok;
+	bool watched; /* the interrupt callback is registered (rj_req detaches it) */
 };
 
 static void rjob_free(struct rjob *j)
@@ -422,23 +428,80 @@ static void rjob_free(struct rjob *j)
 		rf_unref(j->r);
 	if (j->r2)
 		rf_unref(j->r2);
+	token_release(&j->tok);
 	free(j->name);
 	free(j->name2);
 	free(j);
 }
 
+/* libfuse's interrupt callback (its request lock held; any thread): the
+ * caller got a signal.  Only the token is touched: the job answers. */
+static void rjob_interrupted(fuse_req_t req, void *arg)
+{
+	struct rjob *j = arg;
+
+	(void)req;
+	token_cancel(&j->tok);
+}
+
+/* j's request, to be answered now: the interrupt callback is unregistered
+ * first (fuse_req_interrupt_func waits for a running one, under the
+ * request's lock), so it never touches j once the reply has freed req. */
+static fuse_req_t rj_req(struct rjob *j)
+{
+	if (j->watched) {
+		fuse_req_interrupt_func(j->req, NULL, NULL);
+		j->watched = false;
+	}
+	return j->req;
+}
+
+/* Answer j with err; a job whose caller gave up answers EINTR, whatever
+ * error the abandoned call ended with. */
+static void rj_err(struct rjob *j, int err)
+{
+	if (err && token_cancelled(&j->tok))
+		err = EINTR;
+	fuse_reply_err(rj_req(j), err);
+}
+
 static void rjob_run(void *arg)
 {
 	struct rjob *j = arg;
-	struct sbx_box *box = rf_box(j->r->n.view);
-	const struct sbx_files_ops *ops = sbx_files(box);
+	struct sbx_box *box;
+	const struct sbx_files_ops *ops;
+	struct token *prev;
+	enum sbx_err e = token_check(&j->tok);
 
+	if (e) { /* interrupted, or too late, while queued */
+		rj_err(j, rf_errno(e));
+		rjob_free(j);
+		return;
+	}
+	box = rf_box(j->r->n.view);
+	ops = sbx_files(box);
+	prev = token_enter(&j->tok);
 	if (!ops || j->r->n.view->dead)
-		fuse_reply_err(j->req, ENOENT);
+		rj_err(j, ENOENT);
 	else
 		j->fn(j, box, ops);
+	token_leave(prev);
 	sbx_box_put(box);
 	rjob_free(j);
+}
+
+/* What bounds one remote-files request in total: the sandbox's
+ * request_timeout (the daemon's when it has none). */
+static long rf_timeout_ms(struct view *v)
+{
+	struct sbx_config *cfg = pool_sbx_config(v->sbx);
+	long ms;
+
+	if (!cfg)
+		cfg = pool_config();
+	ms = cfg ? cfg->request_timeout * 1000 : 30000;
+	config_put(cfg);
+	return ms;
 }
 
 /* A job on r (and r2) for req; on failure req is answered. */
@@ -467,6 +530,7 @@ static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const
 	}
 	j->req = req;
 	j->fn = fn;
+	token_init(&j->tok, rf_timeout_ms(r->n.view));
 	pthread_mutex_lock(&rf.lock);
 	r->refs++;
 	if (r2)
@@ -474,9 +538,13 @@ static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const
 	pthread_mutex_unlock(&rf.lock);
 	j->r = r;
 	j->r2 = r2;
+	/* an interrupt that came already cancels at once (libfuse calls back
+	 * from this registration) */
+	fuse_req_interrupt_func(req, rjob_interrupted, j);
+	j->watched = true;
 	err = work_submit(rjob_run, j);
 	if (err) {
-		fuse_reply_err(req, err);
+		fuse_reply_err(rj_req(j), err);
 		rjob_free(j);
 	}
 }
@@ -561,11 +629,11 @@ static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 	buf_free(&path);
 	if (err == ENOENT) {
 		memset(&e, 0, sizeof(e)); /* negative, not cached: a job may make it */
-		fuse_reply_entry(j->req, &e);
+		fuse_reply_entry(rj_req(j), &e);
 		return;
 	}
 	if (err)
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	r = rf_get_locked(j->r->n.view, j->r, j->r->n.which, j->name);
 	if (r) {
@@ -577,8 +645,8 @@ static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!r)
-		return (void)fuse_reply_err(j->req, ENOMEM);
-	rf_reply_entry(j->req, r, &e);
+		return rj_err(j, ENOMEM);
+	rf_reply_entry(rj_req(j), r, &e);
 }
 
 /* rf.lock held: the parent's fresh listing says whether name exists
@@ -643,11 +711,11 @@ static void job_getattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 		err = rf_stat_into(j->r, path.ptr, box, ops);
 	buf_free(&path);
 	if (err)
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(j->r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	fuse_reply_attr(j->req, &st, RFILES_KERNEL_TTL);
+	fuse_reply_attr(rj_req(j), &st, RFILES_KERNEL_TTL);
 }
 
 static void rf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -765,8 +833,13 @@ static int rf_fetch(struct rnode *r, const char *path, off_t off, size_t len, st
 	first = (size_t)(off / RFILES_CHUNK);
 	last = (size_t)((off + (off_t)len - 1) / RFILES_CHUNK);
 	for (size_t c = first; c <= last && !err; c++) {
-		while (r->cfd >= 0 && c < r->nchunks && r->chunks[c] == CH_FETCHING)
-			pthread_cond_wait(&rf.cond, &rf.lock);
+		/* another fetch of it: wait, within this request's deadline (a
+		 * reader killed meanwhile gets its EINTR now, not when the other
+		 * fetch ends) */
+		while (!err && r->cfd >= 0 && c < r->nchunks && r->chunks[c] == CH_FETCHING)
+			err = rf_errno(token_cond_wait(token_current(), &rf.cond, &rf.lock));
+		if (err)
+			break;
 		if (r->cfd < 0 || c >= r->nchunks) {
 			err = ESTALE;
 			break;
@@ -999,7 +1072,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	if (err) {
 		if (charged)
 			budget_give(r->n.view->fds, BUDGET_DATA, 1);
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	}
 	pthread_mutex_lock(&rf.lock);
 	h->r = r;
@@ -1014,7 +1087,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	fi->keep_cache = keep;
 	fi->noflush = 0; /* close(2) uploads */
 	rf_trim(r);
-	if (fuse_reply_open(j->req, fi) == -ENOENT) {
+	if (fuse_reply_open(rj_req(j), fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
 		r->nopen--;
 		if (rf_writable(fi->flags))
@@ -1062,12 +1135,12 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 		err = rf_fetch(j->r, path.ptr, j->off, want + ahead, box, ops);
 	buf_free(&path);
 	if (err)
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	fd = j->r->cfd >= 0 ? dup(j->r->cfd) : -1;
 	pthread_mutex_unlock(&rf.lock);
 	if (fd < 0)
-		return (void)fuse_reply_err(j->req, EIO);
+		return rj_err(j, EIO);
 	if (j->off >= size)
 		want = 0;
 	else if ((off_t)want > size - j->off)
@@ -1076,7 +1149,7 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = fd;
 	bv.buf[0].pos = j->off;
-	fuse_reply_data(j->req, &bv, FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(rj_req(j), &bv, FUSE_BUF_SPLICE_MOVE);
 	close(fd);
 	rf_trim(j->r);
 }
@@ -1096,9 +1169,15 @@ static void rf_prefetch_run(void *arg)
 	struct sbx_box *box = rf_box(p->r->n.view);
 	const struct sbx_files_ops *ops = sbx_files(box);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct token tok, *prev;
 
+	/* bounded like a request: a dripping server cannot hold the thread */
+	token_init(&tok, rf_timeout_ms(p->r->n.view));
+	prev = token_enter(&tok);
 	if (ops && !p->r->n.view->dead && !rf_path(p->r, NULL, &path))
 		(void)rf_fetch(p->r, path.ptr, p->off, p->len, box, ops);
+	token_leave(prev);
+	token_release(&tok);
 	buf_free(&path);
 	sbx_box_put(box);
 	rf_unref(p->r);
@@ -1269,7 +1348,7 @@ out:
 
 static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
-	fuse_reply_err(j->req, rf_upload(j->r, box, ops));
+	rj_err(j, rf_upload(j->r, box, ops));
 	rf_trim(j->r);
 }
 
@@ -1427,7 +1506,7 @@ static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 	buf_free(&path);
 	if (err) {
 		rf_parent_changed(j->r);
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	}
 	pthread_mutex_lock(&rf.lock);
 	j->r->st_ms = 0; /* its mtime and link count changed */
@@ -1445,8 +1524,8 @@ static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!r)
-		return (void)fuse_reply_err(j->req, ENOMEM);
-	rf_reply_entry(j->req, r, &e);
+		return rj_err(j, ENOMEM);
+	rf_reply_entry(rj_req(j), r, &e);
 }
 
 static void rf_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -1503,7 +1582,7 @@ static void job_unlink(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 		rf_detach_locked(j->r, j->name);
 		pthread_mutex_unlock(&rf.lock);
 	}
-	fuse_reply_err(j->req, err);
+	rj_err(j, err);
 }
 
 static void rf_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1532,7 +1611,7 @@ static void job_rmdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 		rf_detach_locked(j->r, j->name);
 		pthread_mutex_unlock(&rf.lock);
 	}
-	fuse_reply_err(j->req, err);
+	rj_err(j, err);
 }
 
 static void rf_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -1617,7 +1696,7 @@ static void job_rename(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 reply:
 	buf_free(&from);
 	buf_free(&to);
-	fuse_reply_err(j->req, err);
+	rj_err(j, err);
 }
 
 static void rf_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
@@ -1685,11 +1764,11 @@ static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 		err = rf_stat_into(r, path.ptr, box, ops);
 	buf_free(&path);
 	if (err)
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	fuse_reply_attr(j->req, &st, RFILES_KERNEL_TTL);
+	fuse_reply_attr(rj_req(j), &st, RFILES_KERNEL_TTL);
 }
 
 static void rf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
@@ -1801,13 +1880,13 @@ static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	sbx_dirents_free(ents, n);
 	if (err) {
 		sbx_dirents_free(clean, nclean);
-		return (void)fuse_reply_err(j->req, err);
+		return rj_err(j, err);
 	}
 	d = handle_alloc(sizeof(*d), rdir_clean);
 	if (!d) {
 		sbx_dirents_free(clean, nclean);
 		sbx_dirents_free(mine, nmine);
-		return (void)fuse_reply_err(j->req, ENOMEM);
+		return rj_err(j, ENOMEM);
 	}
 	d->ents = mine;
 	d->n = nmine;
@@ -1819,7 +1898,7 @@ static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	pthread_mutex_unlock(&rf.lock);
 	j->fi.fh = (uint64_t)(uintptr_t)d;
 	j->fi.cache_readdir = 0;
-	fuse_reply_open(j->req, &j->fi);
+	fuse_reply_open(rj_req(j), &j->fi);
 }
 
 static void rf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -574,6 +574,7 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 	rq.on_status = http_range_status;
 	rq.err_out = &errbody;
 	rq.stall_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
+	rq.timeout_ms = http_transfer_ms(rq.stall_ms, (long long)len); /* a drip is bounded too */
 	rq.connect_timeout_ms = 2000;
 	rq.cancel = t->cancel;
 	rq.scope = t->scope;
@@ -629,6 +630,7 @@ enum sbx_err aio_file_upload(const struct aio_target *t, const char *path, int f
 	rq.n_parts = 2;
 	rq.out = &out;
 	rq.stall_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
+	rq.timeout_ms = http_transfer_ms(rq.stall_ms, size); /* a server reading a byte at a time is bounded too */
 	rq.connect_timeout_ms = 2000;
 	rq.cancel = t->cancel;
 	rq.scope = t->scope;

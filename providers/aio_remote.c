@@ -113,8 +113,13 @@ int aio_remote_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 	char *u = cfg->base_url;
 	const char *host = !strncmp(u, "http://", 7) ? u + 7 : !strncmp(u, "https://", 8) ? u + 8 : NULL;
 	size_t n = strlen(u);
+	struct http_url pu;
 
-	if (!host || !*host || *host == '/' || n > 400 || strchr(host, '@') || strchr(u, '?') || strchr(u, '#')) {
+	/* the prefix, and the URL as libcurl reads it: http(s), a host, no
+	 * credentials, query or fragment (every API path is appended to it) */
+	if (!host || !*host || *host == '/' || n > 400 || strchr(host, '@') || strchr(u, '?') || strchr(u, '#') ||
+	    http_url_parse(u, &pu) || (strcmp(pu.scheme, "http") && strcmp(pu.scheme, "https")) || pu.userinfo ||
+	    pu.query || pu.fragment || !pu.host[0]) {
 		cfg_fail(x, "base_url", "must be http(s)://host[:port][/path], without credentials, query or fragment "
 					"(got '%.80s')", u);
 		return -1;
@@ -222,6 +227,8 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 			snprintf(errtext, errlen, "%.*s", (int)(r.err_len < errlen ? r.err_len : errlen - 1), r.err ? r.err : "");
 		if (out && r.out_len && buf_add(out, r.out, r.out_len))
 			e = SBX_ERR_NOMEM;
+	} else if (e == SBX_ERR_INTR) { /* the caller gave up (a FUSE interrupt) */
+		log_debug(db->name, "aio: a file command was cancelled: %s", err);
 	} else {
 		log_warn(db->name, "aio: a file command failed: %s", err);
 	}
@@ -691,12 +698,13 @@ static enum sbx_err aior_discover(const struct sbx_config *cfg, const char *stat
 
 static enum sbx_err aior_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
+	struct http_url u;
+
 	if (http_init()) {
 		snprintf(err, errlen, "aio provider: libcurl cannot be initialised");
 		return SBX_ERR_IO;
 	}
-	if (!strncmp(cfg->base_url, "http://", 7) && strncmp(cfg->base_url + 7, "127.", 4) &&
-	    strncmp(cfg->base_url + 7, "localhost", 9) && strncmp(cfg->base_url + 7, "[::1]", 5))
+	if (!strncmp(cfg->base_url, "http://", 7) && (http_url_parse(cfg->base_url, &u) || !http_host_loopback(u.host)))
 		log_warn("aio", "plain HTTP to %s, a host that is not this one: the API key and every file travel "
 				"unencrypted", cfg->base_url);
 	log_info("aio", "an existing AIO sandbox at %s (one scope at a time)", cfg->base_url);
@@ -733,7 +741,9 @@ static bool box_live(struct dbox *db)
  * else is logged. */
 static enum sbx_err api_failed(struct dbox *db, enum sbx_err e, const char *what, const char *path, const char *err)
 {
-	if (e != SBX_ERR_GONE)
+	if (e == SBX_ERR_INTR)
+		log_debug(db->name, "aio: %s %s: %s", what, path, err);
+	else if (e != SBX_ERR_GONE)
 		log_warn(db->name, "aio: %s %s: %s", what, path, err);
 	return e;
 }

@@ -156,11 +156,13 @@ static bool domain_ok(const char *d)
 	return true;
 }
 
-static bool loopback_host(const char *base)
+/* Whether the lifecycle base URL names this host's loopback (parsed as
+ * libcurl does: "localhost.example" and "127.0.0.1.nip.io" are not). */
+static bool loopback_base(const char *base)
 {
-	const char *h = strstr(base, "://") ? strstr(base, "://") + 3 : base;
+	struct http_url u;
 
-	return !strncmp(h, "localhost", 9) || !strncmp(h, "127.", 4) || !strncmp(h, "[::1]", 5);
+	return !http_url_parse(base, &u) && http_host_loopback(u.host);
 }
 
 static int os_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
@@ -214,6 +216,17 @@ static int os_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 		if (buf_adds(&b, "/v1"))
 			goto nomem;
 		oc->scheme = strdup(cfg->protocol);
+	}
+	/* what libcurl will read: http(s), a host, nothing else before the path */
+	{
+		struct http_url u;
+		if (http_url_parse(b.ptr, &u) || (strcmp(u.scheme, "http") && strcmp(u.scheme, "https")) || u.userinfo ||
+		    u.query || u.fragment || !u.host[0]) {
+			cfg_fail(x, oc->domain_source && !strcmp(oc->domain_source, "domain") ? "domain" : "OPEN_SANDBOX_DOMAIN",
+				"must be host[:port][/path] or http(s)://host[:port][/path] (got '%.80s')", dom);
+			buf_free(&b);
+			return -1;
+		}
 	}
 	free(oc->base);
 	oc->base = buf_take(&b, NULL);
@@ -305,7 +318,7 @@ static enum sbx_err os_init(const struct sbx_config *cfg, char *err, size_t errl
 					"OPEN-SANDBOX-API-KEY, which only a server without server.api_key accepts");
 	if (!oc->domain_source)
 		log_warn("opensandbox", "no domain (nor OPEN_SANDBOX_DOMAIN): using %s", OS_DEFAULT_DOMAIN);
-	if (!strcmp(oc->scheme, "http") && !loopback_host(oc->base))
+	if (!strcmp(oc->scheme, "http") && !loopback_base(oc->base))
 		log_warn("opensandbox", "plain HTTP to %s, a host that is not this one: the API key and every file "
 					"travel unencrypted (protocol: https)", oc->base);
 	log_info("opensandbox", "lifecycle API at %s%s", oc->base, cfg->use_server_proxy ? " (execd through the server's proxy)" : "");
@@ -443,13 +456,18 @@ static void os_suspect(const struct sbx_config *cfg, const char *token, const ch
 
 /* The box's execd endpoint (a copy), resolving it when it is not known yet
  * (an adoption while the sandbox was not Running) or was dropped after a
- * connection failure.  The network call runs with no lock held. */
-enum sbx_err obox_execd(struct obox *ob, struct osapi_execd *out)
+ * connection failure.  The network call runs with no lock held.  An
+ * endpoint the daemon refuses (osapi_endpoint's PERM: another scheme,
+ * credentials, ...) is logged as an error naming it, sets *refused (when
+ * given) and is SBX_ERR_IO for the caller: a server fault. */
+static enum sbx_err obox_execd_ex(struct obox *ob, struct osapi_execd *out, bool *refused)
 {
 	struct osapi_server srv;
 	char err[OSAPI_ERR_LEN];
 	enum sbx_err e;
 
+	if (refused)
+		*refused = false;
 	pthread_mutex_lock(&ob->lock);
 	if (ob->have_ex) {
 		*out = ob->ex;
@@ -464,8 +482,17 @@ enum sbx_err obox_execd(struct obox *ob, struct osapi_execd *out)
 		err, sizeof(err));
 	if (e == SBX_ERR_GONE)
 		sbx_box_gone(&ob->base, "the remote sandbox %s is gone (404 on its execd endpoint)", ob->id);
+	if (e == SBX_ERR_PERM) {
+		log_err(ob->scope, "opensandbox: sandbox %s: %s", ob->id, err);
+		if (refused)
+			*refused = true;
+		return SBX_ERR_IO;
+	}
 	if (e) {
-		log_warn(ob->scope, "opensandbox: execd endpoint of %s: %s", ob->id, err);
+		if (e == SBX_ERR_INTR)
+			log_debug(ob->scope, "opensandbox: execd endpoint of %s: %s", ob->id, err);
+		else
+			log_warn(ob->scope, "opensandbox: execd endpoint of %s: %s", ob->id, err);
 		return e;
 	}
 	snprintf(out->token, sizeof(out->token), "%s", os_conf_of(ob->cfg)->execd_token ? os_conf_of(ob->cfg)->execd_token : "");
@@ -477,6 +504,11 @@ enum sbx_err obox_execd(struct obox *ob, struct osapi_execd *out)
 	return SBX_OK;
 }
 
+enum sbx_err obox_execd(struct obox *ob, struct osapi_execd *out)
+{
+	return obox_execd_ex(ob, out, NULL);
+}
+
 /* What an execd call's failure says about the box: a 404 naming the
  * sandbox makes it gone; a transport failure drops the endpoint so the next
  * call resolves it again (it may have moved: a resume, a rescheduled pod). */
@@ -484,6 +516,10 @@ void obox_failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, c
 {
 	if (gone) {
 		sbx_box_gone(&ob->base, "the remote sandbox %s is gone (execd: %s)", ob->id, err);
+		return;
+	}
+	if (e == SBX_ERR_INTR) { /* the caller gave up (a FUSE interrupt): says nothing about the box */
+		log_debug(ob->scope, "opensandbox: %s: %s", what, err);
 		return;
 	}
 	if (e == SBX_ERR_IO && strstr(err, "OpenSandbox answered") == NULL) {
@@ -636,13 +672,15 @@ static enum sbx_err os_wait_execd(struct obox *ob, uint64_t deadline)
 	struct osapi_execd ex;
 	char err[OSAPI_ERR_LEN] = "no answer";
 	enum sbx_err e;
-	bool no_endpoint = false;
+	bool no_endpoint = false, refused = false;
 
 	for (;;) {
 		uint64_t now = util_now_ms();
 		long left = deadline > now ? (long)(deadline - now) : 1;
 
-		e = obox_execd(ob, &ex);
+		e = obox_execd_ex(ob, &ex, &refused);
+		if (refused)
+			return SBX_ERR_IO; /* logged, naming it: asking again gets the same */
 		no_endpoint = e != SBX_OK;
 		if (no_endpoint)
 			snprintf(err, sizeof(err), "its execd endpoint could not be resolved (%s)", sbx_err_name(e));

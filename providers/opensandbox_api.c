@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -551,6 +552,60 @@ static bool header_safe(const char *s, size_t max)
 	return true;
 }
 
+/* ep for a log line: what precedes an '@' of its authority (user, password)
+ * shown as "***", at most 160 characters. */
+static void endpoint_for_log(const char *ep, char *out, size_t len)
+{
+	const char *auth = strstr(ep, "://") ? strstr(ep, "://") + 3 : ep;
+	const char *end = auth + strcspn(auth, "/?#");
+	const char *at = memchr(auth, '@', (size_t)(end - auth));
+
+	if (at)
+		snprintf(out, len, "%.*s***%.160s", (int)(auth - ep), ep, at);
+	else
+		snprintf(out, len, "%.160s", ep);
+}
+
+/* The execd base URL of endpoint ep into base: scheme "://" ep when it has
+ * no scheme, else ep itself, either way parsed as libcurl will and refused
+ * (SBX_ERR_PERM, err naming it) unless its scheme is the configured one, it
+ * has a host and carries no credentials, query or fragment.  base is the
+ * parsed URL, so what was checked is what is used. */
+static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *base, size_t len, char *err,
+	size_t errlen)
+{
+	struct http_url u;
+	char raw[1024], shown[200];
+	const char *why = NULL;
+	bool has_scheme = strstr(ep, "://") != NULL;
+
+	endpoint_for_log(ep, shown, sizeof(shown));
+	if (str_fmt(raw, sizeof(raw), "%s%s%s", has_scheme ? "" : scheme, has_scheme ? "" : "://", ep)) {
+		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		return SBX_ERR_IO;
+	}
+	if (http_url_parse(raw, &u))
+		why = "it is not a URL";
+	else if (strcasecmp(u.scheme, scheme))
+		why = "its scheme is not the configured protocol";
+	else if (u.userinfo)
+		why = "it carries credentials";
+	else if (u.query || u.fragment)
+		why = "it has a query or a fragment";
+	else if (!u.host[0])
+		why = "it names no host";
+	if (why) {
+		seterr(err, errlen, "refused the execd endpoint '%s' that OpenSandbox answered: %s (%s)", shown, why,
+			scheme);
+		return SBX_ERR_PERM;
+	}
+	if (str_fmt(base, len, "%s", u.url)) {
+		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		return SBX_ERR_IO;
+	}
+	return SBX_OK;
+}
+
 enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int port, bool server_proxy,
 	const char *scheme, struct osapi_execd *out, char *err, size_t errlen)
 {
@@ -573,12 +628,13 @@ enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int 
 		seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
 		goto out;
 	}
-	/* no scheme in the answer (A.6.7); tolerate one anyway */
-	if (str_fmt(out->base, sizeof(out->base), "%s%s%s", strstr(ep, "://") ? "" : scheme,
-		    strstr(ep, "://") ? "" : "://", ep)) {
-		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+	/* no scheme in the answer (A.6.7); tolerate one anyway, but only the
+	 * configured one: the server decides where the daemon connects, not
+	 * how (libcurl would speak gopher, dict or file to where it points) */
+	e = endpoint_check(ep, scheme, out->base, sizeof(out->base), err, errlen);
+	if (e)
 		goto out;
-	}
+	e = SBX_ERR_IO;
 	n = strlen(out->base);
 	while (n && out->base[n - 1] == '/')
 		out->base[--n] = '\0';
@@ -1011,6 +1067,7 @@ enum sbx_err osapi_download(const struct osapi_execd *ex, const char *path, off_
 		goto out;
 	c.url = url.ptr;
 	c.nh = execd_headers(ex, hd);
+	c.timeout_ms = http_transfer_ms(c.stall_ms, (long long)len); /* a drip is bounded too */
 	snprintf(range, sizeof(range), "bytes=%lld-%lld", (long long)off, (long long)off + (long long)len - 1);
 	hd[c.nh++] = (struct http_header){ "Range", range, false };
 	e = perform(&c, &rs, err, errlen);
@@ -1064,6 +1121,12 @@ enum sbx_err osapi_upload(const struct osapi_execd *ex, const struct osapi_uploa
 	c.parts = parts;
 	c.n_parts = n * 2;
 	c.nh = execd_headers(ex, hd);
+	{
+		long long total = 0;
+		for (size_t i = 0; i < n; i++)
+			total += files[i].size;
+		c.timeout_ms = http_transfer_ms(c.stall_ms, total); /* a server reading a byte at a time is bounded too */
+	}
 	e = perform(&c, &rs, err, errlen);
 	if (!e && (rs.status < 200 || rs.status >= 300))
 		e = osapi_error(rs.status, buf_str(&out), out.len, gone, err, errlen);

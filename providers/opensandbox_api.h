@@ -116,7 +116,10 @@ enum sbx_err osapi_delete(const struct osapi_server *srv, const char *id, char *
 enum sbx_err osapi_renew(const struct osapi_server *srv, const char *id, double at, double *got, char *err,
 	size_t errlen);
 /* GET /sandboxes/{id}/endpoints/{port}[?use_server_proxy=true]: out->base
- * is scheme "://" endpoint, out->headers the returned ones. */
+ * is scheme "://" endpoint, out->headers the returned ones.  An endpoint
+ * given with a scheme other than `scheme` (the configured protocol), or
+ * with credentials, a query or a fragment, or that is no URL, is refused:
+ * SBX_ERR_PERM, err naming it (credentials shown as "***"). */
 enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int port, bool server_proxy,
 	const char *scheme, struct osapi_execd *out, char *err, size_t errlen);
 

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import signal
+import socket
 import threading
 import time
 import urllib.request
@@ -770,6 +771,89 @@ def test_server_that_is_not_there(sbxfs, remote, fake):
     e = expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
     assert e
     assert m.running() and f"127.0.0.1:{dead}" in m.log
+
+
+# --------------------------------------------------------------------------
+# a hostile server: the execd endpoint it answers (issue 19 point 3)
+
+
+HOSTILE_ENDPOINTS = {
+    # raw bytes to a host service on loopback (a Redis SET, say)
+    "gopher": "gopher://127.0.0.1:{port}/_SET%20pwned%201%0D%0AQUIT%0D%0A#",
+    "dict": "dict://127.0.0.1:{port}/info#",
+    # a local file as execd's answers ('#' cuts the path the client appends)
+    "file": "file:///etc/hostname#",
+    # credentials sent to whoever listens there
+    "userinfo": "http://user@127.0.0.1:{port}/x",
+    "https_for_http": "https://127.0.0.1:{port}/x",
+    "fragment": "127.0.0.1:{port}/x#",
+}
+
+
+@pytest.mark.timeout_s(90)
+@pytest.mark.parametrize("kind", list(HOSTILE_ENDPOINTS))
+@OS_ONLY
+def test_a_hostile_execd_endpoint_is_refused(sbxfs, remote, fake, kind):
+    """The daemon (root) goes where the server's endpoint points, but only
+    over the configured protocol: another scheme, credentials or a
+    fragment are refused with a log line naming the endpoint, nothing
+    reaches a loopback listener, mkdir fails at once with EIO and leaves
+    nothing behind."""
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(16)
+        lst.setblocking(False)
+        port = lst.getsockname()[1]
+        endpoint = HOSTILE_ENDPOINTS[kind].format(port=port)
+        fake.fault({"kind": "reply", "path": "/endpoints/44772$", "body": {"endpoint": endpoint}})
+        m = sbxfs(config={"request_timeout": 2, "ready_timeout": 8})
+        os.mkdir(m.mnt / "alice")
+        t0 = time.monotonic()
+        try:
+            os.mkdir(m.mnt / "alice" / "t")
+            err = 0
+        except OSError as e:
+            err = e.errno
+        took = time.monotonic() - t0
+        reached = 0
+        while True:
+            try:
+                conn, _ = lst.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            reached += 1
+    finally:
+        lst.close()
+    assert reached == 0, f"the daemon connected {reached} times to the test's listener ({endpoint})"
+    assert err == errno.EIO, errno.errorcode.get(err, err)
+    shown = endpoint.replace("user@", "***@")
+    lines = [ln for ln in m.log.splitlines() if "refused the execd endpoint" in ln]
+    assert lines and shown[:40] in lines[0], m.log[-3000:]
+    assert "user@" not in m.log
+    # refused once, not asked again until ready_timeout
+    asked = [e for e in fake.requests()["log"] if "/endpoints/44772" in e["path"]]
+    assert len(asked) == 1, asked
+    assert took < 8, took
+    assert not (m.mnt / "alice" / "t").exists()
+    assert wait_until(lambda: fake.sandboxes() == [], 30), fake.sandboxes()
+    assert m.running()
+    fake.clear_faults()
+    os.mkdir(m.mnt / "alice" / "t")
+    assert job(m.mnt / "alice" / "t", "ok", "echo ok")[:2] == (0, "ok\n")
+
+
+def test_plain_http_warning_parses_the_host(sbxfs, remote, fake):
+    """localhost.evil.example is not this host: plain HTTP to it is
+    warned about (it was taken for loopback by its prefix)."""
+    url = "http://localhost.evil.example:1"
+    key = "domain" if remote == "opensandbox" else "base_url"
+    m = sbxfs(config={key: url})
+    assert wait_until(lambda: "plain HTTP to" in m.log, 5), m.log
+    assert "localhost.evil.example" in [ln for ln in m.log.splitlines() if "plain HTTP to" in ln][0]
+    m2 = sbxfs(config={key: f"http://127.0.0.1:{fake.port}"})
+    assert "plain HTTP to" not in m2.log
 
 
 # --------------------------------------------------------------------------

@@ -51,7 +51,7 @@ Test control channel (never under /v1; this text is served at GET /_fake/help)
   POST /_fake/faults      add a fault (body below); GET lists, DELETE clears,
                           DELETE /_fake/faults/{id} removes one
         {"kind": "error"|"delay"|"drop"|"reset"|"malformed_json"|"truncate"|
-                 "tool_failure",
+                 "tool_failure"|"drip",
          "path": REGEX (default any /v1 path), "method": "POST" (default any),
          "times": N (default 1; null = until removed), "after": K (let K
          matching requests through first), "status": 500, "body": {...},
@@ -61,7 +61,9 @@ Test control channel (never under /v1; this text is served at GET /_fake/help)
         delay: wait `seconds`, then answer normally; drop: close the
         connection without an answer (reset: with a TCP RST); malformed_json:
         200 with a cut JSON body; truncate: 200 whose body ends before its
-        Content-Length; tool_failure: 200 {"success": false, "message"}.
+        Content-Length; tool_failure: 200 {"success": false, "message"};
+        drip: a download's body goes one byte every `seconds` (a hostile
+        server that never stalls long enough for a client's stall timeout).
         Faults apply before authentication and readiness, in the order added.
   POST /_fake/ready       {"ready": bool} or {"delay": seconds}
   POST /_fake/config      {"omit_null": bool, "bash_api": bool, "version": str}
@@ -917,7 +919,7 @@ class ShellSession:
 
 
 class Faults:
-    KINDS = ("error", "delay", "drop", "reset", "malformed_json", "truncate", "tool_failure")
+    KINDS = ("error", "delay", "drop", "reset", "malformed_json", "truncate", "tool_failure", "drip")
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -2526,6 +2528,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "x-aio-api-key", "authorization", "user-agent", "expect")}
         entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
         self.resp_bytes = 0
+        self.drip = None
         try:
             fault = srv.faults.match(method, path)
             if fault:
@@ -2605,6 +2608,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if kind == "delay":
             self.srv.stopping.wait(f["seconds"])
             return False
+        if kind == "drip":  # applied by send_download
+            self.drip = f
+            return False
         if kind in ("drop", "reset"):
             self.drop(reset=(kind == "reset"))
             return True
@@ -2683,6 +2689,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             f.seek(start)
             left = length
             while left > 0:
+                if self.drip is not None:  # one byte, then a pause: never silent for long
+                    if left < length and self.srv.stopping.wait(self.drip["seconds"]):
+                        self.drop()
+                        return
+                    chunk = f.read(1)
+                    if not chunk:
+                        self.drop()
+                        return
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                    self.resp_bytes += 1
+                    left -= 1
+                    continue
                 chunk = f.read(min(1 << 20, left))
                 if not chunk:
                     self.drop()      # the file shrank: cut the transfer

@@ -161,6 +161,10 @@ requests), ...}; POST answers the fault with its "id".  Kinds:
   reply           "status" (200), "body" (any JSON): answer exactly that
                   (e.g. a listing with hostile names a broken or malicious
                   server could send)
+  drip            "ms" (700): GET /files/download sends its body one byte
+                  every "ms" milliseconds (a hostile execd that never stalls
+                  long enough for a client's stall timeout); the transfer
+                  ends when the client goes away or the server stops
 
 CLI: --root DIR (required; sandboxes live in DIR/<id>), --port N (0 = OS
 chooses), --port-file PATH (the port, written atomically once listening),
@@ -1310,7 +1314,8 @@ class Sandbox:
 # faults and the request log
 
 
-FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever", "reply")
+FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever", "reply",
+               "drip")
 
 
 class Faults:
@@ -1344,6 +1349,10 @@ class Faults:
                 raise ValueError("status must be 200..599")
         if kind == "delay" and not isinstance(f.get("ms"), (int, float)):
             raise ValueError("delay needs ms")
+        if kind == "drip":
+            ms = f.setdefault("ms", 700)
+            if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:
+                raise ValueError("drip needs ms > 0")
         if kind == "ping_fail":
             sec = f.get("seconds")
             if sec is not None and not isinstance(sec, (int, float)):
@@ -1819,7 +1828,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.control()
                 return
             ex = self.match_execd()
-            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply"),
+            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply", "drip"),
                                           self.command, self.upath, ex[0] if ex else None)
             d = self.fault_of("delay")
             if d is not None:
@@ -2553,7 +2562,19 @@ class Handler(BaseHTTPRequestHandler):
                 limit = length // 2 if limit is None else min(limit, length)
             os.lseek(fd, start, os.SEEK_SET)
             sent = 0
+            drip = self.fault_of("drip")
             while sent < limit:
+                if drip is not None:  # one byte, then a pause: never silent for long
+                    if sent:
+                        time.sleep(drip["ms"] / 1000.0)
+                    b = os.read(fd, 1)
+                    if not b:
+                        break
+                    self.wfile.write(b)
+                    self.wfile.flush()
+                    sent += 1
+                    self.resp_bytes += 1
+                    continue
                 b = os.read(fd, min(1 << 20, limit - sent))
                 if not b:
                     break

@@ -595,6 +595,20 @@ def test_faults_error_delay_drop_malformed(aio):
     assert aio.post("/_fake/faults", {"kind": "nope"}).status == 400
 
 
+def test_fault_drip(aio):
+    """drip: a download's body one byte every `seconds` (a stall timeout
+    never fires), the whole body in the end."""
+    ok(aio.post("/v1/file/write", {"file": f"{WS}/drip.txt", "content": "abcdef"}))
+    aio.post("/_fake/faults", {"kind": "drip", "seconds": 0.3, "path": "^/v1/file/download$"})
+    t0 = time.monotonic()
+    r = aio.get(f"/v1/file/download?path={WS}/drip.txt")
+    assert (r.status, r.body) == (200, b"abcdef")
+    assert time.monotonic() - t0 >= 1.5  # five pauses of 0.3 s
+    t0 = time.monotonic()
+    assert aio.get(f"/v1/file/download?path={WS}/drip.txt").body == b"abcdef"
+    assert time.monotonic() - t0 < 1.5  # times 1 (the default): used up
+
+
 def test_request_log_and_counters(aio):
     ok(aio.post("/v1/bash/exec", {"command": "echo x", "env": {"K": "V"}}))
     aio.get("/v1/sandbox")

@@ -917,6 +917,29 @@ def test_fault_drop_stream(srv):
     assert srv.execd(sid, "GET", "/files/download?path=/tmp/big")[2] == b"z" * 100000
 
 
+@pytest.mark.timeout_s(60)
+def test_fault_drip(srv):
+    """drip: a download's body one byte every ms milliseconds (a stall
+    timeout never fires), the whole body in the end; other routes as usual."""
+    sid = srv.running()
+    upload(srv, sid, [({"path": "/tmp/d"}, "d", b"abcdef")])
+    for bad in ({"kind": "drip", "ms": 0}, {"kind": "drip", "ms": "x"}):
+        st, _, doc = srv.call("POST", "/_fake/faults", bad, auth=False)
+        assert st == 400, (bad, st, doc)
+    srv.ctl("POST", "/faults", {"kind": "drip", "ms": 300, "path": "/files/download$", "count": 1})
+    t0 = time.monotonic()
+    st, h, body = srv.execd(sid, "GET", "/files/download?path=/tmp/d")
+    assert (st, body, h["Content-Length"]) == (200, b"abcdef", "6")
+    assert time.monotonic() - t0 >= 1.5  # five pauses of 0.3 s
+    t0 = time.monotonic()
+    assert srv.execd(sid, "GET", "/files/download?path=/tmp/d")[2] == b"abcdef"
+    assert time.monotonic() - t0 < 1.5  # count 1: used up
+    srv.ctl("POST", "/faults", {"kind": "drip", "ms": 200, "path": "/files/download$"})
+    st, _, body = srv.execd(sid, "GET", "/files/download?path=/tmp/d", headers={"Range": "bytes=2-3"})
+    assert (st, body) == (206, b"cd")
+    srv.ctl("DELETE", "/faults")
+
+
 def test_fault_malformed_json(srv):
     sid = srv.running()
     srv.ctl("POST", "/faults", {"kind": "malformed_json", "path": "^/v1/sandboxes/", "count": 1})

@@ -8,10 +8,12 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,13 +25,16 @@
 #include "../../common/http.h"
 #include "../../common/log.h"
 #include "../../common/netns.h"
+#include "../../common/token.h"
+#include "../../common/util.h"
 #include "../../common/udir.h"
 #include "../../providers/aio_api.h"
 #include "../../providers/docker_api.h"
+#include "../../providers/opensandbox_api.h"
 #include "canned.h"
 #include "check.h"
 
-static char sock_path[64];
+static char sock_path[64], sock_path2[64];
 
 #define OK_JSON(body) "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n" body
 
@@ -188,6 +193,298 @@ static void test_sink_stops(void)
 	/* a malformed request: both or neither response target */
 	rq.sink = NULL;
 	CHECK(http_perform(&rq, &rs) == SBX_ERR_INVAL);
+}
+
+/* ---- only http and https, to where the URL says --------------------------------------- */
+
+/* A TCP listener on 127.0.0.1 (non-blocking: accept says whether anything
+ * connected); *port its port. */
+static int tcp_listener_nb(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 16) ||
+	    getsockname(fd, (struct sockaddr *)&a, &alen)) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+/* Whether anyone connected to the non-blocking listener fd (each
+ * connection is accepted and closed). */
+static int connections_to(int fd)
+{
+	int n = 0, c;
+
+	while ((c = accept4(fd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+		close(c);
+		n++;
+	}
+	return n;
+}
+
+/* A URL of another scheme, or with credentials, fails before any
+ * connection: gopher, dict, telnet, smtp, ftp, file (the schemes libcurl
+ * would speak to a host service), over TCP and over the Docker socket. */
+static void test_only_http_and_https(void)
+{
+	static const char *const fmts[] = { "gopher://127.0.0.1:%d/_SET%%20pwned%%201%%0D%%0A#", "dict://127.0.0.1:%d/info",
+		"telnet://127.0.0.1:%d/", "smtp://127.0.0.1:%d/", "ftp://127.0.0.1:%d/x", "ldap://127.0.0.1:%d/",
+		"mqtt://127.0.0.1:%d/t", "file:///etc/hostname#%d", "http://user@127.0.0.1:%d/x",
+		"http://user:pass@127.0.0.1:%d/x" };
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	struct buf out = BUF_INIT(1024);
+	char url[256];
+	int port = 0, lfd = tcp_listener_nb(&port), ufd;
+	enum sbx_err e;
+
+	CHECK(lfd >= 0);
+	rq.out = &out;
+	rq.timeout_ms = 2000;
+	for (size_t i = 0; i < sizeof(fmts) / sizeof(fmts[0]); i++) {
+		snprintf(url, sizeof(url), fmts[i], port);
+		rq.url = url;
+		buf_reset(&out);
+		e = http_perform(&rq, &rs);
+		CHECK(e == SBX_ERR_INVAL && rs.status == 0 && strstr(rs.error, "refused") && out.len == 0);
+		if (e != SBX_ERR_INVAL || !strstr(rs.error, "refused"))
+			fprintf(stderr, "  %s: %s (%s)\n", url, sbx_err_name(e), rs.error);
+	}
+	CHECK(connections_to(lfd) == 0);
+	/* the Docker handle: a unix socket, http only too */
+	ufd = canned_unix_listener(sock_path);
+	CHECK(ufd >= 0 && fcntl(ufd, F_SETFL, O_NONBLOCK) == 0);
+	rq.unix_socket = sock_path;
+	rq.url = "gopher://docker/_x";
+	CHECK(http_perform(&rq, &rs) == SBX_ERR_INVAL && strstr(rs.error, "only http"));
+	rq.url = "dict://docker/x";
+	CHECK(http_perform(&rq, &rs) == SBX_ERR_INVAL);
+	CHECK(connections_to(ufd) == 0);
+	close(ufd);
+	close(lfd);
+	buf_free(&out);
+}
+
+/* A redirect is an answer, never followed (to another scheme or not). */
+static void test_redirect_not_followed(void)
+{
+	char r1[512], r2[512];
+	int port = 0, lfd = tcp_listener_nb(&port);
+	struct canned c = { .n_replies = 2 };
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	struct buf out = BUF_INIT(1024);
+
+	CHECK(lfd >= 0);
+	snprintf(r1, sizeof(r1), "HTTP/1.1 302 Found\r\nLocation: gopher://127.0.0.1:%d/_x\r\nContent-Length: 0\r\n\r\n",
+		port);
+	snprintf(r2, sizeof(r2), "HTTP/1.1 301 Moved\r\nLocation: http://127.0.0.1:%d/y\r\nContent-Length: 0\r\n\r\n",
+		port);
+	c.replies[0] = r1;
+	c.replies[1] = r2;
+	canned_start(&c, canned_unix_listener(sock_path));
+	rq.url = "http://docker/x";
+	rq.unix_socket = sock_path;
+	rq.out = &out;
+	CHECK(http_perform(&rq, &rs) == SBX_OK && rs.status == 302);
+	CHECK(http_perform(&rq, &rs) == SBX_OK && rs.status == 301);
+	canned_stop(&c);
+	CHECK(connections_to(lfd) == 0);
+	close(lfd);
+	buf_free(&out);
+}
+
+static void test_url_parse_and_loopback(void)
+{
+	struct http_url u;
+
+	CHECK(http_url_parse("gopher://127.0.0.1:36379/_SET%20x#", &u) == 0 && !strcmp(u.scheme, "gopher") &&
+	      u.fragment && !u.query && u.port == 36379 && !strcmp(u.host, "127.0.0.1"));
+	CHECK(http_url_parse("HTTP://u:p@Example.COM/x?y=1", &u) == 0 && !strcmp(u.scheme, "http") && u.userinfo &&
+	      u.query && !u.fragment);
+	CHECK(http_url_parse("http://10.0.0.5:40123/proxy/44772", &u) == 0 && !u.userinfo && !u.query && !u.fragment &&
+	      !strcmp(u.url, "http://10.0.0.5:40123/proxy/44772"));
+	CHECK(http_url_parse("http://h:99999/", &u) == -1); /* no such port */
+	CHECK(http_url_parse("not a url", &u) == -1);
+	CHECK(http_host_loopback("localhost") && http_host_loopback("LocalHost") && http_host_loopback("127.0.0.1") &&
+	      http_host_loopback("127.9.8.7") && http_host_loopback("[::1]") && http_host_loopback("[::ffff:127.0.0.1]"));
+	CHECK(!http_host_loopback("localhost.evil.example") && !http_host_loopback("127.0.0.1.nip.io") &&
+	      !http_host_loopback("localhostx") && !http_host_loopback("128.0.0.1") && !http_host_loopback("[::2]") &&
+	      !http_host_loopback("10.0.0.1"));
+	/* curl's normalisation: what it connects to is what is checked */
+	CHECK(http_url_parse("http://127.1:8/", &u) == 0 && http_host_loopback(u.host));
+	CHECK(http_url_parse("http://0x7f000001/", &u) == 0 && http_host_loopback(u.host));
+	CHECK(http_url_parse("http://localhost.evil.example/", &u) == 0 && !http_host_loopback(u.host));
+	CHECK(http_transfer_ms(5000, 0) == 5000 && http_transfer_ms(5000, HTTP_MIN_RATE * 10LL) == 15000);
+}
+
+/* The endpoint an OpenSandbox server answers: the configured scheme only,
+ * no credentials, query or fragment; nothing connects to it. */
+static void test_osapi_endpoint(void)
+{
+	static const char *const refused[] = { "gopher://127.0.0.1:%d/_SET%%20pwned#", "file:///etc/shadow#%d",
+		"dict://127.0.0.1:%d/info", "http://user@127.0.0.1:%d/x", "http://u:s3cret@127.0.0.1:%d/x",
+		"https://127.0.0.1:%d/x", "127.0.0.1:%d/x#", "127.0.0.1:%d/x?y=1", "evil@127.0.0.1:%d" };
+	char bodies[12][512], ep[256], err[OSAPI_ERR_LEN], base[128];
+	int port = 0, lfd = tcp_listener_nb(&port), sport = 0, sfd;
+	struct canned c = { .n_replies = 0 };
+	struct osapi_server srv = { .timeout_ms = 3000, .scope = "test" };
+	struct osapi_execd ex;
+	size_t n = sizeof(refused) / sizeof(refused[0]);
+
+	CHECK(lfd >= 0);
+	sfd = tcp_listener_nb(&sport);
+	CHECK(sfd >= 0 && fcntl(sfd, F_SETFL, 0) == 0); /* blocking: the canned server accepts */
+	for (size_t i = 0; i < n; i++) {
+		snprintf(ep, sizeof(ep), refused[i], port);
+		c.replies[i] = reply(bodies[i], sizeof(bodies[i]), 200, "");
+		snprintf(bodies[i], sizeof(bodies[i]), "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+			"Content-Length: %zu\r\n\r\n{\"endpoint\":\"%s\"}", strlen(ep) + 15, ep);
+	}
+	for (size_t i = n; i < n + 2; i++) {
+		snprintf(ep, sizeof(ep), i == n ? "127.0.0.1:%d/a/44772/" : "HTTP://127.0.0.1:%d/b", port);
+		snprintf(bodies[i], sizeof(bodies[i]), "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+			"Content-Length: %zu\r\n\r\n{\"endpoint\":\"%s\"}", strlen(ep) + 15, ep);
+		c.replies[i] = bodies[i];
+	}
+	c.n_replies = (int)n + 2;
+	canned_start(&c, sfd);
+	snprintf(base, sizeof(base), "http://127.0.0.1:%d/v1", sport);
+	srv.base = base;
+	for (size_t i = 0; i < n; i++) {
+		enum sbx_err e = osapi_endpoint(&srv, "sb1", 44772, false, "http", &ex, err, sizeof(err));
+		CHECK(e == SBX_ERR_PERM && strstr(err, "refused the execd endpoint") && !strstr(err, "s3cret"));
+		if (e != SBX_ERR_PERM)
+			fprintf(stderr, "  endpoint %zu: %s (%s)\n", i, sbx_err_name(e), err);
+	}
+	CHECK(osapi_endpoint(&srv, "sb1", 44772, false, "http", &ex, err, sizeof(err)) == SBX_OK);
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d/a/44772", port);
+	CHECK(!strcmp(ex.base, ep));
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d/b", port);
+	CHECK(osapi_endpoint(&srv, "sb1", 44772, false, "http", &ex, err, sizeof(err)) == SBX_OK && !strcmp(ex.base, ep));
+	canned_stop(&c);
+	CHECK(connections_to(lfd) == 0);
+	close(lfd);
+}
+
+/* ---- deadlines and cancellation (common/token.h) -------------------------------------------- */
+
+struct canceller {
+	struct token *t;
+	long after_ms;
+};
+
+static void *cancel_later(void *arg)
+{
+	struct canceller *k = arg;
+
+	usleep((useconds_t)k->after_ms * 1000);
+	token_cancel(k->t);
+	return NULL;
+}
+
+static void test_token(void)
+{
+	struct token t, *prev;
+	char r1[256], r2[256], r3[256];
+	struct canned c = { .n_replies = 3 };
+	struct canceller k = { &t, 100 };
+	struct http_request rq = HTTP_REQUEST_INIT;
+	struct http_response rs;
+	struct buf out = BUF_INIT(1024);
+	pthread_t th;
+	uint64_t t0;
+	enum sbx_err e;
+	int ufd;
+
+	/* a silent server: a cancel ends the wait at once (SBX_ERR_INTR) */
+	snprintf(r1, sizeof(r1), "DELAY:1500\n%s", reply(r3, sizeof(r3), 200, "{}"));
+	c.replies[0] = r1;
+	snprintf(r2, sizeof(r2), "DELAY:1500\n%s", reply(r3, sizeof(r3), 200, "{}"));
+	c.replies[1] = r2;
+	c.replies[2] = reply(r3, sizeof(r3), 200, "{}");
+	canned_start(&c, canned_unix_listener(sock_path));
+	rq.url = "http://docker/slow";
+	rq.unix_socket = sock_path;
+	rq.out = &out;
+	token_init(&t, 0);
+	rq.token = &t;
+	t0 = util_now_ms();
+	CHECK(pthread_create(&th, NULL, cancel_later, &k) == 0);
+	e = http_perform(&rq, &rs);
+	pthread_join(th, NULL);
+	CHECK(e == SBX_ERR_INTR && rs.cancelled && !strcmp(rs.error, "cancelled"));
+	CHECK(util_now_ms() - t0 < 1500); /* before the server answered */
+	token_release(&t);
+	/* the deadline bounds the whole transfer (no timeout of its own), and
+	 * is the thread's current token's */
+	token_init(&t, 300);
+	rq.token = NULL;
+	prev = token_enter(&t);
+	buf_reset(&out);
+	e = http_perform(&rq, &rs);
+	CHECK(e == SBX_ERR_TIMEOUT && strstr(rs.error, "deadline"));
+	/* past its deadline: nothing is sent at all */
+	usleep(20000);
+	ufd = canned_unix_listener(sock_path2);
+	CHECK(ufd >= 0 && fcntl(ufd, F_SETFL, O_NONBLOCK) == 0);
+	rq.unix_socket = sock_path2;
+	CHECK(http_perform(&rq, &rs) == SBX_ERR_TIMEOUT && connections_to(ufd) == 0);
+	rq.unix_socket = sock_path;
+	close(ufd);
+	token_leave(prev);
+	token_release(&t);
+	/* no token on this thread any more: a plain request */
+	buf_reset(&out);
+	CHECK(http_perform(&rq, &rs) == SBX_OK && rs.status == 200);
+	canned_stop(&c);
+	/* cancelled before: no connection */
+	ufd = canned_unix_listener(sock_path);
+	CHECK(ufd >= 0 && fcntl(ufd, F_SETFL, O_NONBLOCK) == 0);
+	token_init(&t, 0);
+	token_cancel(&t);
+	rq.token = &t;
+	CHECK(http_perform(&rq, &rs) == SBX_ERR_INTR && connections_to(ufd) == 0);
+	token_release(&t);
+	close(ufd);
+	buf_free(&out);
+}
+
+/* token_cond_wait: gives up at the deadline, and soon after a cancel. */
+static pthread_mutex_t tw_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tw_cond = PTHREAD_COND_INITIALIZER;
+
+static void test_token_cond_wait(void)
+{
+	struct token t;
+	struct canceller k = { &t, 100 };
+	pthread_t th;
+	enum sbx_err e = SBX_OK;
+
+	token_init(&t, 150);
+	pthread_mutex_lock(&tw_lock);
+	while (!e)
+		e = token_cond_wait(&t, &tw_cond, &tw_lock);
+	pthread_mutex_unlock(&tw_lock);
+	CHECK(e == SBX_ERR_TIMEOUT && token_left_ms(&t) == 0);
+	token_release(&t);
+	token_init(&t, 0);
+	CHECK(token_left_ms(&t) == -1 && token_bound_ms(&t, 0) == 0 && token_bound_ms(&t, 7) == 7);
+	CHECK(pthread_create(&th, NULL, cancel_later, &k) == 0);
+	e = SBX_OK;
+	pthread_mutex_lock(&tw_lock);
+	while (!e)
+		e = token_cond_wait(&t, &tw_cond, &tw_lock);
+	pthread_mutex_unlock(&tw_lock);
+	pthread_join(th, NULL);
+	CHECK(e == SBX_ERR_INTR && token_check(&t) == SBX_ERR_INTR);
+	token_release(&t);
 }
 
 /* ---- a server inside a private network namespace ------------------------------------- */
@@ -607,13 +904,21 @@ static void test_aio_bash(void)
 int main(void)
 {
 	log_set_min_level(LOG_LVL_ERR);
+	signal(SIGPIPE, SIG_IGN); /* a canned server answering a client that gave up (cancel, deadline) */
 	snprintf(sock_path, sizeof(sock_path), "/tmp/sbxfs-http-test-%d.sock", (int)getpid());
+	snprintf(sock_path2, sizeof(sock_path2), "/tmp/sbxfs-http-test-%d-2.sock", (int)getpid());
 	CHECK(http_init() == 0);
 	test_status_and_log_helpers();
 	test_range_sink();
 	test_unix_get_post_and_reuse();
 	test_cap_refused_and_timeout();
 	test_sink_stops();
+	test_only_http_and_https();
+	test_redirect_not_followed();
+	test_url_parse_and_loopback();
+	test_osapi_endpoint();
+	test_token();
+	test_token_cond_wait();
 	test_netns();
 	test_udir();
 	test_docker_api();
@@ -627,6 +932,7 @@ int main(void)
 		CHECK(docker_query_escape("abcdef", q, 4) == -1);
 	}
 	unlink(sock_path);
+	unlink(sock_path2);
 	http_cleanup();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
