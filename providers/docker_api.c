@@ -738,7 +738,9 @@ bool docker_demux_feed(struct docker_demux *dm, const char *data, size_t len, do
 			continue;
 		}
 		size_t n = dm->left < len ? dm->left : len;
-		if (!fn(dm->stream, data, n, arg))
+		/* stdin (0), Docker's systemerr (3) or a byte no stream has:
+		 * not the exec's output, and fn is promised 1 or 2 */
+		if ((dm->stream == 1 || dm->stream == 2) && !fn(dm->stream, data, n, arg))
 			dm->stopped = true;
 		dm->left -= n;
 		data += n;

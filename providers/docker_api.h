@@ -153,7 +153,8 @@ enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker
 
 /* Docker multiplexes an exec's stdout and stderr on one stream in frames of
  * an 8-byte header (stream byte, 3 zero bytes, big-endian length) and the
- * payload.  The decoder takes bytes in any chunking. */
+ * payload.  The decoder takes bytes in any chunking; the payload of a frame
+ * of another stream (stdin, Docker's systemerr) is skipped. */
 struct docker_demux {
 	unsigned char hdr[8];
 	size_t have;  /* header bytes so far */

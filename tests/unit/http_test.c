@@ -456,6 +456,19 @@ static void test_demux(void)
 	}
 	CHECK(s.nout == 7);
 
+	/* frames of other streams (stdin 0, Docker's systemerr 3, any other
+	 * byte) are no output: skipped, and the frames after them still read
+	 * (found by tests/fuzz/demux.c: they went to fn as stream 3, 0, 7) */
+	{
+		static const unsigned char other[] = { 3, 0, 0, 0, 0, 0, 0, 3, 's', 'y', 's', 0, 0, 0, 0, 0, 0, 0, 2, 'i', 'n',
+			7, 0, 0, 0, 0, 0, 0, 1, '?', 2, 0, 0, 0, 0, 0, 0, 2, 'e', '2', 1, 0, 0, 0, 0, 0, 0, 2, 'o', 'k' };
+		struct docker_demux dm = DOCKER_DEMUX_INIT;
+
+		memset(&s, 0, sizeof(s));
+		CHECK(docker_demux_feed(&dm, (const char *)other, sizeof(other), on_stream, &s));
+		CHECK(s.nout == 2 && !memcmp(s.out, "ok", 2) && s.nerr == 2 && !memcmp(s.err, "e2", 2));
+	}
+
 	/* an attached exec start: Docker's close-delimited raw stream of frames */
 	struct docker *d = docker_new(sock_path, 2000);
 	const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n";
