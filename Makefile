@@ -215,7 +215,7 @@ bench-remote: all
 # hang or leak fails the run and leaves its reproducer in
 # build/fuzz/crashes/<target>/ (replay: build/fuzz/bin/fuzz-<target> FILE).
 FUZZ_DEPS := clang libclang-rt-14-dev llvm-14
-FUZZ_TARGETS ?= http tls sse demux
+FUZZ_TARGETS ?= http tls sse demux json config
 FUZZ_TIME ?= 300
 FUZZ_CC := clang
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
