@@ -635,6 +635,8 @@ enum sbx_err aio_decode_download_error(long status, const char *body, size_t len
 
 	if (status == 400 && detail && strcasestr(detail, "directory"))
 		e = SBX_ERR_ISDIR;
+	if (e == SBX_OK)
+		e = SBX_ERR_IO; /* a 2xx other than 200 and 206, or a 3xx (not followed): no content came */
 	seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, status, detail ? detail : "");
 	json_decref(o);
 	return e;

@@ -216,6 +216,7 @@ static enum sbx_err decode(unsigned which, long status, const char *body, size_t
 		break;
 	case 14:
 		e = aio_decode_download_error(status, body, len, "/mnt/user-data/workspace/a", err, errlen);
+		FUZZ_CHECK(e != SBX_OK);
 		break;
 	case 15: {
 		bool gone = false;

@@ -587,6 +587,37 @@ static void test_aio_bash(void)
 	canned_stop(&c);
 }
 
+/* A download answered with a status that carries no content (a 3xx curl
+ * does not follow, a 201 or 204) is an error, never an empty file (found
+ * writing tests/fuzz/json.c's contract check: aio_decode_download_error
+ * gave SBX_OK for them, and a read of the file saw EOF at once). */
+static void test_aio_download_status(void)
+{
+	char r[2][256], url[64], err[AIO_ERR_LEN], path[] = "/tmp/sbxfs-http-test-XXXXXX";
+	struct canned c = { .n_replies = 2 };
+	struct aio_target t = { .base_url = url, .netns_fd = -1, .timeout_ms = 2000 };
+	int port, l = tcp_listener(&port), fd = mkstemp(path);
+	size_t got = 1;
+
+	CHECK(l >= 0 && fd >= 0);
+	if (l < 0 || fd < 0)
+		return;
+	unlink(path);
+	CHECK(aio_decode_download_error(304, NULL, 0, "/w/a", err, sizeof(err)) == SBX_ERR_IO && strstr(err, "304"));
+	CHECK(aio_decode_download_error(400, "{\"detail\":\"Path is a directory\"}", 32, "/w/d", err, sizeof(err)) ==
+	      SBX_ERR_ISDIR);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	c.replies[0] = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/x\r\nContent-Length: 5\r\n\r\nmoved";
+	c.replies[1] = reply(r[1], sizeof(r[1]), 204, "");
+	canned_start(&c, l);
+	CHECK(aio_file_download(&t, "/w/a", 0, 100, fd, &got, err, sizeof(err)) == SBX_ERR_IO && got == 0 &&
+	      strstr(err, "302"));
+	got = 1;
+	CHECK(aio_file_download(&t, "/w/a", 0, 100, fd, &got, err, sizeof(err)) == SBX_ERR_IO && got == 0);
+	canned_stop(&c);
+	close(fd);
+}
+
 int main(void)
 {
 	log_set_min_level(LOG_LVL_ERR);
@@ -603,6 +634,7 @@ int main(void)
 	test_demux();
 	test_aio_envelope();
 	test_aio_bash();
+	test_aio_download_status();
 	{
 		char q[64];
 		CHECK(docker_query_escape("a b/{\"}", q, sizeof(q)) == 0 && !strcmp(q, "a%20b%2F%7B%22%7D"));
