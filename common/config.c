@@ -51,6 +51,11 @@ void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
 	vsnprintf(rule, sizeof(rule), fmt, ap);
 	va_end(ap);
 	snprintf(x->err, x->errlen, "%s: %s", key, rule);
+	/* one line: a key or a value quoted in it may hold a line break (a
+	 * quoted YAML scalar) or other control bytes */
+	for (char *p = x->err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
 	x->failed = 1;
 }
 
