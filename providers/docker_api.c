@@ -248,12 +248,12 @@ enum sbx_err docker_decode_error(long status, const char *body, size_t len, cons
 {
 	json_t *o = len ? load(body, len) : NULL;
 	const char *msg = json_string_value(json_object_get(o, "message"));
+	enum sbx_err e = http_status_err(status);
 
 	seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
 	json_decref(o);
-	if (status >= 200 && status < 300)
-		return SBX_ERR_IO; /* a success status where another was expected */
-	return http_status_err(status);
+	/* a 2xx or 3xx where another status was expected: never a success */
+	return e == SBX_OK ? SBX_ERR_IO : e;
 }
 
 enum sbx_err docker_decode_version(const char *body, size_t len, char *version, size_t vlen, char *err,

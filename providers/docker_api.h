@@ -157,7 +157,8 @@ enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker
  * the field that is missing or mistyped (body not JSON included). */
 
 /* The {"message"} of an answer of an unexpected status: that status's error
- * (SBX_ERR_IO for a 2xx), err "WHAT: dockerd answered STATUS: MESSAGE". */
+ * (SBX_ERR_IO for a 2xx or 3xx: never SBX_OK), err "WHAT: dockerd answered
+ * STATUS: MESSAGE". */
 enum sbx_err docker_decode_error(long status, const char *body, size_t len, const char *what, char *err,
 	size_t errlen);
 /* GET /version: its ApiVersion; SBX_ERR_NOTSUP below DOCKER_MIN_API. */

@@ -408,6 +408,26 @@ static void test_docker_api(void)
 	CHECK(docker_inspect(d, "x", &ct, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "dockerd is not reachable at unix://"));
 	docker_free(d);
 
+	/* an answer of a status no call expects, 3xx included, is an error and
+	 * fills nothing (found by tests/fuzz/json.c: docker_decode_error took
+	 * a 3xx for success, and docker_inspect returned SBX_OK with an empty
+	 * container) */
+	d = docker_new(sock_path, 2000);
+	{
+		struct canned moved = { .n_replies = 3 };
+		char vr[256], mr[2][256];
+		moved.replies[0] = reply(vr, sizeof(vr), 200, VERSION_JSON);
+		moved.replies[1] = reply(mr[0], sizeof(mr[0]), 301, "{\"message\":\"moved\"}");
+		moved.replies[2] = reply(mr[1], sizeof(mr[1]), 302, "");
+		canned_start(&moved, canned_unix_listener(sock_path));
+		CHECK(docker_inspect(d, "x", &ct, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "301") &&
+		      strstr(err, "moved"));
+		docker_container_clear(&ct);
+		CHECK(docker_list(d, filters, on_listed, &l, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "302"));
+		canned_stop(&moved);
+	}
+	docker_free(d);
+
 	/* an API older than 1.41 is refused */
 	d = docker_new(sock_path, 2000);
 	struct canned old = { .replies = { reply(r[8], sizeof(r[8]), 200, "{\"ApiVersion\":\"1.40\"}") }, .n_replies = 1 };
