@@ -91,6 +91,8 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 		 * session or command comes in the envelope */
 		if (status == 404 && detail && !json_object_get(o, "success"))
 			e = SBX_ERR_NOTSUP;
+		if (e == SBX_OK)
+			e = SBX_ERR_IO; /* a 3xx (not followed): nothing was done */
 		json_decref(o);
 		return e;
 	}

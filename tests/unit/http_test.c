@@ -527,6 +527,9 @@ static void test_aio_envelope(void)
 		{ 401, "{\"detail\":\"Invalid or missing API key\"}", SBX_ERR_ACCESS, "API key" },
 		{ 500, "{\"success\":false,\"message\":\"boom\"}", SBX_ERR_IO, "boom" },
 		{ 200, "{\"success\":tr", SBX_ERR_IO, "not JSON" },
+		/* a 3xx is no success, whatever its body (found by tests/fuzz/json.c) */
+		{ 301, "{\"detail\":\"Moved Permanently\"}", SBX_ERR_IO, "301" },
+		{ 304, "{\"success\":true,\"data\":{}}", SBX_ERR_IO, "304" },
 		{ 404, "", SBX_ERR_NOTSUP, "nothing" },
 	};
 	char err[AIO_ERR_LEN];
@@ -607,6 +610,28 @@ static void test_aio_bash(void)
 	canned_stop(&c);
 }
 
+/* An upload answered 307 (an http:// base_url behind a proxy that redirects
+ * to https://, say) did not happen: an error, not success (found by
+ * tests/fuzz/json.c: aio_envelope took a 3xx with a JSON body for success). */
+static void test_aio_upload_redirect(void)
+{
+	char r[256], url[64], err[AIO_ERR_LEN], path[] = "/tmp/sbxfs-http-test-XXXXXX";
+	struct canned c = { .n_replies = 1 };
+	struct aio_target t = { .base_url = url, .netns_fd = -1, .timeout_ms = 2000 };
+	int port, l = tcp_listener(&port), fd = mkstemp(path);
+
+	CHECK(l >= 0 && fd >= 0 && write(fd, "data\n", 5) == 5);
+	if (l < 0 || fd < 0)
+		return;
+	unlink(path);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	c.replies[0] = reply(r, sizeof(r), 307, "{\"detail\":\"use https\"}");
+	canned_start(&c, l);
+	CHECK(aio_file_upload(&t, "/w/a", fd, 5, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "307"));
+	canned_stop(&c);
+	close(fd);
+}
+
 /* A download answered with a status that carries no content (a 3xx curl
  * does not follow, a 201 or 204) is an error, never an empty file (found
  * writing tests/fuzz/json.c's contract check: aio_decode_download_error
@@ -655,6 +680,7 @@ int main(void)
 	test_aio_envelope();
 	test_aio_bash();
 	test_aio_download_status();
+	test_aio_upload_redirect();
 	{
 		char q[64];
 		CHECK(docker_query_escape("a b/{\"}", q, sizeof(q)) == 0 && !strcmp(q, "a%20b%2F%7B%22%7D"));
