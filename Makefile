@@ -141,7 +141,7 @@ NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
 
-HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
 
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)

@@ -580,7 +580,7 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	char *err, size_t errlen)
 {
 	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *hdrs, *v;
-	const char *ep, *k;
+	const char *ep, *k, *host;
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n;
 
@@ -599,6 +599,11 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	n = strlen(out->base);
 	while (n && out->base[n - 1] == '/')
 		out->base[--n] = '\0';
+	host = strstr(out->base, "://");
+	if (!host || !host[3] || host[3] == '/') {
+		seterr(err, errlen, "OpenSandbox's endpoint '%.80s' names no host", ep);
+		goto out;
+	}
 	hdrs = json_object_get(o, "headers");
 	if (hdrs && !json_is_null(hdrs)) {
 		if (!json_is_object(hdrs)) {

@@ -246,9 +246,9 @@ enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const st
 enum sbx_err osapi_decode_renew(const char *body, size_t len, double *got, char *err, size_t errlen);
 /* GET /sandboxes/{id}/endpoints/{port}: out->base (scheme "://" endpoint
  * unless the endpoint has a scheme, no trailing '/') and out->headers;
- * refused when the endpoint or a header could smuggle a header or a URL
- * part (control bytes, spaces, quotes), is too long, or there are more
- * than OSAPI_MAX_HEADERS headers.  timeout_ms and scope are left 0/"". */
+ * refused when the endpoint names no host ("/x", "http:///x"), when it or
+ * a header could smuggle a header or a URL part (control bytes, spaces,
+ * quotes), is too long, or there are more than OSAPI_MAX_HEADERS headers.  timeout_ms and scope are left 0/"". */
 enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *scheme, struct osapi_execd *out,
 	char *err, size_t errlen);
 /* GET /command/status/{id}. */

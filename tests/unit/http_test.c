@@ -26,6 +26,7 @@
 #include "../../common/udir.h"
 #include "../../providers/aio_api.h"
 #include "../../providers/docker_api.h"
+#include "../../providers/opensandbox_api.h"
 #include "canned.h"
 #include "check.h"
 
@@ -663,6 +664,32 @@ static void test_aio_download_status(void)
 	close(fd);
 }
 
+/* ---- the OpenSandbox answers ------------------------------------------------------------ */
+
+/* An execd endpoint names a host: "//" or "/" made the base "http:" (every
+ * slash trimmed), which libcurl reads as a URL of its own choosing (found
+ * by tests/fuzz/json.c). */
+static void test_osapi_endpoint(void)
+{
+	static const char *const bad[] = { "{\"endpoint\":\"//\"}", "{\"endpoint\":\"/\"}",
+		"{\"endpoint\":\"/proxy/44772\"}", "{\"endpoint\":\"http:///x\"}", "{\"endpoint\":\"https://\"}",
+		"{\"endpoint\":\"a b\"}", "{\"endpoint\":\"h:1\",\"headers\":{\"X\":\"a\\r\\nY: b\"}}" };
+	const char *good = "{\"endpoint\":\"10.1.2.3:40123/proxy/44772/\",\"headers\":{\"OpenSandbox-Ingress-To\":\"x-44772\"}}";
+	struct osapi_execd ex;
+	char err[OSAPI_ERR_LEN];
+
+	CHECK(osapi_decode_endpoint(good, strlen(good), "http", &ex, err, sizeof(err)) == SBX_OK &&
+	      !strcmp(ex.base, "http://10.1.2.3:40123/proxy/44772") && ex.n_headers == 1 &&
+	      !strcmp(ex.hname[0], "OpenSandbox-Ingress-To") && !strcmp(ex.hvalue[0], "x-44772"));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		enum sbx_err e = osapi_decode_endpoint(bad[i], strlen(bad[i]), "http", &ex, err, sizeof(err));
+		if (e != SBX_ERR_IO) {
+			fprintf(stderr, "endpoint case %zu (%s): %s, base '%s'\n", i, bad[i], sbx_err_name(e), ex.base);
+			CHECK(!"osapi endpoint");
+		}
+	}
+}
+
 int main(void)
 {
 	log_set_min_level(LOG_LVL_ERR);
@@ -681,6 +708,7 @@ int main(void)
 	test_aio_bash();
 	test_aio_download_status();
 	test_aio_upload_redirect();
+	test_osapi_endpoint();
 	{
 		char q[64];
 		CHECK(docker_query_escape("a b/{\"}", q, sizeof(q)) == 0 && !strcmp(q, "a%20b%2F%7B%22%7D"));
