@@ -11,6 +11,7 @@
 #                   DeerFlow package sbxfs_deerflow into $(PYTHON)'s site directory there
 #   make uninstall  remove what install put there (keeps mount.conf and state_dir)
 #   make check-man  lint the man pages (mandoc) and check their version
+#   make fuzz       libFuzzer on the parsers of hostile input, FUZZ_TIME s each (tests/fuzz/)
 #   make distclean  clean, and also remove build/ (the libfuse built from source)
 #
 # libfuse: the system's when it is >= 3.16 (kernel FUSE passthrough), else
@@ -71,7 +72,8 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
 	       python3-pip python3-setuptools python3-wheel
 
-.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man
+.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
+	fuzz fuzz-ci fuzz-build fuzz-deps
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
 
@@ -214,6 +216,60 @@ bench-remote: all
 	/usr/bin/python3 bench/rfiles_bench.py
 	/usr/bin/python3 bench/skills_bench.py
 
+# ---- fuzzing (tests/fuzz/, docs/security.md "Fuzzing") ---------------------
+# libFuzzer harnesses of the parsers that read what a hostile party sends,
+# linked against the daemon's own objects compiled by clang with the
+# sanitizers into build/fuzz/obj (never mixed with the gcc objects).
+#   make fuzz                 every target FUZZ_TIME seconds (default 300)
+#   make fuzz FUZZ_TARGETS=tls FUZZ_TIME=600
+#   make fuzz-ci              every target 60 s from the committed seeds (CI)
+# New inputs go to build/fuzz/corpus/<target>/ (kept between runs); a crash,
+# hang or leak fails the run and leaves its reproducer in
+# build/fuzz/crashes/<target>/ (replay: build/fuzz/bin/fuzz-<target> FILE).
+FUZZ_DEPS := clang libclang-rt-14-dev llvm-14
+FUZZ_TARGETS ?= http tls sse demux json config
+FUZZ_TIME ?= 300
+FUZZ_CC := clang
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -DSBXFS_VERSION=\"$(VERSION)\" \
+	      $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -O1 -g $(FUZZ_SAN)
+FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
+# the daemon's objects each harness needs
+FUZZ_API_OBJS := $(COMMON) providers/providers.o
+FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
+FUZZ_OBJS_tls := net/tls.o
+FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o
+FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o
+FUZZ_OBJS_json := $(FUZZ_API_OBJS) providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
+FUZZ_OBJS_config := $(UNIT_OBJS)
+FUZZ_BINS := $(foreach t,$(FUZZ_TARGETS),build/fuzz/bin/fuzz-$(t))
+.PRECIOUS: build/fuzz/obj/%.o
+
+build/fuzz/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+.SECONDEXPANSION:
+build/fuzz/bin/fuzz-%: tests/fuzz/%.c tests/fuzz/fuzz.h $$(addprefix build/fuzz/obj/,$$(FUZZ_OBJS_$$*))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(addprefix build/fuzz/obj/,$(FUZZ_OBJS_$*)) $(FUZZ_LIBS)
+
+fuzz-deps:
+	@missing=$$(for p in $(FUZZ_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-deps
+	@$(MAKE) --no-print-directory fuzz-build
+	bash tests/fuzz/run.sh $(FUZZ_TIME) $(FUZZ_TARGETS)
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=60
+
 # Files generated for install: the units and mount.conf with the paths of
 # this PREFIX, SYSCONFDIR and STATEDIR.
 SUBST = sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@STATEDIR@|$(STATEDIR)|g'
@@ -289,6 +345,7 @@ clean:
 		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
 		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
 	rm -rf build/python
+	rm -rf build/fuzz/obj build/fuzz/bin
 
 distclean: clean
 	rm -rf build

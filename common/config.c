@@ -53,6 +53,11 @@ void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
 	vsnprintf(rule, sizeof(rule), fmt, ap);
 	va_end(ap);
 	snprintf(x->err, x->errlen, "%s: %s", key, rule);
+	/* one line: a key or a value quoted in it may hold a line break (a
+	 * quoted YAML scalar) or other control bytes */
+	for (char *p = x->err; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
 	x->failed = 1;
 }
 
@@ -1179,41 +1184,35 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 	}
 }
 
-struct sbx_config *config_load(const char *path, char *err, size_t errlen)
+struct sbx_config *config_parse(const char *name, const char *text, size_t len, char *err, size_t errlen)
 {
 	struct cfg_ctx x = { .err = err, .errlen = errlen };
 	struct sbx_config *c = NULL;
 	yaml_parser_t parser;
 	yaml_document_t doc;
 	yaml_node_t *root;
-	FILE *f = NULL;
 	int have_parser = 0, have_doc = 0;
 
 	err[0] = '\0';
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		snprintf(err, errlen, "%s: out of memory", path);
+		snprintf(err, errlen, "%s: out of memory", name);
 		return NULL;
 	}
 	config_defaults(c);
-	c->path = strdup(path);
+	c->path = strdup(name);
 	if (!c->path || !c->use || !c->state_dir || !c->skills_container_path || !c->container_prefix || !c->protocol) {
-		snprintf(err, errlen, "%s: out of memory", path);
-		goto fail;
-	}
-	f = fopen(path, "r");
-	if (!f) {
-		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		snprintf(err, errlen, "%s: out of memory", name);
 		goto fail;
 	}
 	if (!yaml_parser_initialize(&parser)) {
-		snprintf(err, errlen, "%s: cannot initialise the YAML parser", path);
+		snprintf(err, errlen, "%s: cannot initialise the YAML parser", name);
 		goto fail;
 	}
 	have_parser = 1;
-	yaml_parser_set_input_file(&parser, f);
+	yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
 	if (!yaml_parser_load(&parser, &doc)) {
-		snprintf(err, errlen, "%s: line %zu: YAML syntax error: %s", path, parser.problem_mark.line + 1,
+		snprintf(err, errlen, "%s: line %zu: YAML syntax error: %s", name, parser.problem_mark.line + 1,
 			parser.problem ? parser.problem : "unknown");
 		goto fail;
 	}
@@ -1222,7 +1221,7 @@ struct sbx_config *config_load(const char *path, char *err, size_t errlen)
 	root = yaml_document_get_root_node(&doc);
 	if (root && !(root->type == YAML_SCALAR_NODE && scalar_is_null(root))) {
 		if (root->type != YAML_MAPPING_NODE) {
-			snprintf(err, errlen, "%s: the top level must be a mapping", path);
+			snprintf(err, errlen, "%s: the top level must be a mapping", name);
 			goto fail;
 		}
 		walk_top(&x, c, root);
@@ -1241,17 +1240,43 @@ struct sbx_config *config_load(const char *path, char *err, size_t errlen)
 		goto fail;
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&parser);
-	fclose(f);
 	return c;
 fail:
 	if (have_doc)
 		yaml_document_delete(&doc);
 	if (have_parser)
 		yaml_parser_delete(&parser);
-	if (f)
-		fclose(f);
 	config_put(c);
 	return NULL;
+}
+
+struct sbx_config *config_load(const char *path, char *err, size_t errlen)
+{
+	struct buf text = BUF_INIT(CONFIG_MAX);
+	struct sbx_config *c = NULL;
+	char chunk[8192];
+	FILE *f = fopen(path, "re");
+	size_t n;
+
+	err[0] = '\0';
+	if (!f) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return NULL;
+	}
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		if (buf_add(&text, chunk, n)) {
+			snprintf(err, errlen, "%s: larger than %d bytes", path, CONFIG_MAX);
+			goto out;
+		}
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		goto out;
+	}
+	c = config_parse(path, text.ptr ? text.ptr : "", text.len, err, errlen);
+out:
+	fclose(f);
+	buf_free(&text);
+	return c;
 }
 
 struct sbx_config *config_get(struct sbx_config *c)

@@ -166,8 +166,14 @@ struct config_hooks {
 
 void config_set_hooks(const struct config_hooks *h);
 
-/* Parse and validate.  On failure returns NULL and writes one line to err. */
+#define CONFIG_MAX (1024 * 1024) /* bytes of a configuration file */
+
+/* Read path (at most CONFIG_MAX bytes) and config_parse() it. */
 struct sbx_config *config_load(const char *path, char *err, size_t errlen);
+/* Parse and validate len bytes of YAML at text (need not be NUL-terminated);
+ * name is what error lines and cfg->path say.  On failure returns NULL and
+ * writes one line to err (never empty). */
+struct sbx_config *config_parse(const char *name, const char *text, size_t len, char *err, size_t errlen);
 struct sbx_config *config_get(struct sbx_config *c);
 void config_put(struct sbx_config *c);
 /* The effective configuration as JSON text, secrets shown as "***". */

@@ -24,7 +24,7 @@ export SBXFS_LIBFUSE
 LIBFUSE_MK := build/libfuse.mk
 
 # Goals that do not compile anything do not need (or build) a libfuse.
-LIBFUSE_QUIET_GOALS := clean distclean deps libfuse check-style check-man uninstall
+LIBFUSE_QUIET_GOALS := clean distclean deps libfuse check-style check-man uninstall fuzz fuzz-ci fuzz-build fuzz-deps
 ifneq ($(if $(MAKECMDGOALS),$(filter-out $(LIBFUSE_QUIET_GOALS),$(MAKECMDGOALS)),all),)
 include $(LIBFUSE_MK)
 endif

@@ -91,6 +91,8 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 		 * session or command comes in the envelope */
 		if (status == 404 && detail && !json_object_get(o, "success"))
 			e = SBX_ERR_NOTSUP;
+		if (e == SBX_OK)
+			e = SBX_ERR_IO; /* a 3xx (not followed): nothing was done */
 		json_decref(o);
 		return e;
 	}
@@ -118,17 +120,17 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 	return SBX_OK;
 }
 
-/* One request: the answer's envelope decoded (root to decref). */
-static enum sbx_err aio_call(const struct aio_target *t, const char *method, const char *path, const json_t *body,
-	json_t **root, json_t **data, char *err, size_t errlen)
+/* One request: the answer's status and bytes (into out, capped). */
+static enum sbx_err aio_fetch(const struct aio_target *t, const char *method, const char *path, const json_t *body,
+	struct buf *out, long *status, char *err, size_t errlen)
 {
 	struct http_request rq = HTTP_REQUEST_INIT;
 	struct http_response rs;
 	struct http_header hd[2] = { { "Accept", "application/json", false }, { "X-AIO-API-Key", t->api_key, true } };
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(AIO_CAP);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e;
 
-	*root = *data = NULL;
+	*status = 0;
 	if (buf_addf(&url, "%s%s", t->base_url, path)) {
 		buf_free(&url);
 		seterr(err, errlen, "URL too long");
@@ -140,7 +142,7 @@ static enum sbx_err aio_call(const struct aio_target *t, const char *method, con
 	rq.headers = hd;
 	rq.n_headers = t->api_key && t->api_key[0] ? 2 : 1;
 	rq.json = body;
-	rq.out = &out;
+	rq.out = out;
 	rq.timeout_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
 	rq.connect_timeout_ms = 2000;
 	rq.cancel = t->cancel;
@@ -149,10 +151,47 @@ static enum sbx_err aio_call(const struct aio_target *t, const char *method, con
 	if (e)
 		seterr(err, errlen, "the AIO server at %s is not reachable: %s (%s)", t->base_url, rs.error, rs.id);
 	else
-		e = aio_envelope(rs.status, buf_str(&out), out.len, root, data, err, errlen);
+		*status = rs.status;
 	buf_free(&url);
+	return e;
+}
+
+/* One request whose answer is only checked: its envelope. */
+static enum sbx_err aio_call(const struct aio_target *t, const char *method, const char *path, const json_t *body,
+	char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(AIO_CAP);
+	json_t *root = NULL, *data;
+	long status;
+	enum sbx_err e = aio_fetch(t, method, path, body, &out, &status, err, errlen);
+
+	if (!e)
+		e = aio_envelope(status, buf_str(&out), out.len, &root, &data, err, errlen);
+	json_decref(root);
 	buf_free(&out);
 	return e;
+}
+
+enum sbx_err aio_decode_sandbox(long status, const char *body, size_t len, struct aio_info *info, char *err,
+	size_t errlen)
+{
+	json_t *o;
+
+	memset(info, 0, sizeof(*info));
+	if (status != 200) {
+		seterr(err, errlen, "GET /v1/sandbox answered %ld", status);
+		return status == 401 || status == 403 ? SBX_ERR_ACCESS : SBX_ERR_BUSY;
+	}
+	o = json_loadb(body ? body : "", len, 0, NULL);
+	if (json_is_object(o)) {
+		/* readiness is the 200 (DeerFlow); the rest is for status */
+		const char *h = json_string_value(json_object_get(o, "home_dir"));
+		const char *v = json_string_value(json_object_get(o, "version"));
+		snprintf(info->home_dir, sizeof(info->home_dir), "%s", h ? h : "");
+		snprintf(info->version, sizeof(info->version), "%s", v ? v : "");
+	}
+	json_decref(o);
+	return SBX_OK;
 }
 
 enum sbx_err aio_sandbox(const struct aio_target *t, struct aio_info *info, char *err, size_t errlen)
@@ -161,7 +200,6 @@ enum sbx_err aio_sandbox(const struct aio_target *t, struct aio_info *info, char
 	struct http_response rs;
 	struct http_header hd[2] = { { "Accept", "application/json", false }, { "X-AIO-API-Key", t->api_key, true } };
 	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(HTTP_CAP_SMALL);
-	json_t *o = NULL;
 	enum sbx_err e;
 
 	memset(info, 0, sizeof(*info));
@@ -179,19 +217,10 @@ enum sbx_err aio_sandbox(const struct aio_target *t, struct aio_info *info, char
 	rq.cancel = t->cancel;
 	rq.scope = t->scope;
 	e = http_perform(&rq, &rs);
-	if (e) {
+	if (e)
 		seterr(err, errlen, "GET /v1/sandbox: %s", rs.error);
-	} else if (rs.status != 200) {
-		seterr(err, errlen, "GET /v1/sandbox answered %ld", rs.status);
-		e = rs.status == 401 || rs.status == 403 ? SBX_ERR_ACCESS : SBX_ERR_BUSY;
-	} else if ((o = json_loadb(buf_str(&out), out.len, 0, NULL)) && json_is_object(o)) {
-		/* readiness is the 200 (DeerFlow); the rest is for status */
-		const char *h = json_string_value(json_object_get(o, "home_dir"));
-		const char *v = json_string_value(json_object_get(o, "version"));
-		snprintf(info->home_dir, sizeof(info->home_dir), "%s", h ? h : "");
-		snprintf(info->version, sizeof(info->version), "%s", v ? v : "");
-	}
-	json_decref(o);
+	else
+		e = aio_decode_sandbox(rs.status, buf_str(&out), out.len, info, err, errlen);
 	buf_free(&url);
 	buf_free(&out);
 	return e;
@@ -267,12 +296,27 @@ static int decode_bash(json_t *data, struct aio_bash_result *r, bool output, cha
 	return 0;
 }
 
+enum sbx_err aio_decode_bash(long status, const char *body, size_t len, bool output, struct aio_bash_result *r,
+	char *err, size_t errlen)
+{
+	json_t *root = NULL, *data = NULL;
+	enum sbx_err e = aio_envelope(status, body, len, &root, &data, err, errlen);
+
+	memset(r, 0, sizeof(*r));
+	if (!e && decode_bash(data, r, output, err, errlen))
+		e = SBX_ERR_IO;
+	json_decref(root);
+	return e;
+}
+
 enum sbx_err aio_bash_exec(const struct aio_target *t, const struct aio_bash_request *q, struct aio_bash_result *r,
 	char *err, size_t errlen)
 {
 	json_t *body = json_pack("{s:s,s:b,s:i}", "command", q->command, "async_mode", q->async, "max_output_length", 0),
-	       *env = json_object(), *root = NULL, *data = NULL;
+	       *env = json_object();
+	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
 	int bad = !body || !env;
 
 	for (size_t i = 0; !bad && i < q->n_env; i++)
@@ -289,11 +333,11 @@ enum sbx_err aio_bash_exec(const struct aio_target *t, const struct aio_bash_req
 		bad |= json_object_set(body, "env", env);
 	memset(r, 0, sizeof(*r));
 	if (!bad) {
-		e = aio_call(t, "POST", "/v1/bash/exec", body, &root, &data, err, errlen);
-		if (!e && decode_bash(data, r, false, err, errlen))
-			e = SBX_ERR_IO;
+		e = aio_fetch(t, "POST", "/v1/bash/exec", body, &out, &status, err, errlen);
+		if (!e)
+			e = aio_decode_bash(status, buf_str(&out), out.len, false, r, err, errlen);
 	}
-	json_decref(root);
+	buf_free(&out);
 	json_decref(env);
 	json_decref(body);
 	return e;
@@ -304,17 +348,18 @@ enum sbx_err aio_bash_output(const struct aio_target *t, const char *session_id,
 {
 	json_t *body = json_pack("{s:s,s:s,s:I,s:I,s:b,s:f}", "session_id", session_id, "command_id", command_id, "offset",
 		(json_int_t)offset, "stderr_offset", (json_int_t)stderr_offset, "wait", wait_s > 0, "wait_timeout",
-		wait_s > 0 ? wait_s : 0.0),
-	       *root = NULL, *data = NULL;
+		wait_s > 0 ? wait_s : 0.0);
+	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
 
 	memset(r, 0, sizeof(*r));
 	if (body) {
-		e = aio_call(t, "POST", "/v1/bash/output", body, &root, &data, err, errlen);
-		if (!e && decode_bash(data, r, true, err, errlen))
-			e = SBX_ERR_IO;
+		e = aio_fetch(t, "POST", "/v1/bash/output", body, &out, &status, err, errlen);
+		if (!e)
+			e = aio_decode_bash(status, buf_str(&out), out.len, true, r, err, errlen);
 	}
-	json_decref(root);
+	buf_free(&out);
 	json_decref(body);
 	return e;
 }
@@ -322,10 +367,9 @@ enum sbx_err aio_bash_output(const struct aio_target *t, const char *session_id,
 enum sbx_err aio_bash_kill(const struct aio_target *t, const char *session_id, const char *signal, char *err,
 	size_t errlen)
 {
-	json_t *body = json_pack("{s:s,s:s}", "session_id", session_id, "signal", signal), *root = NULL, *data = NULL;
-	enum sbx_err e = body ? aio_call(t, "POST", "/v1/bash/kill", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
+	json_t *body = json_pack("{s:s,s:s}", "session_id", session_id, "signal", signal);
+	enum sbx_err e = body ? aio_call(t, "POST", "/v1/bash/kill", body, err, errlen) : SBX_ERR_NOMEM;
 
-	json_decref(root);
 	json_decref(body);
 	return e;
 }
@@ -333,14 +377,10 @@ enum sbx_err aio_bash_kill(const struct aio_target *t, const char *session_id, c
 enum sbx_err aio_bash_close(const struct aio_target *t, const char *session_id, char *err, size_t errlen)
 {
 	char path[256];
-	json_t *root = NULL, *data = NULL;
-	enum sbx_err e;
 
 	if (str_fmt(path, sizeof(path), "/v1/bash/sessions/%s/close", session_id))
 		return SBX_ERR_INVAL;
-	e = aio_call(t, "POST", path, NULL, &root, &data, err, errlen);
-	json_decref(root);
-	return e;
+	return aio_call(t, "POST", path, NULL, err, errlen);
 }
 
 /* ---- shell ------------------------------------------------------------------------------------ */
@@ -368,12 +408,26 @@ static int decode_shell(json_t *data, struct aio_shell_result *r, char *err, siz
 	return 0;
 }
 
+enum sbx_err aio_decode_shell(long status, const char *body, size_t len, struct aio_shell_result *r, char *err,
+	size_t errlen)
+{
+	json_t *root = NULL, *data = NULL;
+	enum sbx_err e = aio_envelope(status, body, len, &root, &data, err, errlen);
+
+	memset(r, 0, sizeof(*r));
+	if (!e && decode_shell(data, r, err, errlen))
+		e = SBX_ERR_IO;
+	json_decref(root);
+	return e;
+}
+
 enum sbx_err aio_shell_exec(const struct aio_target *t, const char *command, const char *exec_dir, double hard_timeout,
 	struct aio_shell_result *r, char *err, size_t errlen)
 {
-	json_t *body = json_pack("{s:s,s:b,s:b}", "command", command, "async_mode", 1, "truncate", 0), *root = NULL,
-	       *data = NULL;
+	json_t *body = json_pack("{s:s,s:b,s:b}", "command", command, "async_mode", 1, "truncate", 0);
+	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
 
 	memset(r, 0, sizeof(*r));
 	if (body && exec_dir && json_object_set_new(body, "exec_dir", json_string(exec_dir)))
@@ -381,12 +435,12 @@ enum sbx_err aio_shell_exec(const struct aio_target *t, const char *command, con
 	if (body && hard_timeout > 0 && json_object_set_new(body, "hard_timeout", json_real(hard_timeout)))
 		goto out;
 	if (body) {
-		e = aio_call(t, "POST", "/v1/shell/exec", body, &root, &data, err, errlen);
-		if (!e && decode_shell(data, r, err, errlen))
-			e = SBX_ERR_IO;
+		e = aio_fetch(t, "POST", "/v1/shell/exec", body, &out, &status, err, errlen);
+		if (!e)
+			e = aio_decode_shell(status, buf_str(&out), out.len, r, err, errlen);
 	}
 out:
-	json_decref(root);
+	buf_free(&out);
 	json_decref(body);
 	return e;
 }
@@ -394,18 +448,20 @@ out:
 enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, struct aio_shell_result *r, char *err,
 	size_t errlen)
 {
-	json_t *body = json_pack("{s:s}", "id", session_id), *root = NULL, *data = NULL;
+	json_t *body = json_pack("{s:s}", "id", session_id);
+	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
+	long status;
 
 	memset(r, 0, sizeof(*r));
 	if (body) {
-		e = aio_call(t, "POST", "/v1/shell/view", body, &root, &data, err, errlen);
-		if (!e && decode_shell(data, r, err, errlen))
-			e = SBX_ERR_IO;
+		e = aio_fetch(t, "POST", "/v1/shell/view", body, &out, &status, err, errlen);
+		if (!e)
+			e = aio_decode_shell(status, buf_str(&out), out.len, r, err, errlen);
 		if (!e && !r->session_id[0])
 			snprintf(r->session_id, sizeof(r->session_id), "%s", session_id);
 	}
-	json_decref(root);
+	buf_free(&out);
 	json_decref(body);
 	return e;
 }
@@ -413,29 +469,27 @@ enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, 
 enum sbx_err aio_shell_wait(const struct aio_target *t, const char *session_id, int seconds, char *err,
 	size_t errlen)
 {
-	json_t *body = json_pack("{s:s,s:i}", "id", session_id, "seconds", seconds), *root = NULL, *data = NULL;
-	enum sbx_err e = body ? aio_call(t, "POST", "/v1/shell/wait", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
+	json_t *body = json_pack("{s:s,s:i}", "id", session_id, "seconds", seconds);
+	enum sbx_err e = body ? aio_call(t, "POST", "/v1/shell/wait", body, err, errlen) : SBX_ERR_NOMEM;
 
-	json_decref(root);
 	json_decref(body);
 	return e;
 }
 
 enum sbx_err aio_shell_kill(const struct aio_target *t, const char *session_id, char *err, size_t errlen)
 {
-	json_t *body = json_pack("{s:s}", "id", session_id), *root = NULL, *data = NULL;
-	enum sbx_err e = body ? aio_call(t, "POST", "/v1/shell/kill", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
+	json_t *body = json_pack("{s:s}", "id", session_id);
+	enum sbx_err e = body ? aio_call(t, "POST", "/v1/shell/kill", body, err, errlen) : SBX_ERR_NOMEM;
 
-	json_decref(root);
 	json_decref(body);
 	return e;
 }
 
-enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char *id, void *arg), void *arg,
-	char *err, size_t errlen)
+enum sbx_err aio_decode_sessions(long status, const char *body, size_t len, void (*fn)(const char *id, void *arg),
+	void *arg, char *err, size_t errlen)
 {
 	json_t *root = NULL, *data = NULL, *it;
-	enum sbx_err e = aio_call(t, "GET", "/v1/bash/sessions", NULL, &root, &data, err, errlen);
+	enum sbx_err e = aio_envelope(status, body, len, &root, &data, err, errlen);
 	size_t i;
 
 	if (!e && !json_is_array(data)) {
@@ -451,6 +505,19 @@ enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char
 				fn(id, arg);
 		}
 	json_decref(root);
+	return e;
+}
+
+enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char *id, void *arg), void *arg,
+	char *err, size_t errlen)
+{
+	struct buf out = BUF_INIT(AIO_CAP);
+	long status;
+	enum sbx_err e = aio_fetch(t, "GET", "/v1/bash/sessions", NULL, &out, &status, err, errlen);
+
+	if (!e)
+		e = aio_decode_sessions(status, buf_str(&out), out.len, fn, arg, err, errlen);
+	buf_free(&out);
 	return e;
 }
 
@@ -507,13 +574,11 @@ static double iso_time(const char *s)
 	return (double)timegm(&tm) - (double)off + frac;
 }
 
-enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*fn)(const struct aio_file *f, void *arg),
-	void *arg, char *err, size_t errlen)
+enum sbx_err aio_decode_file_list(long status, const char *body, size_t len, const char *path,
+	int (*fn)(const struct aio_file *f, void *arg), void *arg, char *err, size_t errlen)
 {
-	json_t *body = json_pack("{s:s,s:b,s:b,s:b,s:b}", "path", path, "recursive", 0, "show_hidden", 1, "include_size", 1,
-		"include_permissions", 1),
-	       *root = NULL, *data = NULL, *files, *it;
-	enum sbx_err e = body ? aio_call(t, "POST", "/v1/file/list", body, &root, &data, err, errlen) : SBX_ERR_NOMEM;
+	json_t *root = NULL, *data = NULL, *files, *it;
+	enum sbx_err e = aio_envelope(status, body, len, &root, &data, err, errlen);
 	size_t i;
 
 	files = json_object_get(data, "files");
@@ -544,7 +609,38 @@ enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*f
 			}
 		}
 	json_decref(root);
+	return e;
+}
+
+enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*fn)(const struct aio_file *f, void *arg),
+	void *arg, char *err, size_t errlen)
+{
+	json_t *body = json_pack("{s:s,s:b,s:b,s:b,s:b}", "path", path, "recursive", 0, "show_hidden", 1, "include_size", 1,
+		"include_permissions", 1);
+	struct buf out = BUF_INIT(AIO_CAP);
+	long status;
+	enum sbx_err e = body ? aio_fetch(t, "POST", "/v1/file/list", body, &out, &status, err, errlen) : SBX_ERR_NOMEM;
+
+	if (!e)
+		e = aio_decode_file_list(status, buf_str(&out), out.len, path, fn, arg, err, errlen);
+	buf_free(&out);
 	json_decref(body);
+	return e;
+}
+
+enum sbx_err aio_decode_download_error(long status, const char *body, size_t len, const char *path, char *err,
+	size_t errlen)
+{
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	const char *detail = json_string_value(json_object_get(o, "detail"));
+	enum sbx_err e = http_status_err(status);
+
+	if (status == 400 && detail && strcasestr(detail, "directory"))
+		e = SBX_ERR_ISDIR;
+	if (e == SBX_OK)
+		e = SBX_ERR_IO; /* a 2xx other than 200 and 206, or a 3xx (not followed): no content came */
+	seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, status, detail ? detail : "");
+	json_decref(o);
 	return e;
 }
 
@@ -584,14 +680,7 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 	} else if (rs.status == 416) {
 		e = SBX_OK; /* at or past the end */
 	} else if (rs.status != 200 && rs.status != 206) {
-		json_t *o = json_loadb(buf_str(&errbody), errbody.len, 0, NULL);
-		const char *detail = json_string_value(json_object_get(o, "detail"));
-
-		e = http_status_err(rs.status);
-		if (rs.status == 400 && detail && strcasestr(detail, "directory"))
-			e = SBX_ERR_ISDIR;
-		seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, rs.status, detail ? detail : "");
-		json_decref(o);
+		e = aio_decode_download_error(rs.status, buf_str(&errbody), errbody.len, path, err, errlen);
 	} else if (d.werr) {
 		seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
 		e = d.werr == ENOSPC ? SBX_ERR_NOSPC : SBX_ERR_IO;

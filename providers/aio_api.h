@@ -148,11 +148,41 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 enum sbx_err aio_file_upload(const struct aio_target *t, const char *path, int fd, long long size, char *err,
 	size_t errlen);
 
-/* Decoders, exposed for the unit tests: the envelope of body (an HTTP answer
- * with status) -> SBX_OK and its data (borrowed from *root), or the error. */
+/* ---- answers: the server's bytes -> the structs above ---- */
+
+/* What each call above runs on the status and body of the server's answer
+ * (len bytes at body; body may be NULL when len is 0), exposed for the unit
+ * tests and tests/fuzz/json.c.  Each returns SBX_OK, or the envelope's error
+ * (see the top), or SBX_ERR_IO when a field is missing or mistyped, with
+ * one line in err.  Results are zeroed first (clear them after use). */
+
+/* The envelope of body -> SBX_OK and its data (borrowed from *root, which
+ * the caller decrefs), or the error. */
 struct json_t;
 enum sbx_err aio_envelope(long status, const char *body, size_t len, struct json_t **root, struct json_t **data,
 	char *err, size_t errlen);
 enum aio_status aio_status_parse(const char *s);
+/* GET /v1/sandbox: SBX_OK on 200 (home_dir and version when given), ACCESS
+ * on 401/403, BUSY otherwise (not ready). */
+enum sbx_err aio_decode_sandbox(long status, const char *body, size_t len, struct aio_info *info, char *err,
+	size_t errlen);
+/* /v1/bash/exec (output false) and /v1/bash/output (output true). */
+enum sbx_err aio_decode_bash(long status, const char *body, size_t len, bool output, struct aio_bash_result *r,
+	char *err, size_t errlen);
+/* /v1/shell/exec and /v1/shell/view. */
+enum sbx_err aio_decode_shell(long status, const char *body, size_t len, struct aio_shell_result *r, char *err,
+	size_t errlen);
+/* GET /v1/bash/sessions: fn for each session id. */
+enum sbx_err aio_decode_sessions(long status, const char *body, size_t len, void (*fn)(const char *id, void *arg),
+	void *arg, char *err, size_t errlen);
+/* POST /v1/file/list of path: fn for each entry, until one is malformed
+ * (a name that is empty, ".", ".." or holds '/') or fn returns non-zero
+ * (NOMEM). */
+enum sbx_err aio_decode_file_list(long status, const char *body, size_t len, const char *path,
+	int (*fn)(const struct aio_file *f, void *arg), void *arg, char *err, size_t errlen);
+/* GET /v1/file/download of path answered status other than 200, 206 and
+ * 416: its error (ISDIR for a 400 whose detail names a directory). */
+enum sbx_err aio_decode_download_error(long status, const char *body, size_t len, const char *path, char *err,
+	size_t errlen);
 
 #endif

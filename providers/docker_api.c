@@ -291,6 +291,132 @@ static int decode_exec_inspect(json_t *o, struct docker_exec_info *x, char *err,
 	return 0;
 }
 
+/* ---- answers: dockerd's bytes -> checked structs (what the calls below run) ------------- */
+
+/* "1.41" >= "1.41"? */
+static bool docker_version_ok(const char *v)
+{
+	unsigned maj = 0, min = 0, wmaj = 0, wmin = 0;
+
+	if (sscanf(v, "%u.%u", &maj, &min) != 2 || sscanf(DOCKER_MIN_API, "%u.%u", &wmaj, &wmin) != 2)
+		return false;
+	return maj > wmaj || (maj == wmaj && min >= wmin);
+}
+
+static json_t *load(const char *body, size_t len)
+{
+	return json_loadb(body ? body : "", len, 0, NULL);
+}
+
+enum sbx_err docker_decode_error(long status, const char *body, size_t len, const char *what, char *err, size_t errlen)
+{
+	json_t *o = len ? load(body, len) : NULL;
+	const char *msg = json_string_value(json_object_get(o, "message"));
+	enum sbx_err e = http_status_err(status);
+
+	seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
+	json_decref(o);
+	/* a 2xx or 3xx where another status was expected: never a success */
+	return e == SBX_OK ? SBX_ERR_IO : e;
+}
+
+enum sbx_err docker_decode_version(const char *body, size_t len, char *version, size_t vlen, char *err,
+	size_t errlen)
+{
+	json_t *o = load(body, len);
+	enum sbx_err e = o && !dec_str(o, "ApiVersion", version, vlen, true, err, errlen) ? SBX_OK : SBX_ERR_IO;
+
+	if (!o)
+		seterr(err, errlen, "dockerd's version is not JSON");
+	if (!e && !docker_version_ok(version)) {
+		seterr(err, errlen, "dockerd speaks Engine API %s; sbxfs needs %s or newer", version, DOCKER_MIN_API);
+		e = SBX_ERR_NOTSUP;
+	}
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
+{
+	json_t *o = load(body, len);
+	enum sbx_err e = o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen) ? SBX_OK : SBX_ERR_IO;
+
+	if (!o)
+		seterr(err, errlen, "dockerd's answer is not JSON");
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err docker_decode_inspect(const char *body, size_t len, struct docker_container *c, char *err,
+	size_t errlen)
+{
+	json_t *o = load(body, len);
+	enum sbx_err e = SBX_ERR_IO;
+
+	memset(c, 0, sizeof(*c));
+	if (!o)
+		seterr(err, errlen, "dockerd's inspection is not JSON");
+	else if (!decode_inspect(o, c, err, errlen))
+		e = SBX_OK;
+	else
+		docker_container_clear(c);
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err docker_decode_list(const char *body, size_t len, void (*fn)(const struct docker_container *c, void *arg),
+	void *arg, char *err, size_t errlen)
+{
+	json_t *o = load(body, len), *item;
+	enum sbx_err e = SBX_ERR_IO;
+	size_t i;
+
+	if (!json_is_array(o)) {
+		seterr(err, errlen, "dockerd's container list is not a JSON array");
+		goto out;
+	}
+	e = SBX_OK;
+	json_array_foreach (o, i, item) {
+		struct docker_container c;
+
+		if (decode_summary(item, &c, err, errlen)) {
+			docker_container_clear(&c);
+			e = SBX_ERR_IO;
+			break;
+		}
+		fn(&c, arg);
+		docker_container_clear(&c);
+	}
+out:
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err docker_decode_image(const char *body, size_t len, char *user, size_t ulen, char *err, size_t errlen)
+{
+	json_t *o = load(body, len);
+	enum sbx_err e = SBX_ERR_IO;
+
+	if (!json_is_object(o) || !json_is_object(json_object_get(o, "Config")))
+		seterr(err, errlen, "dockerd's image inspection lacks Config");
+	else if (!user || !dec_str(json_object_get(o, "Config"), "User", user, ulen, false, err, errlen))
+		e = SBX_OK;
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err docker_decode_exec(const char *body, size_t len, struct docker_exec_info *info, char *err,
+	size_t errlen)
+{
+	json_t *o = load(body, len);
+	enum sbx_err e = o && !decode_exec_inspect(o, info, err, errlen) ? SBX_OK : SBX_ERR_IO;
+
+	if (!o)
+		seterr(err, errlen, "dockerd's exec inspection is not JSON");
+	json_decref(o);
+	return e;
+}
+
 /* ---- requests ------------------------------------------------------------------------- */
 
 static void docker_version_get(struct docker *d, char *out, size_t len)
@@ -305,16 +431,6 @@ static void docker_version_set(struct docker *d, const char *v)
 	pthread_mutex_lock(&d->lock);
 	snprintf(d->version, sizeof(d->version), "%s", v);
 	pthread_mutex_unlock(&d->lock);
-}
-
-/* "1.41" >= "1.41"? */
-static bool docker_version_ok(const char *v)
-{
-	unsigned maj = 0, min = 0, wmaj = 0, wmin = 0;
-
-	if (sscanf(v, "%u.%u", &maj, &min) != 2 || sscanf(DOCKER_MIN_API, "%u.%u", &wmaj, &wmin) != 2)
-		return false;
-	return maj > wmaj || (maj == wmaj && min >= wmin);
 }
 
 struct docker_call {
@@ -382,14 +498,7 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 /* dockerd's {"message": ...} of a failed call into err; the status's meaning. */
 static enum sbx_err docker_status_err(long status, const struct buf *out, const char *what, char *err, size_t errlen)
 {
-	json_t *o = out && out->len ? json_loadb(out->ptr, out->len, 0, NULL) : NULL;
-	const char *msg = json_string_value(json_object_get(o, "message"));
-
-	seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
-	json_decref(o);
-	if (status >= 200 && status < 300)
-		return SBX_ERR_IO; /* a success status where another was expected */
-	return http_status_err(status);
+	return docker_decode_error(status, out->ptr, out->len, what, err, errlen);
 }
 
 enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char *err, size_t errlen)
@@ -397,7 +506,6 @@ enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char
 	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
 	struct docker_call c = { .method = "GET", .path = "/version", .unversioned = true, .out = &out };
 	char v[16];
-	json_t *o = NULL;
 	long status;
 	enum sbx_err e;
 
@@ -413,21 +521,15 @@ enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char
 		e = docker_status_err(status, &out, "GET /version", err, errlen);
 		goto out;
 	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (!o || dec_str(o, "ApiVersion", v, sizeof(v), true, err, errlen))
-		goto out;
-	if (!docker_version_ok(v)) {
+	e = docker_decode_version(out.ptr, out.len, v, sizeof(v), err, errlen);
+	if (e == SBX_ERR_NOTSUP)
 		seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket, v,
 			DOCKER_MIN_API);
-		e = SBX_ERR_NOTSUP;
+	if (e)
 		goto out;
-	}
 	docker_version_set(d, v);
 	snprintf(version, vlen, "%s", v);
-	e = SBX_OK;
 out:
-	json_decref(o);
 	buf_free(&out);
 	return e;
 }
@@ -544,20 +646,14 @@ static enum sbx_err docker_post_for_id(struct docker *d, const char *path, json_
 	char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
 {
 	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
-	json_t *o = NULL;
 	enum sbx_err e;
 	long status;
 
 	e = docker_json_call(d, "POST", path, body, &out, 0, &status, err, errlen);
 	if (!e && status != 201)
 		e = docker_status_err(status, &out, what, err, errlen);
-	else if (!e) {
-		e = SBX_ERR_IO;
-		o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-		if (o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen))
-			e = SBX_OK;
-	}
-	json_decref(o);
+	else if (!e)
+		e = docker_decode_id(out.ptr, out.len, id, err, errlen);
 	buf_free(&out);
 	return e;
 }
@@ -637,7 +733,6 @@ enum sbx_err docker_remove(struct docker *d, const char *id, char *err, size_t e
 enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_container *c, char *err, size_t errlen)
 {
 	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL;
 	enum sbx_err e = SBX_ERR_INVAL;
 	long status;
 
@@ -651,16 +746,8 @@ enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_cont
 		e = docker_status_err(status, &out, "inspect", err, errlen);
 		goto out;
 	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (!o)
-		seterr(err, errlen, "dockerd's inspection of %s is not JSON", id);
-	else if (!decode_inspect(o, c, err, errlen))
-		e = SBX_OK;
-	else
-		docker_container_clear(c);
+	e = docker_decode_inspect(out.ptr, out.len, c, err, errlen);
 out:
-	json_decref(o);
 	buf_free(&out);
 	buf_free(&path);
 	return e;
@@ -670,7 +757,7 @@ enum sbx_err docker_list(struct docker *d, const char *const *labels,
 	void (*fn)(const struct docker_container *c, void *arg), void *arg, char *err, size_t errlen)
 {
 	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
-	json_t *filters = json_pack("{s:[]}", "label"), *o = NULL, *item;
+	json_t *filters = json_pack("{s:[]}", "label");
 	char *ftext = NULL, esc[2048];
 	enum sbx_err e = SBX_ERR_NOMEM;
 	long status;
@@ -689,27 +776,9 @@ enum sbx_err docker_list(struct docker *d, const char *const *labels,
 		e = docker_status_err(status, &out, "list", err, errlen);
 		goto out;
 	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (!json_is_array(o)) {
-		seterr(err, errlen, "dockerd's container list is not a JSON array");
-		goto out;
-	}
-	e = SBX_OK;
-	json_array_foreach (o, i, item) {
-		struct docker_container c;
-
-		if (decode_summary(item, &c, err, errlen)) {
-			docker_container_clear(&c);
-			e = SBX_ERR_IO;
-			break;
-		}
-		fn(&c, arg);
-		docker_container_clear(&c);
-	}
+	e = docker_decode_list(out.ptr, out.len, fn, arg, err, errlen);
 out:
 	json_decref(filters);
-	json_decref(o);
 	free(ftext);
 	buf_free(&out);
 	buf_free(&path);
@@ -721,7 +790,6 @@ enum sbx_err docker_image_exists(struct docker *d, const char *image, char *user
 {
 	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
 	char esc[600];
-	json_t *o = NULL;
 	enum sbx_err e = SBX_ERR_INVAL;
 	long status;
 
@@ -734,17 +802,8 @@ enum sbx_err docker_image_exists(struct docker *d, const char *image, char *user
 		e = docker_status_err(status, &out, "image", err, errlen);
 		goto out;
 	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (!json_is_object(o) || !json_is_object(json_object_get(o, "Config"))) {
-		seterr(err, errlen, "dockerd's image inspection of %s lacks Config", image);
-		goto out;
-	}
-	if (user && dec_str(json_object_get(o, "Config"), "User", user, ulen, false, err, errlen))
-		goto out;
-	e = SBX_OK;
+	e = docker_decode_image(out.ptr, out.len, user, ulen, err, errlen);
 out:
-	json_decref(o);
 	buf_free(&out);
 	buf_free(&path);
 	return e;
@@ -808,7 +867,9 @@ bool docker_demux_feed(struct docker_demux *dm, const char *data, size_t len, do
 			continue;
 		}
 		size_t n = dm->left < len ? dm->left : len;
-		if (!fn(dm->stream, data, n, arg))
+		/* stdin (0), Docker's systemerr (3) or a byte no stream has:
+		 * not the exec's output, and fn is promised 1 or 2 */
+		if ((dm->stream == 1 || dm->stream == 2) && !fn(dm->stream, data, n, arg))
 			dm->stopped = true;
 		dm->left -= n;
 		data += n;
@@ -870,7 +931,6 @@ enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker
 	size_t errlen)
 {
 	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL;
 	enum sbx_err e = SBX_ERR_INVAL;
 	long status;
 
@@ -883,12 +943,8 @@ enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker
 		e = docker_status_err(status, &out, "exec inspect", err, errlen);
 		goto out;
 	}
-	e = SBX_ERR_IO;
-	o = json_loadb(out.ptr ? out.ptr : "", out.len, 0, NULL);
-	if (o && !decode_exec_inspect(o, info, err, errlen))
-		e = SBX_OK;
+	e = docker_decode_exec(out.ptr, out.len, info, err, errlen);
 out:
-	json_decref(o);
 	buf_free(&out);
 	buf_free(&path);
 	return e;

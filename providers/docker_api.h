@@ -155,11 +155,41 @@ enum sbx_err docker_exec_start(struct docker *d, const char *id, docker_stream_f
 enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker_exec_info *info, char *err,
 	size_t errlen);
 
+/* ---- answers: dockerd's bytes -> the structs above --------------------------------- */
+
+/* What each call above runs on the body of dockerd's answer (len bytes at
+ * body; body may be NULL when len is 0), exposed for the unit tests and
+ * tests/fuzz/json.c.  Each returns SBX_OK, or SBX_ERR_IO with err naming
+ * the field that is missing or mistyped (body not JSON included). */
+
+/* The {"message"} of an answer of an unexpected status: that status's error
+ * (SBX_ERR_IO for a 2xx or 3xx: never SBX_OK), err "WHAT: dockerd answered
+ * STATUS: MESSAGE". */
+enum sbx_err docker_decode_error(long status, const char *body, size_t len, const char *what, char *err,
+	size_t errlen);
+/* GET /version: its ApiVersion; SBX_ERR_NOTSUP below DOCKER_MIN_API. */
+enum sbx_err docker_decode_version(const char *body, size_t len, char *version, size_t vlen, char *err,
+	size_t errlen);
+/* The 201 of a create (container, exec): its Id. */
+enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LEN + 1], char *err, size_t errlen);
+/* GET /containers/{id}/json (c zeroed, then owned by the caller on SBX_OK). */
+enum sbx_err docker_decode_inspect(const char *body, size_t len, struct docker_container *c, char *err,
+	size_t errlen);
+/* GET /containers/json: fn for each summary, until one is malformed. */
+enum sbx_err docker_decode_list(const char *body, size_t len, void (*fn)(const struct docker_container *c, void *arg),
+	void *arg, char *err, size_t errlen);
+/* GET /images/{name}/json: Config.User into user when non-NULL. */
+enum sbx_err docker_decode_image(const char *body, size_t len, char *user, size_t ulen, char *err, size_t errlen);
+/* GET /exec/{id}/json. */
+enum sbx_err docker_decode_exec(const char *body, size_t len, struct docker_exec_info *info, char *err,
+	size_t errlen);
+
 /* ---- the attach stream's framing (exposed for the unit tests) --------------------- */
 
 /* Docker multiplexes an exec's stdout and stderr on one stream in frames of
  * an 8-byte header (stream byte, 3 zero bytes, big-endian length) and the
- * payload.  The decoder takes bytes in any chunking. */
+ * payload.  The decoder takes bytes in any chunking; the payload of a frame
+ * of another stream (stdin, Docker's systemerr) is skipped. */
 struct docker_demux {
 	unsigned char hdr[8];
 	size_t have;  /* header bytes so far */

@@ -243,39 +243,25 @@ static size_t execd_headers(const struct osapi_execd *ex, struct http_header *hd
 	return n;
 }
 
-/* A JSON request to the lifecycle server: *o the parsed answer (2xx), or
+/* A request to the lifecycle server: the answer's bytes in out (a 2xx), or
  * the error.  want: the success status (0: any 2xx). */
-static enum sbx_err srv_json(const struct osapi_server *srv, const char *method, const char *url, const json_t *body,
-	long want, json_t **o, bool *gone, char *err, size_t errlen)
+static enum sbx_err srv_call(const struct osapi_server *srv, const char *method, const char *url, const json_t *body,
+	long want, struct buf *out, bool *gone, char *err, size_t errlen)
 {
 	struct http_header hd[2];
-	struct buf out = BUF_INIT(OSAPI_CAP_LIST);
 	struct http_response rs;
-	struct call c = { .method = method, .url = url, .hd = hd, .json = body, .out = &out,
+	struct call c = { .method = method, .url = url, .hd = hd, .json = body, .out = out,
 		.timeout_ms = srv->timeout_ms > 0 ? srv->timeout_ms : 30000, .scope = srv->scope };
 	enum sbx_err e;
 
-	*o = NULL;
 	set_gone(gone, false);
 	c.nh = srv_headers(srv, hd);
 	e = perform(&c, &rs, err, errlen);
-	if (e)
-		goto out;
-	if (rs.status < 200 || rs.status >= 300 || (want && rs.status != want)) {
-		e = rs.status >= 200 && rs.status < 300 ? SBX_ERR_IO : osapi_error(rs.status, buf_str(&out), out.len, gone, err, errlen);
+	if (!e && (rs.status < 200 || rs.status >= 300 || (want && rs.status != want))) {
+		e = rs.status >= 200 && rs.status < 300 ? SBX_ERR_IO : osapi_error(rs.status, buf_str(out), out->len, gone, err, errlen);
 		if (rs.status >= 200 && rs.status < 300)
 			seterr(err, errlen, "OpenSandbox answered %ld, expected %ld (%s)", rs.status, want, rs.id);
-		goto out;
 	}
-	if (out.len) {
-		*o = json_loadb(buf_str(&out), out.len, 0, NULL);
-		if (!*o) {
-			seterr(err, errlen, "OpenSandbox answered %ld with malformed JSON (%s)", rs.status, rs.id);
-			e = SBX_ERR_IO;
-		}
-	}
-out:
-	buf_free(&out);
 	return e;
 }
 
@@ -371,6 +357,65 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 	return 0;
 }
 
+static json_t *load(const char *body, size_t len, const char *what, char *err, size_t errlen)
+{
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+
+	if (!o)
+		seterr(err, errlen, "%s is not JSON", what);
+	return o;
+}
+
+enum sbx_err osapi_decode_sandbox(const char *body, size_t len, struct osapi_sandbox *sb, char *err, size_t errlen)
+{
+	json_t *o = load(body, len, "OpenSandbox's sandbox", err, errlen);
+	enum sbx_err e = SBX_ERR_IO;
+
+	memset(sb, 0, sizeof(*sb));
+	if (o && !decode_sandbox(o, sb, err, errlen))
+		e = SBX_OK;
+	json_decref(o);
+	return e;
+}
+
+enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const struct osapi_sandbox *sb, void *arg),
+	void *arg, bool *more, char *err, size_t errlen)
+{
+	json_t *o = load(body, len, "OpenSandbox's list", err, errlen), *items = json_object_get(o, "items"), *it;
+	size_t i;
+
+	*more = false;
+	if (!json_is_array(items)) {
+		if (o)
+			seterr(err, errlen, "OpenSandbox's list has no items");
+		json_decref(o);
+		return SBX_ERR_IO;
+	}
+	json_array_foreach (items, i, it) {
+		struct osapi_sandbox sb;
+		if (!decode_sandbox(it, &sb, NULL, 0))
+			fn(&sb, arg);
+	}
+	*more = json_is_true(json_object_get(json_object_get(o, "pagination"), "hasNextPage")) &&
+		json_array_size(items) > 0;
+	json_decref(o);
+	return SBX_OK;
+}
+
+enum sbx_err osapi_decode_renew(const char *body, size_t len, double *got, char *err, size_t errlen)
+{
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	const char *s = json_string_value(json_object_get(o, "expiresAt"));
+	enum sbx_err e = SBX_OK;
+
+	if (!s || osapi_parse_time(s, got)) {
+		seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
+		e = SBX_ERR_IO;
+	}
+	json_decref(o);
+	return e;
+}
+
 static json_t *kv_object(const struct osapi_kv *kv, size_t n)
 {
 	json_t *o = json_object();
@@ -383,11 +428,11 @@ static json_t *kv_object(const struct osapi_kv *kv, size_t n)
 	return o;
 }
 
-enum sbx_err osapi_create(const struct osapi_server *srv, const struct osapi_create_req *q, struct osapi_sandbox *out,
+enum sbx_err osapi_create(const struct osapi_server *srv, const struct osapi_create_req *q, struct osapi_sandbox *sb,
 	char *err, size_t errlen)
 {
-	json_t *body = json_object(), *ep = json_array(), *img = json_pack("{s:s}", "uri", q->image), *o = NULL;
-	struct buf url = BUF_INIT(BUF_CAP_PATH);
+	json_t *body = json_object(), *ep = json_array(), *img = json_pack("{s:s}", "uri", q->image);
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
 	enum sbx_err e = SBX_ERR_NOMEM;
 	int bad = !body || !ep || !img;
 
@@ -411,32 +456,31 @@ enum sbx_err osapi_create(const struct osapi_server *srv, const struct osapi_cre
 		json_decref(np);
 	}
 	if (!bad && !build_url(&url, srv->base, "/sandboxes", NULL)) {
-		e = srv_json(srv, "POST", url.ptr, body, 0, &o, NULL, err, errlen);
-		if (!e && decode_sandbox(o, out, err, errlen))
-			e = SBX_ERR_IO;
+		e = srv_call(srv, "POST", url.ptr, body, 0, &out, NULL, err, errlen);
+		if (!e)
+			e = osapi_decode_sandbox(out.ptr, out.len, sb, err, errlen);
 	}
-	json_decref(o);
 	json_decref(img);
 	json_decref(ep);
 	json_decref(body);
 	buf_free(&url);
+	buf_free(&out);
 	return e;
 }
 
-enum sbx_err osapi_get(const struct osapi_server *srv, const char *id, struct osapi_sandbox *out, char *err,
+enum sbx_err osapi_get(const struct osapi_server *srv, const char *id, struct osapi_sandbox *sb, char *err,
 	size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL;
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	if (!buf_adds(&url, srv->base) && !buf_adds(&url, "/sandboxes/") && !http_escape(&url, id)) {
-		e = srv_json(srv, "GET", url.ptr, NULL, 200, &o, NULL, err, errlen);
-		if (!e && decode_sandbox(o, out, err, errlen))
-			e = SBX_ERR_IO;
+		e = srv_call(srv, "GET", url.ptr, NULL, 200, &out, NULL, err, errlen);
+		if (!e)
+			e = osapi_decode_sandbox(out.ptr, out.len, sb, err, errlen);
 	}
-	json_decref(o);
 	buf_free(&url);
+	buf_free(&out);
 	return e;
 }
 
@@ -444,7 +488,7 @@ enum sbx_err osapi_list(const struct osapi_server *srv, const struct osapi_kv *m
 	const char *const *states, void (*fn)(const struct osapi_sandbox *sb, void *arg), void *arg, char *err,
 	size_t errlen)
 {
-	struct buf inner = BUF_INIT(4096), url = BUF_INIT(8192);
+	struct buf inner = BUF_INIT(4096), url = BUF_INIT(8192), out = BUF_INIT(OSAPI_CAP_LIST);
 	enum sbx_err e = SBX_ERR_NOMEM;
 	int bad = 0;
 
@@ -456,35 +500,21 @@ enum sbx_err osapi_list(const struct osapi_server *srv, const struct osapi_kv *m
 	if (bad)
 		goto out;
 	for (int page = 1; page <= OSAPI_LIST_PAGES; page++) {
-		json_t *o = NULL, *items, *it;
-		size_t i;
 		bool more;
 
 		buf_reset(&url);
+		buf_reset(&out);
 		if (buf_addf(&url, "%s/sandboxes?page=%d&pageSize=200", srv->base, page) ||
 		    (n_meta && (buf_adds(&url, "&metadata=") || http_escape(&url, buf_str(&inner)))))
 			goto out;
 		for (const char *const *s = states; s && *s; s++)
 			if (buf_adds(&url, "&state=") || http_escape(&url, *s))
 				goto out;
-		e = srv_json(srv, "GET", url.ptr, NULL, 200, &o, NULL, err, errlen);
+		e = srv_call(srv, "GET", url.ptr, NULL, 200, &out, NULL, err, errlen);
+		if (!e)
+			e = osapi_decode_list(out.ptr, out.len, fn, arg, &more, err, errlen);
 		if (e)
 			goto out;
-		items = json_object_get(o, "items");
-		if (!json_is_array(items)) {
-			seterr(err, errlen, "OpenSandbox's list has no items");
-			json_decref(o);
-			e = SBX_ERR_IO;
-			goto out;
-		}
-		json_array_foreach (items, i, it) {
-			struct osapi_sandbox sb;
-			if (!decode_sandbox(it, &sb, NULL, 0))
-				fn(&sb, arg);
-		}
-		more = json_is_true(json_object_get(json_object_get(o, "pagination"), "hasNextPage")) &&
-		       json_array_size(items) > 0;
-		json_decref(o);
 		if (!more)
 			break;
 	}
@@ -492,32 +522,32 @@ enum sbx_err osapi_list(const struct osapi_server *srv, const struct osapi_kv *m
 out:
 	buf_free(&inner);
 	buf_free(&url);
+	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_delete(const struct osapi_server *srv, const char *id, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL;
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
 	enum sbx_err e = SBX_ERR_NOMEM;
 	bool gone = false;
 
 	if (!buf_adds(&url, srv->base) && !buf_adds(&url, "/sandboxes/") && !http_escape(&url, id)) {
-		e = srv_json(srv, "DELETE", url.ptr, NULL, 0, &o, &gone, err, errlen);
+		e = srv_call(srv, "DELETE", url.ptr, NULL, 0, &out, &gone, err, errlen);
 		if (e == SBX_ERR_GONE) /* already gone: what a delete wants */
 			e = SBX_OK;
 	}
-	json_decref(o);
 	buf_free(&url);
+	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_renew(const struct osapi_server *srv, const char *id, double at, double *got, char *err,
 	size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH);
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
 	char when[40];
-	json_t *body = NULL, *o = NULL;
+	json_t *body = NULL;
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	if (format_time(at, when, sizeof(when)) || !(body = json_pack("{s:s}", "expiresAt", when)))
@@ -525,18 +555,13 @@ enum sbx_err osapi_renew(const struct osapi_server *srv, const char *id, double 
 	if (buf_adds(&url, srv->base) || buf_adds(&url, "/sandboxes/") || http_escape(&url, id) ||
 	    buf_adds(&url, "/renew-expiration"))
 		goto out;
-	e = srv_json(srv, "POST", url.ptr, body, 200, &o, NULL, err, errlen);
-	if (!e) {
-		const char *s = json_string_value(json_object_get(o, "expiresAt"));
-		if (!s || osapi_parse_time(s, got)) {
-			seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
-			e = SBX_ERR_IO;
-		}
-	}
+	e = srv_call(srv, "POST", url.ptr, body, 200, &out, NULL, err, errlen);
+	if (!e)
+		e = osapi_decode_renew(out.ptr, out.len, got, err, errlen);
 out:
-	json_decref(o);
 	json_decref(body);
 	buf_free(&url);
+	buf_free(&out);
 	return e;
 }
 
@@ -584,7 +609,10 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 		seterr(err, errlen, "OpenSandbox's endpoint is too long");
 		return SBX_ERR_IO;
 	}
-	if (http_url_parse(raw, &u))
+	/* libcurl reads "http:///x" as host "x": the host must follow "://" */
+	if (!strstr(raw, "://")[3] || strstr(raw, "://")[3] == '/')
+		why = "it names no host";
+	else if (http_url_parse(raw, &u))
 		why = "it is not a URL";
 	else if (strcasecmp(u.scheme, scheme))
 		why = "its scheme is not the configured protocol";
@@ -606,23 +634,15 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 	return SBX_OK;
 }
 
-enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int port, bool server_proxy,
-	const char *scheme, struct osapi_execd *out, char *err, size_t errlen)
+enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *scheme, struct osapi_execd *out,
+	char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL, *hdrs, *v;
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *hdrs, *v;
 	const char *ep, *k;
-	enum sbx_err e = SBX_ERR_NOMEM;
+	enum sbx_err e = SBX_ERR_IO;
 	size_t n;
 
 	memset(out, 0, sizeof(*out));
-	if (buf_adds(&url, srv->base) || buf_adds(&url, "/sandboxes/") || http_escape(&url, id) ||
-	    buf_addf(&url, "/endpoints/%d%s", port, server_proxy ? "?use_server_proxy=true" : ""))
-		goto out;
-	e = srv_json(srv, "GET", url.ptr, NULL, 200, &o, NULL, err, errlen);
-	if (e)
-		goto out;
-	e = SBX_ERR_IO;
 	ep = json_string_value(json_object_get(o, "endpoint"));
 	if (!ep || !header_safe(ep, 512) || strpbrk(ep, " \"<>\\^`{|}")) {
 		seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
@@ -656,12 +676,32 @@ enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int 
 			out->n_headers++;
 		}
 	}
-	out->timeout_ms = srv->timeout_ms;
-	snprintf(out->scope, sizeof(out->scope), "%s", srv->scope ? srv->scope : "opensandbox");
 	e = SBX_OK;
 out:
 	json_decref(o);
+	return e;
+}
+
+enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int port, bool server_proxy,
+	const char *scheme, struct osapi_execd *out, char *err, size_t errlen)
+{
+	struct buf url = BUF_INIT(BUF_CAP_PATH), answer = BUF_INIT(OSAPI_CAP_LIST);
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	memset(out, 0, sizeof(*out));
+	if (buf_adds(&url, srv->base) || buf_adds(&url, "/sandboxes/") || http_escape(&url, id) ||
+	    buf_addf(&url, "/endpoints/%d%s", port, server_proxy ? "?use_server_proxy=true" : ""))
+		goto out;
+	e = srv_call(srv, "GET", url.ptr, NULL, 200, &answer, NULL, err, errlen);
+	if (!e)
+		e = osapi_decode_endpoint(answer.ptr, answer.len, scheme, out, err, errlen);
+	if (e)
+		goto out;
+	out->timeout_ms = srv->timeout_ms;
+	snprintf(out->scope, sizeof(out->scope), "%s", srv->scope ? srv->scope : "opensandbox");
+out:
 	buf_free(&url);
+	buf_free(&answer);
 	return e;
 }
 
@@ -895,21 +935,12 @@ enum sbx_err osapi_interrupt(const struct osapi_execd *ex, const char *id, char 
 	return e;
 }
 
-enum sbx_err osapi_command_status(const struct osapi_execd *ex, const char *id, struct osapi_cmd_status *st,
-	bool *gone, char *err, size_t errlen)
+enum sbx_err osapi_decode_status(const char *body, size_t len, struct osapi_cmd_status *st, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_ERR);
-	enum sbx_err e = SBX_ERR_NOMEM;
-	json_t *o = NULL, *ex_code;
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *ex_code = json_object_get(o, "exit_code");
+	enum sbx_err e = SBX_OK;
 
 	memset(st, 0, sizeof(*st));
-	if (buf_adds(&url, ex->base) || buf_adds(&url, "/command/status/") || http_escape(&url, id))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (e)
-		goto out;
-	o = json_loadb(buf_str(&out), out.len, 0, NULL);
-	ex_code = json_object_get(o, "exit_code");
 	if (!json_is_boolean(json_object_get(o, "running")) || (ex_code && !json_is_null(ex_code) && !json_is_integer(ex_code))) {
 		seterr(err, errlen, "execd's command status lacks or mistypes running or exit_code");
 		e = SBX_ERR_IO;
@@ -921,6 +952,22 @@ enum sbx_err osapi_command_status(const struct osapi_execd *ex, const char *id, 
 	copy_str(json_object_get(o, "error"), st->error, sizeof(st->error));
 out:
 	json_decref(o);
+	return e;
+}
+
+enum sbx_err osapi_command_status(const struct osapi_execd *ex, const char *id, struct osapi_cmd_status *st,
+	bool *gone, char *err, size_t errlen)
+{
+	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_ERR);
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	memset(st, 0, sizeof(*st));
+	if (buf_adds(&url, ex->base) || buf_adds(&url, "/command/status/") || http_escape(&url, id))
+		goto out;
+	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
+	if (!e)
+		e = osapi_decode_status(out.ptr, out.len, st, err, errlen);
+out:
 	buf_free(&url);
 	buf_free(&out);
 	return e;
@@ -983,45 +1030,46 @@ static int decode_fileinfo(json_t *o, struct osapi_fileinfo *fi)
 	return 0;
 }
 
-enum sbx_err osapi_info(const struct osapi_execd *ex, const char *path, struct osapi_fileinfo *fi, bool *gone,
-	char *err, size_t errlen)
+enum sbx_err osapi_decode_info(const char *body, size_t len, const char *path, struct osapi_fileinfo *fi, char *err,
+	size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_ERR);
-	enum sbx_err e = SBX_ERR_NOMEM;
-	json_t *o = NULL;
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	enum sbx_err e = SBX_OK;
 
-	if (build_url(&url, ex->base, "/files/info", "path", path, NULL))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (e)
-		goto out;
-	o = json_loadb(buf_str(&out), out.len, 0, NULL);
+	memset(fi, 0, sizeof(*fi));
 	/* keyed by the path as sent; take the one member whatever its key */
 	if (!json_is_object(o) || json_object_size(o) != 1 || decode_fileinfo(json_object_iter_value(json_object_iter(o)), fi)) {
 		seterr(err, errlen, "execd's file info for %s is malformed", path);
 		e = SBX_ERR_IO;
 	}
-out:
 	json_decref(o);
+	return e;
+}
+
+enum sbx_err osapi_info(const struct osapi_execd *ex, const char *path, struct osapi_fileinfo *fi, bool *gone,
+	char *err, size_t errlen)
+{
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_ERR);
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	if (build_url(&url, ex->base, "/files/info", "path", path, NULL))
+		goto out;
+	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
+	if (!e)
+		e = osapi_decode_info(out.ptr, out.len, path, fi, err, errlen);
+out:
 	buf_free(&url);
 	buf_free(&out);
 	return e;
 }
 
-enum sbx_err osapi_list_dir(const struct osapi_execd *ex, const char *path,
-	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, bool *gone, char *err, size_t errlen)
+enum sbx_err osapi_decode_listing(const char *body, size_t len, const char *path,
+	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_LIST);
-	enum sbx_err e = SBX_ERR_NOMEM;
-	json_t *o = NULL, *it;
+	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *it;
+	enum sbx_err e = SBX_OK;
 	size_t i;
 
-	if (build_url(&url, ex->base, "/directories/list", "path", path, "depth", "1", NULL))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (e)
-		goto out;
-	o = json_loadb(buf_str(&out), out.len, 0, NULL);
 	if (!json_is_array(o)) {
 		seterr(err, errlen, "execd's listing of %s is not a JSON array", path);
 		e = SBX_ERR_IO;
@@ -1041,6 +1089,21 @@ enum sbx_err osapi_list_dir(const struct osapi_execd *ex, const char *path,
 	}
 out:
 	json_decref(o);
+	return e;
+}
+
+enum sbx_err osapi_list_dir(const struct osapi_execd *ex, const char *path,
+	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, bool *gone, char *err, size_t errlen)
+{
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_LIST);
+	enum sbx_err e = SBX_ERR_NOMEM;
+
+	if (build_url(&url, ex->base, "/directories/list", "path", path, "depth", "1", NULL))
+		goto out;
+	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
+	if (!e)
+		e = osapi_decode_listing(out.ptr, out.len, path, fn, arg, err, errlen);
+out:
 	buf_free(&url);
 	buf_free(&out);
 	return e;

@@ -231,6 +231,39 @@ enum sbx_err osapi_move(const struct osapi_execd *ex, const char *src, const cha
 enum sbx_err osapi_chmod(const struct osapi_execd *ex, const char *path, unsigned mode, bool *gone, char *err,
 	size_t errlen);
 
+/* ---- answers: the servers' bytes -> the structs above ----------------------------------------- */
+
+/* What each call above runs on the body of a 2xx answer (len bytes at
+ * body; body may be NULL when len is 0), exposed for the unit tests and
+ * tests/fuzz/json.c.  Each returns SBX_OK, or SBX_ERR_IO with one line in
+ * err when the body is not JSON or a field it uses is missing or mistyped
+ * (fields it does not use are ignored: both servers leave out null fields). */
+
+/* A sandbox (POST /sandboxes, GET /sandboxes/{id}). */
+enum sbx_err osapi_decode_sandbox(const char *body, size_t len, struct osapi_sandbox *sb, char *err, size_t errlen);
+/* One page of GET /sandboxes: fn for each well-formed item (others are
+ * skipped); *more when the server says another page follows. */
+enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const struct osapi_sandbox *sb, void *arg),
+	void *arg, bool *more, char *err, size_t errlen);
+/* POST /sandboxes/{id}/renew-expiration: the new expiresAt. */
+enum sbx_err osapi_decode_renew(const char *body, size_t len, double *got, char *err, size_t errlen);
+/* GET /sandboxes/{id}/endpoints/{port}: out->base (scheme "://" endpoint
+ * unless the endpoint has a scheme, no trailing '/') and out->headers;
+ * refused when the endpoint names no host ("/x", "http:///x"), when it or
+ * a header could smuggle a header or a URL part (control bytes, spaces,
+ * quotes), is too long, or there are more than OSAPI_MAX_HEADERS headers.  timeout_ms and scope are left 0/"". */
+enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *scheme, struct osapi_execd *out,
+	char *err, size_t errlen);
+/* GET /command/status/{id}. */
+enum sbx_err osapi_decode_status(const char *body, size_t len, struct osapi_cmd_status *st, char *err, size_t errlen);
+/* GET /files/info?path= (one FileInfo keyed by the path). */
+enum sbx_err osapi_decode_info(const char *body, size_t len, const char *path, struct osapi_fileinfo *fi, char *err,
+	size_t errlen);
+/* GET /directories/list?path=&depth=1: fn for each entry, until one is
+ * malformed (a name that is empty, "." or "..") or fn returns non-zero (NOMEM). */
+enum sbx_err osapi_decode_listing(const char *body, size_t len, const char *path,
+	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, char *err, size_t errlen);
+
 /* ---- decoders, exposed for the unit tests -------------------------------------------------- */
 
 /* RFC 3339 ("2026-01-01T10:00:00.123Z", "+02:00", Go's nanoseconds) -> epoch seconds. */

@@ -717,6 +717,26 @@ static void test_docker_api(void)
 	CHECK(docker_inspect(d, "x", &ct, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "dockerd is not reachable at unix://"));
 	docker_free(d);
 
+	/* an answer of a status no call expects, 3xx included, is an error and
+	 * fills nothing (found by tests/fuzz/json.c: docker_decode_error took
+	 * a 3xx for success, and docker_inspect returned SBX_OK with an empty
+	 * container) */
+	d = docker_new(sock_path, 2000);
+	{
+		struct canned moved = { .n_replies = 3 };
+		char vr[256], mr[2][256];
+		moved.replies[0] = reply(vr, sizeof(vr), 200, VERSION_JSON);
+		moved.replies[1] = reply(mr[0], sizeof(mr[0]), 301, "{\"message\":\"moved\"}");
+		moved.replies[2] = reply(mr[1], sizeof(mr[1]), 302, "");
+		canned_start(&moved, canned_unix_listener(sock_path));
+		CHECK(docker_inspect(d, "x", &ct, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "301") &&
+		      strstr(err, "moved"));
+		docker_container_clear(&ct);
+		CHECK(docker_list(d, filters, on_listed, &l, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "302"));
+		canned_stop(&moved);
+	}
+	docker_free(d);
+
 	/* an API older than 1.41 is refused */
 	d = docker_new(sock_path, 2000);
 	struct canned old = { .replies = { reply(r[8], sizeof(r[8]), 200, "{\"ApiVersion\":\"1.40\"}") }, .n_replies = 1 };
@@ -783,6 +803,19 @@ static void test_demux(void)
 	}
 	CHECK(s.nout == 7);
 
+	/* frames of other streams (stdin 0, Docker's systemerr 3, any other
+	 * byte) are no output: skipped, and the frames after them still read
+	 * (found by tests/fuzz/demux.c: they went to fn as stream 3, 0, 7) */
+	{
+		static const unsigned char other[] = { 3, 0, 0, 0, 0, 0, 0, 3, 's', 'y', 's', 0, 0, 0, 0, 0, 0, 0, 2, 'i', 'n',
+			7, 0, 0, 0, 0, 0, 0, 1, '?', 2, 0, 0, 0, 0, 0, 0, 2, 'e', '2', 1, 0, 0, 0, 0, 0, 0, 2, 'o', 'k' };
+		struct docker_demux dm = DOCKER_DEMUX_INIT;
+
+		memset(&s, 0, sizeof(s));
+		CHECK(docker_demux_feed(&dm, (const char *)other, sizeof(other), on_stream, &s));
+		CHECK(s.nout == 2 && !memcmp(s.out, "ok", 2) && s.nerr == 2 && !memcmp(s.err, "e2", 2));
+	}
+
 	/* an attached exec start: Docker's close-delimited raw stream of frames */
 	struct docker *d = docker_new(sock_path, 2000);
 	const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.docker.raw-stream\r\n\r\n";
@@ -821,6 +854,9 @@ static void test_aio_envelope(void)
 		{ 401, "{\"detail\":\"Invalid or missing API key\"}", SBX_ERR_ACCESS, "API key" },
 		{ 500, "{\"success\":false,\"message\":\"boom\"}", SBX_ERR_IO, "boom" },
 		{ 200, "{\"success\":tr", SBX_ERR_IO, "not JSON" },
+		/* a 3xx is no success, whatever its body (found by tests/fuzz/json.c) */
+		{ 301, "{\"detail\":\"Moved Permanently\"}", SBX_ERR_IO, "301" },
+		{ 304, "{\"success\":true,\"data\":{}}", SBX_ERR_IO, "304" },
 		{ 404, "", SBX_ERR_NOTSUP, "nothing" },
 	};
 	char err[AIO_ERR_LEN];
@@ -901,6 +937,85 @@ static void test_aio_bash(void)
 	canned_stop(&c);
 }
 
+/* An upload answered 307 (an http:// base_url behind a proxy that redirects
+ * to https://, say) did not happen: an error, not success (found by
+ * tests/fuzz/json.c: aio_envelope took a 3xx with a JSON body for success). */
+static void test_aio_upload_redirect(void)
+{
+	char r[256], url[64], err[AIO_ERR_LEN], path[] = "/tmp/sbxfs-http-test-XXXXXX";
+	struct canned c = { .n_replies = 1 };
+	struct aio_target t = { .base_url = url, .netns_fd = -1, .timeout_ms = 2000 };
+	int port, l = tcp_listener(&port), fd = mkstemp(path);
+
+	CHECK(l >= 0 && fd >= 0 && write(fd, "data\n", 5) == 5);
+	if (l < 0 || fd < 0)
+		return;
+	unlink(path);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	c.replies[0] = reply(r, sizeof(r), 307, "{\"detail\":\"use https\"}");
+	canned_start(&c, l);
+	CHECK(aio_file_upload(&t, "/w/a", fd, 5, err, sizeof(err)) == SBX_ERR_IO && strstr(err, "307"));
+	canned_stop(&c);
+	close(fd);
+}
+
+/* A download answered with a status that carries no content (a 3xx curl
+ * does not follow, a 201 or 204) is an error, never an empty file (found
+ * writing tests/fuzz/json.c's contract check: aio_decode_download_error
+ * gave SBX_OK for them, and a read of the file saw EOF at once). */
+static void test_aio_download_status(void)
+{
+	char r[2][256], url[64], err[AIO_ERR_LEN], path[] = "/tmp/sbxfs-http-test-XXXXXX";
+	struct canned c = { .n_replies = 2 };
+	struct aio_target t = { .base_url = url, .netns_fd = -1, .timeout_ms = 2000 };
+	int port, l = tcp_listener(&port), fd = mkstemp(path);
+	size_t got = 1;
+
+	CHECK(l >= 0 && fd >= 0);
+	if (l < 0 || fd < 0)
+		return;
+	unlink(path);
+	CHECK(aio_decode_download_error(304, NULL, 0, "/w/a", err, sizeof(err)) == SBX_ERR_IO && strstr(err, "304"));
+	CHECK(aio_decode_download_error(400, "{\"detail\":\"Path is a directory\"}", 32, "/w/d", err, sizeof(err)) ==
+	      SBX_ERR_ISDIR);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	c.replies[0] = "HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/x\r\nContent-Length: 5\r\n\r\nmoved";
+	c.replies[1] = reply(r[1], sizeof(r[1]), 204, "");
+	canned_start(&c, l);
+	CHECK(aio_file_download(&t, "/w/a", 0, 100, fd, &got, err, sizeof(err)) == SBX_ERR_IO && got == 0 &&
+	      strstr(err, "302"));
+	got = 1;
+	CHECK(aio_file_download(&t, "/w/a", 0, 100, fd, &got, err, sizeof(err)) == SBX_ERR_IO && got == 0);
+	canned_stop(&c);
+	close(fd);
+}
+
+/* ---- the OpenSandbox answers ------------------------------------------------------------ */
+
+/* An execd endpoint names a host: "//" or "/" made the base "http:" (every
+ * slash trimmed), which libcurl reads as a URL of its own choosing (found
+ * by tests/fuzz/json.c). */
+static void test_osapi_decode_endpoint(void)
+{
+	static const char *const bad[] = { "{\"endpoint\":\"//\"}", "{\"endpoint\":\"/\"}",
+		"{\"endpoint\":\"/proxy/44772\"}", "{\"endpoint\":\"http:///x\"}", "{\"endpoint\":\"https://\"}",
+		"{\"endpoint\":\"a b\"}", "{\"endpoint\":\"h:1\",\"headers\":{\"X\":\"a\\r\\nY: b\"}}" };
+	const char *good = "{\"endpoint\":\"10.1.2.3:40123/proxy/44772/\",\"headers\":{\"OpenSandbox-Ingress-To\":\"x-44772\"}}";
+	struct osapi_execd ex;
+	char err[OSAPI_ERR_LEN];
+
+	CHECK(osapi_decode_endpoint(good, strlen(good), "http", &ex, err, sizeof(err)) == SBX_OK &&
+	      !strcmp(ex.base, "http://10.1.2.3:40123/proxy/44772") && ex.n_headers == 1 &&
+	      !strcmp(ex.hname[0], "OpenSandbox-Ingress-To") && !strcmp(ex.hvalue[0], "x-44772"));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		enum sbx_err e = osapi_decode_endpoint(bad[i], strlen(bad[i]), "http", &ex, err, sizeof(err));
+		if (e != SBX_ERR_IO && e != SBX_ERR_PERM) {
+			fprintf(stderr, "endpoint case %zu (%s): %s, base '%s'\n", i, bad[i], sbx_err_name(e), ex.base);
+			CHECK(!"osapi endpoint");
+		}
+	}
+}
+
 int main(void)
 {
 	log_set_min_level(LOG_LVL_ERR);
@@ -926,6 +1041,9 @@ int main(void)
 	test_demux();
 	test_aio_envelope();
 	test_aio_bash();
+	test_aio_download_status();
+	test_aio_upload_redirect();
+	test_osapi_decode_endpoint();
 	{
 		char q[64];
 		CHECK(docker_query_escape("a b/{\"}", q, sizeof(q)) == 0 && !strcmp(q, "a%20b%2F%7B%22%7D"));
