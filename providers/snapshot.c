@@ -1360,12 +1360,11 @@ static int snap_write_info(struct snap_take *t, const struct snap_result *r)
 		"shared_with", r->prev[0] ? json_string(r->prev) : json_null(), "method",
 		st->reflinked ? "reflink" : st->linked ? "link" : "copy", "freeze_ms", r->freeze_s * 1000.0, "took_ms",
 		r->took_s * 1000.0, "uid", (int)t->uid, "gid", (int)t->gid);
-	if (!o || json_to_buf(o, &b) || buf_adds(&b, "\n")) {
-		json_decref(o);
+	/* json_to_buf takes o (and ends the text with a newline) */
+	if (!o || json_to_buf(o, &b)) {
 		buf_free(&b);
 		return ENOMEM;
 	}
-	json_decref(o);
 	err = udir_write(t->tmpfd, "info.json", b.ptr, b.len, 0600, 0, 0) ? errno : 0;
 	buf_free(&b);
 	return err;
@@ -1523,7 +1522,7 @@ static int snap_journal_write(const char *dst_thread_dir, const char *src_thread
 	struct buf b = BUF_INIT(BUF_CAP_CTL);
 	int tfd = -1, fd = -1, err = 0;
 
-	if (!o || json_to_buf(o, &b)) {
+	if (!o || json_to_buf(o, &b)) { /* takes o */
 		err = ENOMEM;
 		goto out;
 	}
@@ -1547,7 +1546,6 @@ out:
 		unlinkat(tfd, SNAP_JOURNAL ".tmp", 0);
 	if (tfd >= 0)
 		close(tfd);
-	json_decref(o);
 	buf_free(&b);
 	return err;
 }
