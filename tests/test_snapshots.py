@@ -124,7 +124,7 @@ def test_snapshot_then_restore_after_a_job_deleted_changed_and_added_files(sandb
     code, _, err = run_job(t, "setup",
                            "mkdir -p src/pkg keep && echo one > src/a.py && echo two > src/pkg/b.py"
                            " && chmod 750 src/pkg && ln -s a.py src/link && seq 1 20000 > big.txt"
-                           " && touch -d @1000000000 old.txt && chmod 600 old.txt && echo k > keep/k")
+                           " && touch -d '2001-09-09 01:46:40' old.txt && chmod 600 old.txt && echo k > keep/k")
     assert code == 0, err
     (t / "uploads" / "in.csv").write_text("1,2\n")
     (t / "outputs" / "r.txt").write_text("result\n")
@@ -490,21 +490,24 @@ def test_a_frozen_jobs_timeout_does_not_run(sbxfs):
 def test_rmdir_of_a_frozen_sandbox_thaws_it(sandbox):
     """suite: what a job left behind runs on in the warm sandbox."""
     m, t = sandbox
-    code, _, err = run_job(t, "bg", "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > beat; sleep 0.1; done'"
-                           " >/dev/null 2>&1 &")
+    code, _, err = run_job(t, "bg", "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > beat; sleep 0.1; done'"
+                           " </dev/null >/dev/null 2>&1 &")
     assert code == 0, err
     beat = host_data(m, "workspace") / "beat"
     assert wait_until(beat.exists, 10)
     ctl(t, "freeze")
     b = beat.read_text()
-    time.sleep(0.5)
+    time.sleep(1)
     assert beat.read_text() == b
     os.rmdir(t)
     assert wait_until(lambda: beat.read_text() != b, 10), "the released sandbox stayed frozen"
     assert "released: thawed" in m.log
     os.mkdir(t)
     assert sbxutil.status(t)["frozen"] is False
-    ctl(t, "kill")
+    try:
+        ctl(t, "kill")
+    except OSError as e:  # aio: the AIO server is the sandbox's own process
+        assert e.errno == errno.EOPNOTSUPP
 
 
 # --------------------------------------------------------------------------
