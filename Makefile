@@ -70,7 +70,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       dpkg-dev meson ninja-build debian-archive-keyring \
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
-	       python3-pip python3-setuptools python3-wheel
+	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
 
 .PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man
 
