@@ -598,13 +598,12 @@ out:
  * possible (then copy), or -errno. */
 static int sync_link_prev(struct sync *s, int dst, int ref, const char *name, const struct rec *r)
 {
-	struct stat rs;
-
-	if (ref < 0 || fstatat(ref, name, &rs, AT_SYMLINK_NOFOLLOW) || !S_ISREG(rs.st_mode) ||
-	    (uint64_t)rs.st_size != r->size)
+	/* the previous snapshot is ours and never written: its manifest says
+	 * what its copy is, without a look (EPERM: a directory there) */
+	if (ref < 0)
 		return 0;
 	if (linkat(ref, name, dst, name, 0))
-		return errno == ENOENT || errno == EMLINK || errno == EEXIST ? 0 : -errno;
+		return errno == ENOENT || errno == EMLINK || errno == EEXIST || errno == EPERM ? 0 : -errno;
 	struct rec copy = *r;
 	copy.how = HOW_LINK;
 	if (recmap_put(s->out, s->path, &copy))
@@ -772,16 +771,32 @@ static int sync_entry(struct sync *s, int dst, int src, int ref, const char *nam
 {
 	struct stat ss, ds;
 	size_t plen = s->plen;
-	bool had;
+	const struct rec *r;
+	bool had = false;
 	int err;
 
 	if (fstatat(src, name, &ss, AT_SYMLINK_NOFOLLOW))
 		return errno;
-	had = !fstatat(dst, name, &ds, AT_SYMLINK_NOFOLLOW);
-	if (!had && errno != ENOENT)
-		return errno;
 	if ((err = path_push(s, name)))
 		return err;
+	/* the final pass of a take: a file still what the first pass copied
+	 * is kept without a look at the copy (the take's own directory, which
+	 * nothing else writes) */
+	if (s->mode == SYNC_TAKE_FINAL && S_ISREG(ss.st_mode) && rec_matches(r = recmap_get(s->ref, s->path), &ss)) {
+		sync_count_kept(s, r);
+		err = recmap_put(s->out, s->path, r);
+		path_pop(s, plen);
+		return err;
+	}
+	/* the first pass fills a directory it has just made: nothing there */
+	if (s->mode != SYNC_TAKE_FIRST) {
+		had = !fstatat(dst, name, &ds, AT_SYMLINK_NOFOLLOW);
+		if (!had && errno != ENOENT) {
+			err = errno;
+			path_pop(s, plen);
+			return err;
+		}
+	}
 	switch (ss.st_mode & S_IFMT) {
 	case S_IFDIR:
 		err = sync_subdir(s, dst, src, ref, name, &ss, had, &ds, depth);
@@ -806,12 +821,52 @@ static int sync_entry(struct sync *s, int dst, int src, int ref, const char *nam
 	return err;
 }
 
-/* dst's entries that src does not have go. */
-static int sync_prune(struct sync *s, int dst, int src)
+/* The names of a directory of src, sorted: what dst may keep. */
+struct names {
+	char **v;
+	size_t n, cap;
+};
+
+static int names_add(struct names *ns, const char *name)
+{
+	if (ns->n == ns->cap) {
+		size_t cap = ns->cap ? ns->cap * 2 : 64;
+		char **v = realloc(ns->v, cap * sizeof(*v));
+		if (!v)
+			return ENOMEM;
+		ns->v = v;
+		ns->cap = cap;
+	}
+	ns->v[ns->n] = strdup(name);
+	if (!ns->v[ns->n])
+		return ENOMEM;
+	ns->n++;
+	return 0;
+}
+
+static int names_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool names_has(const struct names *ns, const char *name)
+{
+	return ns->n && bsearch(&name, ns->v, ns->n, sizeof(*ns->v), names_cmp);
+}
+
+static void names_clear(struct names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++)
+		free(ns->v[i]);
+	free(ns->v);
+}
+
+/* dst's entries that src does not have go (a device in src is not
+ * copied: sync_entry removed what dst had of that name). */
+static int sync_prune(struct sync *s, int dst, const struct names *keep)
 {
 	int fd = openat(dst, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
 	struct dirent *e;
-	struct stat ss;
 	DIR *d;
 
 	if (fd < 0)
@@ -822,16 +877,8 @@ static int sync_prune(struct sync *s, int dst, int src)
 		return errno;
 	}
 	while ((e = readdir(d)) && !err) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || names_has(keep, e->d_name))
 			continue;
-		/* gone from src, or a device there (never copied) */
-		int r = fstatat(src, e->d_name, &ss, AT_SYMLINK_NOFOLLOW);
-		if (!r && !S_ISCHR(ss.st_mode) && !S_ISBLK(ss.st_mode))
-			continue;
-		if (r && errno != ENOENT) {
-			err = errno;
-			break;
-		}
 		size_t plen = s->plen;
 		if (!(err = path_push(s, e->d_name)))
 			err = sync_remove(s, dst, e->d_name);
@@ -846,6 +893,7 @@ static int sync_prune(struct sync *s, int dst, int src)
 static int sync_dir(struct sync *s, int dst, int src, int ref, int depth)
 {
 	int fd = openat(src, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), err = 0;
+	struct names seen = { 0 };
 	struct dirent *e;
 	DIR *d;
 
@@ -865,6 +913,8 @@ static int sync_dir(struct sync *s, int dst, int src, int ref, int depth)
 		}
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
+		if (s->mode != SYNC_TAKE_FIRST && (err = names_add(&seen, e->d_name)))
+			break;
 		err = sync_entry(s, dst, src, ref, e->d_name, depth);
 		/* the first pass of a take runs beside the sandbox: what moved
 		 * under it is the final pass's; a lease too */
@@ -872,8 +922,12 @@ static int sync_dir(struct sync *s, int dst, int src, int ref, int depth)
 			err = 0;
 	}
 	closedir(d);
-	if (!err)
-		err = sync_prune(s, dst, src);
+	/* the first pass made dst itself: nothing else is in it */
+	if (!err && s->mode != SYNC_TAKE_FIRST) {
+		qsort(seen.v, seen.n, sizeof(*seen.v), names_cmp);
+		err = sync_prune(s, dst, &seen);
+	}
+	names_clear(&seen);
 	return err;
 }
 
