@@ -253,6 +253,7 @@ def test_writing_inside_a_snapshot_is_erofs(sandbox):
 
 def test_names_limits_and_errnos(sbxfs):
     m = sbxfs(config={"snapshots": {"max_per_thread": 2}})
+    assert read_json(m.mnt / ".config")["snapshots"] == {"max_per_thread": 2}
     t = acquire(m)
     (t / "workspace" / "f").write_text("f\n")
     for bad in ("a b", "x" * 65, ".hidden", "a.b", "é"):
