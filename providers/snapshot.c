@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -357,10 +358,34 @@ static gid_t sync_gid(const struct sync *s, gid_t g)
 	return s->map_ids && g == s->from_gid ? s->to_gid : g;
 }
 
-/* A name of our own in dst for what is made before it is renamed into place. */
-static void sync_tmpname(struct sync *s, char out[64])
+/* What a temporary name is made for. */
+enum tmp_kind { TMP_FILE, TMP_SYMLINK, TMP_NODE };
+
+/* Make a new object under a name of our own in dst, to be renamed into
+ * place: a regular file (returns its fd, write-only), a symlink to target,
+ * or a node of mode (FIFO, socket).  The name has 64 random bits, so a
+ * sandbox cannot plant the names a restore will use; one that exists
+ * anyway is skipped for another.  An fd (or 0), or -1 with errno. */
+static int sync_make_tmp(struct sync *s, int dst, enum tmp_kind kind, const char *target, mode_t mode,
+	char out[64])
 {
-	snprintf(out, 64, ".sbxfs-snap.%d.%lu", (int)getpid(), ++s->seq);
+	for (int tries = 0; tries < 16; tries++) {
+		unsigned long long rnd = 0;
+		int r;
+		if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			rnd ^= (unsigned long long)getpid() << 32 | (unsigned long long)time(NULL);
+		snprintf(out, 64, ".sbxfs-snap.%016llx.%lu", rnd, ++s->seq);
+		if (kind == TMP_FILE)
+			r = openat(dst, out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		else if (kind == TMP_SYMLINK)
+			r = symlinkat(target, dst, out);
+		else
+			r = mknodat(dst, out, mode, 0);
+		if (r >= 0 || errno != EEXIST)
+			return r;
+	}
+	errno = EEXIST;
+	return -1;
 }
 
 /* rm -rf of an entry of dst: never following, never opening anything but
@@ -538,8 +563,7 @@ static int sync_copy_file(struct sync *s, int dst, int src, const char *name, co
 		err = errno;
 		goto out;
 	}
-	sync_tmpname(s, tmp);
-	dfd = openat(dst, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	dfd = sync_make_tmp(s, dst, TMP_FILE, NULL, 0, tmp);
 	if (dfd < 0) {
 		err = errno;
 		goto out;
@@ -678,8 +702,7 @@ static int sync_symlink(struct sync *s, int dst, int src, const char *name, cons
 	if (had && S_ISLNK(ds->st_mode))
 		m = readlinkat(dst, name, cur, sizeof(cur) - 1);
 	if (m != n || memcmp(cur, target, (size_t)n)) {
-		sync_tmpname(s, tmp);
-		if (symlinkat(target, dst, tmp))
+		if (sync_make_tmp(s, dst, TMP_SYMLINK, target, 0, tmp) < 0)
 			return errno;
 		err = sync_replace(s, dst, tmp, name, had && S_ISDIR(ds->st_mode));
 	}
@@ -699,8 +722,7 @@ static int sync_special(struct sync *s, int dst, const char *name, const struct 
 	int err = 0;
 
 	if (!(had && (ds->st_mode & S_IFMT) == (ss->st_mode & S_IFMT))) {
-		sync_tmpname(s, tmp);
-		if (mknodat(dst, tmp, (ss->st_mode & S_IFMT) | 0600, 0))
+		if (sync_make_tmp(s, dst, TMP_NODE, NULL, (ss->st_mode & S_IFMT) | 0600, tmp) < 0)
 			return errno;
 		err = sync_replace(s, dst, tmp, name, had && S_ISDIR(ds->st_mode));
 	}

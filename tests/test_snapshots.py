@@ -554,7 +554,14 @@ def test_hostile_content_is_never_followed_opened_or_filled(sbxfs, tmp_path):
                            "ln -s /etc/shadow sparse && rm \"$(printf 'new\\nline')\"")
     assert code == 0, err
     (t / "workspace" / "again").write_text("x")
+    # names like the restore's own temporary ones, one a link to a host file
+    for k in range(1, 20):
+        (t / "workspace" / f".sbxfs-snap.{k:016x}.{k}").write_text("planted")
+    os.symlink("/etc/passwd", t / "workspace" / ".sbxfs-snap.0000000000000000.1")
+    passwd = os.stat("/etc/passwd")
     ctl(t, "restore s")
+    assert os.stat("/etc/passwd").st_mtime_ns == passwd.st_mtime_ns
+    assert not [n for n in os.listdir(ws) if n.startswith(".sbxfs-")]
     assert sorted(os.listdir(sentinel)) == ["keep"] and (sentinel / "keep").read_text() == "host file\n"
     assert os.stat("/etc/shadow").st_mtime_ns == shadow.st_mtime_ns and os.path.isdir("/etc")
     assert stat.S_ISDIR(os.lstat(ws / "dd").st_mode) and (ws / "dd" / "x").read_text() == "in\n"
