@@ -946,7 +946,8 @@ static int sync_dir(struct sync *s, int dst, int src, int ref, int depth)
 	closedir(d);
 	/* the first pass made dst itself: nothing else is in it */
 	if (!err && s->mode != SYNC_TAKE_FIRST) {
-		qsort(seen.v, seen.n, sizeof(*seen.v), names_cmp);
+		if (seen.n > 1)
+			qsort(seen.v, seen.n, sizeof(*seen.v), names_cmp);
 		err = sync_prune(s, dst, &seen);
 	}
 	names_clear(&seen);
@@ -1122,7 +1123,8 @@ static int snap_list_fd(int root, char ***out, size_t *n)
 		snap_names_free(names, cnt);
 		return err;
 	}
-	qsort(names, cnt, sizeof(*names), snap_cmp);
+	if (cnt > 1)
+		qsort(names, cnt, sizeof(*names), snap_cmp);
 	*out = names;
 	*n = cnt;
 	return 0;
