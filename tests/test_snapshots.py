@@ -11,9 +11,7 @@ providers run the functions marked "suite" again in test_containers.py."""
 import errno
 import hashlib
 import os
-import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -25,7 +23,8 @@ import pytest
 
 import sbxutil
 from sbxutil import expect_errno, read_json, read_text, wait_until
-from test_jobs import cat, jstatus, mkjob, run_job, start, wait_exit, write_ctl
+from test_jobs import jstatus, mkjob, run_job, start, wait_exit, write_ctl
+from test_users import accounts, as_user  # noqa: F401 (a fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fakes"))
 
@@ -634,3 +633,34 @@ def test_xfs_state_dir_snapshots_share_blocks(xfs_dir, sbxfs):
     free2 = os.statvfs(xfs_dir).f_bfree * os.statvfs(xfs_dir).f_frsize
     assert free1 - free2 < 8 * MiB, "the restore copied instead of sharing blocks"
     m.stop()
+
+
+# --------------------------------------------------------------------------
+# users: a mapped account does it all through the mount; another gets EACCES
+
+
+@pytest.mark.timeout_s(150)
+def test_a_mapped_user_takes_reads_and_restores_snapshots(sbxfs, accounts):
+    (a, ua), (b, ub) = accounts
+    m = sbxfs(config={"users": {a: ua, b: ub}, "allow_other": True})
+    t = m.mnt / a / "t1"
+    s = t / "snapshots" / "s"
+    res = as_user(ua, [("makedirs", t),
+                       ("write", t / "workspace" / "f", "v1\n"),
+                       ("mkdir", s),
+                       ("read", s / "workspace" / "f"),
+                       ("write", t / "workspace" / "f", "v2\n"),
+                       ("write", t / "ctl", "restore s\n"),
+                       ("read", t / "workspace" / "f"),
+                       ("listdir", t / "snapshots"),
+                       ("write", s / "workspace" / "new", "x"),
+                       ("unlink", s / "workspace" / "f")])
+    assert all("ok" in r for r in res[:8]), res
+    assert res[3]["ok"] == "v1\n" and res[6]["ok"] == "v1\n" and res[7]["ok"] == ["s"], res
+    assert res[8].get("errno") == "EROFS" and res[9].get("errno") == "EROFS", res
+    assert os.stat(s / "workspace" / "f").st_uid == ua  # shown as the user's
+    assert os.stat(m.workspace_data(a, "t1") / "f").st_uid == ua
+    res = as_user(ub, [("listdir", t / "snapshots"), ("read", s / "info"), ("mkdir", t / "snapshots" / "x"),
+                       ("write", t / "ctl", "restore s\n")])
+    assert all(r.get("errno") == "EACCES" for r in res), res
+    assert names(t) == ["s"]
