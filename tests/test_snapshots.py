@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -610,6 +611,14 @@ def xfs_dir(tmp_path):
     os.chmod(mnt, 0o755)
     os.chmod(tmp_path, 0o755)
     yield mnt
+    # the conftest's teardown ends what names its own state_dir; this one is
+    # here: a daemon that died leaves its sandboxes (bwrap, pasta) holding it
+    for pid in sbxutil.procs_matching(mnt):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    sbxutil.remove_sandbox_cgroups(mnt / "state")
     for _ in range(50):
         if subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60).returncode == 0:
             break
