@@ -53,9 +53,10 @@ COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o co
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
-	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o
+	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
+	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o
+      fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
@@ -70,7 +71,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       dpkg-dev meson ninja-build debian-archive-keyring \
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
-	       python3-pip python3-setuptools python3-wheel
+	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
 
 .PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
 	fuzz fuzz-ci fuzz-build fuzz-deps
@@ -122,7 +123,7 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o prov
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
-	net/egress.o net/policy.o
+	providers/docker_freeze.o net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)

@@ -971,7 +971,11 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 			get_size(x, key, v, 1, &c->skills_max_total_size);
 		else if (!strcmp(sect, "remote_files") && !strcmp(k, "cache_size"))
 			get_size(x, key, v, 16ULL << 20, &c->rfiles_cache_max);
-		else if (!strcmp(sect, "skills") && !strcmp(k, "max_files")) {
+		else if (!strcmp(sect, "snapshots") && !strcmp(k, "max_per_thread")) {
+			long n;
+			if (!get_long(x, key, v, 1, 4096, &n))
+				c->snapshots_max = (unsigned)n;
+		} else if (!strcmp(sect, "skills") && !strcmp(k, "max_files")) {
 			long n;
 			if (!get_long(x, key, v, 0, 1000000, &n))
 				c->skills_max_files = (uint64_t)n;
@@ -1055,7 +1059,7 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_network(x, c, v);
 	else if (!strcmp(k, "resources"))
 		parse_resources(x, c, v);
-	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files"))
+	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files") || !strcmp(k, "snapshots"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
 		get_str(x, k, v, &c->image);
@@ -1104,6 +1108,7 @@ static void config_defaults(struct sbx_config *c)
 	c->skills_max_total_size = 512ULL << 20;
 	c->skills_max_files = 2000;
 	c->rfiles_cache_max = 4ULL << 30;
+	c->snapshots_max = 32;
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
@@ -1133,7 +1138,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		NULL };
+		"snapshots", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -1405,6 +1410,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 						  (json_int_t)c->res.tmp_size, "output", (json_int_t)c->res.output));
 	json_object_set_new(o, "skills", skills);
 	json_object_set_new(o, "remote_files", json_pack("{s:I}", "cache_size", (json_int_t)c->rfiles_cache_max));
+	json_object_set_new(o, "snapshots", json_pack("{s:i}", "max_per_thread", (int)c->snapshots_max));
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
 	json_object_set_new(o, "base_url", jstr_or_null(c->base_url));

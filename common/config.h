@@ -94,6 +94,8 @@ struct sbx_config {
 	 * caches of all sandboxes (fs/rfiles.c evicts what no one has open and
 	 * is uploaded, least recently used first); 0 = none */
 	uint64_t rfiles_cache_max;
+	/* snapshots.max_per_thread: snapshots one thread may have (EDQUOT past it) */
+	unsigned snapshots_max;
 	struct config_kv *env;
 	size_t n_env;
 	struct config_mount *mounts;

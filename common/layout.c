@@ -19,9 +19,9 @@
 #include "util.h"
 
 static const char *layout_names[LAYOUT_DIR_COUNT] = { "user-data/workspace", "user-data/uploads",
-	"user-data/outputs", "skills", "jobs" };
+	"user-data/outputs", "skills", "jobs", "snapshots" };
 static const char *layout_sandbox[LAYOUT_DIR_COUNT] = { "/mnt/user-data/workspace", "/mnt/user-data/uploads",
-	"/mnt/user-data/outputs", NULL, NULL };
+	"/mnt/user-data/outputs", NULL, NULL, NULL };
 
 int layout_users_dir(struct buf *b, const char *state_dir)
 {

@@ -10,6 +10,8 @@
  *       skills/                                 the skill projection
  *       jobs/<name>/                            job slots (fs/job.h)
  *       network.json                            its network policy, events and grants (net/netpol.h)
+ *       snapshots/<name>/                       its snapshots (providers/snapshot.h), root's, 0700
+ *       restore.json                            the journal of a restore in progress (snapshot.h)
  *       <provider files>                        local.json, sandbox.log, pasta.log, ...
  *
  * and where a sandbox sees them (LAYOUT_SANDBOX_*).  Path builders append
@@ -22,7 +24,15 @@
 
 #include "buf.h"
 
-enum layout_dir { LAYOUT_WORKSPACE, LAYOUT_UPLOADS, LAYOUT_OUTPUTS, LAYOUT_SKILLS, LAYOUT_JOBS, LAYOUT_DIR_COUNT };
+enum layout_dir {
+	LAYOUT_WORKSPACE,
+	LAYOUT_UPLOADS,
+	LAYOUT_OUTPUTS,
+	LAYOUT_SKILLS,
+	LAYOUT_JOBS,
+	LAYOUT_SNAPSHOTS,
+	LAYOUT_DIR_COUNT
+};
 
 #define LAYOUT_SANDBOX_USER_DATA "/mnt/user-data"
 #define LAYOUT_SANDBOX_WORKSPACE "/mnt/user-data/workspace"

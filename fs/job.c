@@ -747,6 +747,36 @@ void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), voi
 	closedir(d);
 }
 
+struct job_busy {
+	struct sbx *s;
+	const char *jobs_dir;
+	bool busy;
+};
+
+static void job_busy_one(const char *name, void *arg)
+{
+	struct job_busy *b = arg;
+	struct job *j;
+	enum job_state st;
+
+	if (b->busy || !(j = job_get(b->s, b->jobs_dir, name)))
+		return;
+	st = job_state(j);
+	b->busy = st == J_STARTING || st == J_RUNNING;
+	job_put(j);
+}
+
+bool job_any_running(struct sbx *s, const char *jobs_dir)
+{
+	struct job_busy b = { .s = s, .jobs_dir = jobs_dir };
+
+	/* every slot on disk, also those nobody looked at since a restart
+	 * (job_get loads them: a started one counts as running until its
+	 * reattachment says otherwise) */
+	job_list(jobs_dir, job_busy_one, &b);
+	return b.busy;
+}
+
 /* ---- input and start ------------------------------------------------------------------------- */
 
 /* One write to `env`, checked whole and turned into what the env file
@@ -1304,6 +1334,9 @@ int job_status_json(struct job *j, struct buf *out)
 		"timeout", timeout ? timeout : json_null());
 	if (o) /* every status has the key (interface.md): null when nothing ended the job */
 		json_object_set_new(o, "reason", jget(r, "reason"));
+	if (o) /* paused with its sandbox (ctl "freeze"): its timeout does not run */
+		json_object_set_new(o, "frozen",
+			json_boolean(st == J_RUNNING && __atomic_load_n(&j->sbx->frozen, __ATOMIC_ACQUIRE)));
 	json_decref(r);
 	json_decref(meta);
 	return json_to_buf(o, out);

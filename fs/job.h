@@ -74,6 +74,10 @@ int job_mkdir(struct sbx *s, const char *jobs_dir, const char *name);
 int job_rmdir(struct job *j);
 /* Every job directory under jobs_dir. */
 void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), void *arg);
+/* Is a job of s (jobs under jobs_dir) starting or running?  A restore
+ * refuses then (EBUSY).  Loads every slot; may not be called with
+ * jobs_lock held. */
+bool job_any_running(struct sbx *s, const char *jobs_dir);
 
 const char *job_scope(struct job *j);
 enum job_state job_state(struct job *j);

@@ -51,6 +51,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../net/net.h"
+#include "../providers/sbxsnap.h"
 #include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
@@ -61,6 +62,7 @@
 #include "park.h"
 #include "rfiles.h"
 #include "service.h"
+#include "snapfs.h"
 #include "work.h"
 
 int vtree_init(void);
@@ -566,6 +568,12 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the skills sync: %s\n", strerror(e));
 		return -1;
 	}
+	/* before the pool too: interrupted restores finished before any
+	 * sandbox is adopted; adopted sandboxes thawed */
+	if ((e = sbxsnap_init(cfg->state_dir))) {
+		fprintf(stderr, "sbxfs: cannot start the snapshots: %s\n", strerror(e));
+		return -1;
+	}
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;
@@ -628,6 +636,7 @@ int main(int argc, char **argv)
 	}
 	data_init(cfg->state_dir);
 	rfiles_init();
+	snapfs_init();
 	if (build_fuse_args(&o, cfg, &args))
 		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
@@ -657,6 +666,7 @@ int main(int argc, char **argv)
 		skills_drain();
 		work_shutdown();
 		pool_shutdown(true);
+		sbxsnap_shutdown();
 		skills_shutdown();
 		net_shutdown();
 		jobfs_shutdown();
@@ -677,6 +687,7 @@ int main(int argc, char **argv)
 	skills_drain(); /* pending skills syncs run before the sandboxes go */
 	work_shutdown();
 	pool_shutdown(false);
+	sbxsnap_shutdown();
 	skills_shutdown();
 	rfiles_shutdown();
 	net_shutdown();

@@ -56,6 +56,10 @@ enum node_kind {
 	N_JOBFILE, /* jobs/<name>/{cmd,env,stdin,stdout,stderr,exit,status,ctl} */
 	N_DATA,
 	N_RFILE,   /* workspace/ uploads/ outputs/ of a sandbox with remote files (rfiles.c) */
+	N_SNAPS,     /* snapshots/ (snapfs.c) */
+	N_SNAP,      /* snapshots/<name>/ */
+	N_SNAPINFO,  /* snapshots/<name>/info */
+	N_SNAPDATA,  /* snapshots/<name>/{workspace,uploads,outputs}/... (read-only) */
 	N_KINDS
 };
 

@@ -31,6 +31,7 @@
 #include "rfiles.h"
 #include "node.h"
 #include "sbxctl.h"
+#include "snapfs.h"
 #include "vdir.h"
 #include "work.h"
 
@@ -201,9 +202,11 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		vtree_entry_locked(v->ctl[i], size, &e);
 	else if (!strcmp(name, "jobs") && v->jobs)
 		vnode_entry_locked(v->jobs, S_IFDIR | 0700, 0, VDIR_TIMEOUT, &e);
-	else
+	else if (strcmp(name, "snapshots"))
 		err = ENOENT;
 	pthread_mutex_unlock(&fs_lock);
+	if (!err && !strcmp(name, "snapshots"))
+		err = snapfs_lookup_root(v, &e); /* snapfs.c's node */
 	node_reply_entry(req, err, &e);
 }
 
@@ -486,6 +489,7 @@ static void vtree_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 		for (int i = 0; i < DD_COUNT; i++)
 			vdir_add(d, data_names[i], DT_DIR);
 		vdir_add(d, "jobs", DT_DIR);
+		vdir_add(d, "snapshots", DT_DIR);
 		break;
 	}
 	vdir_reply_open(req, d, fi);

@@ -376,7 +376,7 @@ static void *ajob_pump(void *arg)
 	struct pump_files f = { job_stream_open(j->job_dir, "stdout"), job_stream_open(j->job_dir, "stderr") };
 	struct aio_target t;
 	char url[64], err[AIO_ERR_LEN], scope[256];
-	uint64_t failing_since = 0, started = util_now_ms();
+	uint64_t failing_since = 0, started = util_now_ms(), paused0 = dbox_paused_ms(j->db);
 	const char *reason = NULL;
 	unsigned polls = 0;
 	int nsfd = -1;
@@ -394,6 +394,12 @@ static void *ajob_pump(void *arg)
 		int code = -1;
 		enum sbx_err e;
 
+		/* a paused container's server cannot answer: wait, nothing failed */
+		if (dbox_paused(j->db)) {
+			usleep(200000);
+			failing_since = 0;
+			continue;
+		}
 		if (!reached)
 			reached = aio_reach(j->db, &nsfd);
 		if (!reached) {
@@ -443,7 +449,7 @@ static void *ajob_pump(void *arg)
 				failing_since = util_now_ms();
 				log_warn(scope, "polling the job's output: %s", err);
 			}
-			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS) {
+			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS && !dbox_paused(j->db)) {
 				docker_write_lost(j->job_dir, "the AIO server stopped answering");
 				goto done;
 			}
@@ -465,7 +471,9 @@ static void *ajob_pump(void *arg)
 				aio_bash_kill(&t, j->session, "SIGKILL", kerr, sizeof(kerr));
 		}
 		/* a server that ignores hard_timeout: ours, 10 s later */
-		if (j->timeout > 0 && st == AIO_RUNNING && util_now_ms() - started > (uint64_t)(j->timeout + 10) * 1000) {
+		/* (the time the container was paused does not count) */
+		if (j->timeout > 0 && st == AIO_RUNNING &&
+		    util_now_ms() - started - (dbox_paused_ms(j->db) - paused0) > (uint64_t)(j->timeout + 10) * 1000) {
 			char kerr[AIO_ERR_LEN];
 			log_warn(scope, "the AIO server let the job run past its timeout: killing it");
 			if (j->shell ? aio_shell_kill(&t, j->session, kerr, sizeof(kerr)) :

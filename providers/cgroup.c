@@ -11,6 +11,12 @@
  * enforced (failing every sandbox instead would make sbxfs unusable in
  * containers that do not delegate controllers).
  *
+ * Freezing (the `ctl` freeze, a snapshot's consistent pass): cgroup v2's
+ * cgroup.freeze of the sandbox's cgroup, which freezes its job cgroups with
+ * it; it needs no controller, so a hybrid host has it too.  Only a host
+ * without a v2 hierarchy uses the v1 freezer controller: then every
+ * sandbox process also joins FREEZER/sbxfs/NAME.
+ *
  * Why the sandbox's cgroup can hold processes and children at once: on v2
  * the controllers are enabled in sbxfs/ (so every sandbox cgroup has its
  * limits) but never in a sandbox cgroup's own subtree_control, so the
@@ -36,6 +42,7 @@
 
 #define CG_PERIOD_US 100000
 #define CG_WAIT_MS 5000
+#define CG_FREEZE_MS 5000 /* a process stuck in the kernel (D state) delays a freeze; this long at most */
 
 enum cg_ctrl { CG_MEMORY, CG_PIDS, CG_CPU, CG_NCTRL };
 static const char *const cg_names[CG_NCTRL] = { "memory", "pids", "cpu" };
@@ -45,6 +52,7 @@ static struct {
 	char v2[PATH_MAX];           /* the v2 mount, "" when none */
 	char v1[CG_NCTRL][PATH_MAX]; /* a controller's v1 mount, "" when not v1 */
 	bool v2ctrl[CG_NCTRL];       /* enabled for V2/sbxfs/ */
+	char freezer[PATH_MAX];      /* the v1 freezer's mount, used only without v2; else "" */
 	char key[9];
 } cg;
 
@@ -147,6 +155,8 @@ static void cg_find_mounts(void)
 		for (int c = 0; c < CG_NCTRL && !strcmp(type, "cgroup"); c++)
 			if (cg_has_option(opts, cg_names[c]) && !cg.v1[c][0])
 				snprintf(cg.v1[c], sizeof(cg.v1[c]), "%s", dir);
+		if (!strcmp(type, "cgroup") && cg_has_option(opts, "freezer") && !cg.freezer[0])
+			snprintf(cg.freezer, sizeof(cg.freezer), "%s", dir);
 	}
 	fclose(f);
 }
@@ -233,6 +243,14 @@ void cgroup_init(const char *state_dir)
 	}
 	if (cg.v2[0])
 		cg_enable_v2();
+	if (cg.v2[0])
+		cg.freezer[0] = '\0'; /* v2's cgroup.freeze serves */
+	if (!cg_dir(cg.freezer, NULL, NULL, dir, sizeof(dir)) && mkdir(dir, 0755) && errno != EEXIST) {
+		log_warn("cgroup", "cannot create %s: %s", dir, strerror(errno));
+		cg.freezer[0] = '\0';
+	}
+	if (!cg.v2[0] && !cg.freezer[0])
+		log_warn("cgroup", "no cgroup v2 and no freezer controller: sandboxes cannot be frozen (no snapshots)");
 	for (int c = 0; c < CG_NCTRL; c++) {
 		if (!cg_dir(cg.v1[c], NULL, NULL, dir, sizeof(dir)) && mkdir(dir, 0755) && errno != EEXIST) {
 			log_warn("cgroup", "cannot create %s: %s", dir, strerror(errno));
@@ -247,6 +265,7 @@ void cgroup_init(const char *state_dir)
 	cg_sweep(cg.v2, true);
 	for (int c = 0; c < CG_NCTRL; c++)
 		cg_sweep(cg.v1[c], false);
+	cg_sweep(cg.freezer, false);
 	log_info("cgroup", "sandbox cgroups: %s/sbxfs/%s-<token>%s%s%s", cg.v2[0] ? cg.v2 : "(no v2)", cg.key,
 		cg.v1[CG_MEMORY][0] ? ", memory v1" : "", cg.v1[CG_PIDS][0] ? ", pids v1" : "",
 		cg.v1[CG_CPU][0] ? ", cpu v1" : "");
@@ -348,6 +367,11 @@ enum sbx_err cgroup_sandbox_create(const char *token, const struct cgroup_limits
 		}
 		cg_join_add(j, dir);
 	}
+	if (!cg_dir(cg.freezer, token, NULL, dir, sizeof(dir))) {
+		if (cg_make(dir))
+			return SBX_ERR_IO;
+		cg_join_add(j, dir);
+	}
 	return SBX_OK;
 }
 
@@ -381,6 +405,8 @@ enum sbx_err cgroup_job_create(const char *token, const char *job, struct buf *d
 	for (int c = 0; c < CG_NCTRL; c++)
 		if (!cg_dir(cg.v1[c], token, NULL, path, sizeof(path)))
 			cg_join_add(j, path);
+	if (!cg_dir(cg.freezer, token, NULL, path, sizeof(path)))
+		cg_join_add(j, path);
 	return SBX_OK;
 }
 
@@ -467,6 +493,12 @@ void cgroup_sandbox_destroy(const char *token)
 		}
 		cg_rmdir(dir);
 	}
+	if (!cg_dir(cg.freezer, token, NULL, dir, sizeof(dir)) && !access(dir, F_OK)) {
+		cg_write(dir, "freezer.state", "THAWED"); /* frozen processes die only once thawed */
+		if (!cg_wait_empty(dir, false, CG_WAIT_MS))
+			log_warn("cgroup", "%s still has processes", dir);
+		cg_rmdir(dir);
+	}
 	for (int c = 0; c < CG_NCTRL; c++) {
 		if (cg_dir(cg.v1[c], token, NULL, dir, sizeof(dir)) || access(dir, F_OK))
 			continue;
@@ -474,4 +506,78 @@ void cgroup_sandbox_destroy(const char *token)
 			log_warn("cgroup", "%s still has processes", dir);
 		cg_rmdir(dir);
 	}
+}
+
+/* ---- freezing -------------------------------------------------------------------- */
+
+/* Does the file say frozen: v2's cgroup.events "frozen 1", v1's
+ * freezer.state "FROZEN"? */
+static bool cg_says_frozen(const char *dir, bool v2)
+{
+	struct buf b = BUF_INIT(4096);
+	char path[PATH_MAX];
+	bool frozen = false;
+
+	if (!str_fmt(path, sizeof(path), "%s/%s", dir, v2 ? "cgroup.events" : "freezer.state") &&
+	    !util_read_file(path, &b))
+		frozen = v2 ? strstr(buf_str(&b), "frozen 1") != NULL : !strncmp(buf_str(&b), "FROZEN", 6);
+	buf_free(&b);
+	return frozen;
+}
+
+/* The sandbox's freezable cgroup: its v2 one, else its v1 freezer one. */
+static int cg_freeze_dir(const char *token, char *dir, size_t len, bool *v2)
+{
+	*v2 = true;
+	if (!cg_dir(cg.v2, token, NULL, dir, len) && !access(dir, F_OK))
+		return 0;
+	*v2 = false;
+	if (!cg_dir(cg.freezer, token, NULL, dir, len) && !access(dir, F_OK))
+		return 0;
+	return -1;
+}
+
+enum sbx_err cgroup_sandbox_freeze(const char *token, bool on)
+{
+	char dir[PATH_MAX];
+	uint64_t deadline;
+	bool v2;
+
+	if (cg_freeze_dir(token, dir, sizeof(dir), &v2)) {
+		log_warn("cgroup", "sandbox %s has no cgroup to freeze", token);
+		return SBX_ERR_NOTSUP;
+	}
+	if (cg_write(dir, v2 ? "cgroup.freeze" : "freezer.state", v2 ? (on ? "1" : "0") : (on ? "FROZEN" : "THAWED"))) {
+		log_err("cgroup", "cannot %s %s: %s", on ? "freeze" : "thaw", dir, strerror(errno));
+		return SBX_ERR_IO;
+	}
+	if (!on)
+		return SBX_OK;
+	/* frozen once every process has stopped (v2: cgroup.events) */
+	for (deadline = util_now_ms() + CG_FREEZE_MS; !cg_says_frozen(dir, v2); usleep(1000))
+		if (util_now_ms() >= deadline) {
+			cg_write(dir, v2 ? "cgroup.freeze" : "freezer.state", v2 ? "0" : "THAWED");
+			log_warn("cgroup", "%s did not freeze within %d ms (a process stuck in the kernel?): thawed",
+				dir, CG_FREEZE_MS);
+			return SBX_ERR_TIMEOUT;
+		}
+	return SBX_OK;
+}
+
+bool cgroup_sandbox_frozen(const char *token)
+{
+	char dir[PATH_MAX];
+	bool v2;
+
+	return !cg_freeze_dir(token, dir, sizeof(dir), &v2) && cg_says_frozen(dir, v2);
+}
+
+int cgroup_frozen_file(const char *token, struct buf *out)
+{
+	char dir[PATH_MAX];
+
+	buf_reset(out);
+	if (cg.v2[0] || cg_dir(cg.freezer, token, NULL, dir, sizeof(dir)))
+		return 0; /* a job's supervisor reads its own cgroup's cgroup.events */
+	return buf_addf(out, "%s/freezer.state", dir);
 }

@@ -38,7 +38,7 @@
 #include "../common/buf.h"
 #include "provider.h"
 
-#define CGROUP_MAX_JOIN 4 /* v2 + memory + pids + cpu */
+#define CGROUP_MAX_JOIN 5 /* v2 + memory + pids + cpu + freezer (without v2) */
 
 struct cgroup_limits {
 	uint64_t memory; /* bytes; 0 = no limit */
@@ -76,5 +76,15 @@ enum sbx_err cgroup_kill_jobs(const char *token, const pid_t *keep, int nkeep);
 void cgroup_job_remove(const char *dir);
 /* End every process of the sandbox and remove its cgroups. */
 void cgroup_sandbox_destroy(const char *token);
+/* Freeze (on) or thaw every process of the sandbox: v2's cgroup.freeze,
+ * else the v1 freezer.  A freeze returns once cgroup.events says frozen:
+ * SBX_ERR_TIMEOUT (and thawed again) when that takes longer than 5 s;
+ * SBX_ERR_NOTSUP when the sandbox has no cgroup that can freeze. */
+enum sbx_err cgroup_sandbox_freeze(const char *token, bool on);
+bool cgroup_sandbox_frozen(const char *token);
+/* What a job's supervisor reads to know that its sandbox is frozen when it
+ * is not its own v2 cgroup's cgroup.events (v1 freezer: its freezer.state);
+ * "" otherwise.  0 or -1. */
+int cgroup_frozen_file(const char *token, struct buf *out);
 
 #endif

@@ -1297,6 +1297,7 @@ static const struct sbx_provider_ops docker_ops = {
 	.exec_finish = djobs_finish,
 	.exec_free = djobs_free,
 	.net = &docker_net_ops,
+	.freeze = &docker_freeze_ops,
 };
 
 static const struct sbx_provider_ops aio_ops = {
@@ -1322,6 +1323,7 @@ static const struct sbx_provider_ops aio_ops = {
 	.exec_cleanup = aio_jobs_cleanup,
 	.variant = aio_remote_variant,
 	.net = &docker_net_ops,
+	.freeze = &docker_freeze_ops,
 };
 
 static const char *const docker_keys[] = { "docker", NULL };

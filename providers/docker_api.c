@@ -713,6 +713,15 @@ enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, c
 	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: not running */
 }
 
+enum sbx_err docker_pause(struct docker *d, const char *id, bool pause, char *err, size_t errlen)
+{
+	long status;
+	enum sbx_err e = docker_simple(d, "POST", pause ? "pause" : "unpause", id, pause ? "/pause" : "/unpause", 0,
+		&status, err, errlen);
+
+	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: already (un)paused */
+}
+
 enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen)
 {
 	char suffix[48];

@@ -112,6 +112,9 @@ enum sbx_err docker_start(struct docker *d, const char *id, char *err, size_t er
 enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_container *c, char *err, size_t errlen);
 /* POST /containers/{id}/kill (signal: "KILL", "TERM", ...).  OK when not running. */
 enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, char *err, size_t errlen);
+/* POST /containers/{id}/pause or /unpause (the cgroup freezer): every
+ * process of the container stops or resumes.  OK when it already is. */
+enum sbx_err docker_pause(struct docker *d, const char *id, bool pause, char *err, size_t errlen);
 /* POST /containers/{id}/stop?t=SECS: SIGTERM, SIGKILL after secs.  OK when
  * not running. */
 enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen);

@@ -40,7 +40,11 @@
  * execute-only, and the kernel starts a program its user cannot read
  * non-dumpable), deaf to every catchable
  * signal.  It enforces the timeout (SIGTERM to the whole tree, SIGKILL 2 s
- * later) and the output limit (SIGKILL, nothing kept past it), and writes the end
+ * later; the clock counts only the time the job could run: a tick every
+ * BOX_TICK_MS, and a gap longer than BOX_TICK_GAP_MS between two ticks is
+ * a pause of the container, the supervisor's included, which counts one
+ * tick; so a paused sandbox's job does not time out for the pause) and the
+ * output limit (SIGKILL, nothing kept past it), and writes the end
  * as JSON into the result fd: {"state", "exit", "signal", "ended_at"
  * [, "reason"]}.  It tells the daemon "started PID" once the job runs (the
  * kernel attaches its host pid to the message) and, before it exits, waits
@@ -245,6 +249,9 @@ struct sup {
 	unsigned long long output_max;
 	uint64_t kill_at;     /* monotonic ms of the SIGKILL after a SIGTERM, 0 = none */
 };
+
+#define BOX_TICK_MS 200
+#define BOX_TICK_GAP_MS 1000
 
 static uint64_t now_ms(void)
 {
@@ -501,6 +508,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	static const char *argv[] = { "sh", "-c", ". /proc/self/fd/3", NULL };
 	char **envp;
 	int cmdfd, sigfd, tfd = -1, conn = FD_CONN, out[2] = { -1, -1 }, err[2] = { -1, -1 };
+	uint64_t ran = 0, last = 0; /* the timeout's clock: ms the job could run */
 	sigset_t mask;
 
 	(void)name;
@@ -572,10 +580,13 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		send_text(conn, text);
 	}
 	if (timeout > 0) {
-		struct itimerspec it = { .it_value = { .tv_sec = timeout } };
+		struct itimerspec it = { .it_interval = { .tv_nsec = BOX_TICK_MS * 1000000L },
+			.it_value = { .tv_nsec = BOX_TICK_MS * 1000000L } };
 		tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 		if (tfd >= 0)
 			timerfd_settime(tfd, 0, &it, NULL);
+		ran = 0;
+		last = now_ms();
 	}
 	while (!s.ended) {
 		struct pollfd p[5] = { { .fd = sigfd, .events = POLLIN }, { .fd = tfd, .events = POLLIN },
@@ -597,8 +608,12 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 			reap(&s);
 		}
 		if (tfd >= 0 && p[1].revents) {
-			uint64_t v;
+			uint64_t v, t = now_ms();
 			(void)!read(tfd, &v, sizeof(v));
+			ran += t - last > BOX_TICK_GAP_MS ? BOX_TICK_MS : t - last; /* a gap: paused */
+			last = t;
+		}
+		if (tfd >= 0 && ran >= (uint64_t)timeout * 1000) {
 			close(tfd);
 			tfd = -1;
 			if (!s.ended && !s.reason) {

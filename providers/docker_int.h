@@ -77,6 +77,9 @@ struct dbox {
 	char run_path[96];    /* where jobs' command files go inside the sandbox */
 	const char *api_key;  /* sent as X-AIO-API-Key (in cfg: lives as long as the box) */
 	int ended;            /* atomic: destroyed; the sandbox may serve another scope now */
+	/* docker_freeze.c: the container is paused since paused_at (monotonic
+	 * ms, 0 = running), and was paused paused_ms before; both atomic */
+	uint64_t paused_at, paused_ms;
 };
 
 struct dbox *dbox(struct sbx_box *b);
@@ -84,6 +87,13 @@ struct dbox *dbox(struct sbx_box *b);
 int dbox_netns(struct dbox *db);
 /* The section of the config a box lives with (defaults when absent). */
 const struct docker_conf *docker_conf_of(const struct sbx_config *cfg);
+
+/* docker_freeze.c: pause and unpause (the provider's freeze table), and
+ * for the aio job pumps: ms the container was paused so far (also the
+ * pause going on), and whether it is paused now. */
+extern const struct sbx_freeze_ops docker_freeze_ops;
+uint64_t dbox_paused_ms(struct dbox *db);
+bool dbox_paused(struct dbox *db);
 
 /* docker_jobs.c: the exec slots of the docker provider, and the box init's
  * request channel. */

@@ -1071,7 +1071,7 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	enum sbx_err result = SBX_ERR_IO;
 	int ready[2] = { -1, -1 }, input = -1, filter_fd = -1;
-	struct buf cgdir = BUF_INIT(BUF_CAP_PATH);
+	struct buf cgdir = BUF_INIT(BUF_CAP_PATH), frozen = BUF_INIT(BUF_CAP_PATH);
 	struct cgroup_join join;
 	struct local_exec *le;
 	pid_t pid = -1;
@@ -1100,6 +1100,8 @@ static enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_sp
 		av_add(a, av_fmt(a, "--cgroup=%s", buf_str(&cgdir)));
 	for (int i = 0; i < join.n; i++)
 		av_add(a, av_fmt(a, "--join=%s", join.path[i]));
+	if (!cgroup_frozen_file(lb->token, &frozen) && frozen.len) /* the v1 freezer: the timeout's clock */
+		av_add(a, av_fmt(a, "--frozen=%s", buf_str(&frozen)));
 	if (a->overflow) {
 		result = SBX_ERR_INVAL;
 		goto out;
@@ -1155,6 +1157,7 @@ out:
 	if (filter_fd >= 0)
 		close(filter_fd);
 	buf_free(&cgdir);
+	buf_free(&frozen);
 	av_free(a);
 	free(a);
 	return result;
@@ -1330,6 +1333,35 @@ static void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const cha
 	buf_free(&cg);
 }
 
+/* Freeze: the sandbox's cgroup (cgroup.c), which holds its init, bubblewrap's
+ * monitor and every job.  The job supervisors and output pumps stay on the
+ * host and run on: they only wait. */
+static enum sbx_err local_freeze(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (!local_alive(lb))
+		return SBX_ERR_GONE;
+	return cgroup_sandbox_freeze(lb->token, true);
+}
+
+static enum sbx_err local_thaw(struct sbx_box *b)
+{
+	return cgroup_sandbox_freeze(local_box(b)->token, false);
+}
+
+static enum sbx_err local_frozen(struct sbx_box *b, bool *out)
+{
+	*out = cgroup_sandbox_frozen(local_box(b)->token);
+	return SBX_OK;
+}
+
+static const struct sbx_freeze_ops local_freeze_ops = {
+	.freeze = local_freeze,
+	.thaw = local_thaw,
+	.frozen = local_frozen,
+};
+
 static void local_box_status(struct sbx_box *b, struct json_t *out)
 {
 	struct local_box *lb = local_box(b);
@@ -1440,6 +1472,7 @@ static const struct sbx_provider_ops local_ops = {
 	.exec_free = local_exec_free,
 	.exec_cleanup = local_exec_cleanup,
 	.net = &local_net_ops,
+	.freeze = &local_freeze_ops,
 };
 
 static const char *const local_aliases[] = { "deerflow.sandbox.local:LocalSandboxProvider", NULL };

@@ -13,7 +13,7 @@
  *
  *   sbxfs-exec --pid=INIT --start=STARTTIME --uid=U --gid=G --timeout=SECS
  *              --job-dir=DIR [--cgroup=DIR] [--join=CGROUP_PROCS]...
- *              [--output-max=BYTES] [--filter-fd=N]  < INPUT
+ *              [--output-max=BYTES] [--filter-fd=N] [--frozen=FILE]  < INPUT
  *   sbxfs-exec --launch [--join=CGROUP_PROCS]... -- PROGRAM ARG...
  *
  * Nothing a user controls is in this process's argv or environment (both
@@ -39,6 +39,13 @@
  *
  * --launch joins the given cgroups and execs PROGRAM (bubblewrap), so the
  * sandbox's init and its cgroup namespace start inside its cgroups.
+ *
+ * The timeout counts the time the job could run: while the sandbox is
+ * frozen (`ctl` freeze, or the freeze of a snapshot) the clock stops.  The
+ * supervisor is not in the sandbox's cgroups, so it is not frozen itself:
+ * every TICK_MS it reads whether the job's cgroup is frozen (cgroup.events
+ * of --cgroup, "frozen 1"; or --frozen=FILE, a v1 freezer.state) and counts
+ * the tick only when it is not.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -55,6 +62,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +73,7 @@
 #define INPUT_MAX (1024 * 1024 + 1) /* the daemon sends at most 1 MiB */
 #define ENV_MAX 8192                /* entries */
 #define MAX_JOIN 8
+#define TICK_MS 200                 /* the timeout's clock */
 
 struct exec_args {
 	pid_t init;
@@ -74,6 +83,7 @@ struct exec_args {
 	long timeout;
 	uint64_t output_max;
 	const char *job_dir, *cgroup;
+	const char *frozen; /* a file saying whether the sandbox is frozen (else the job cgroup's cgroup.events) */
 	const char *join[MAX_JOIN];
 	int njoin;
 	int filter_fd; /* -1: none */
@@ -87,16 +97,18 @@ struct job_fds {
 	int ns[5], cgns, root;         /* the sandbox's namespaces and root */
 	int join[MAX_JOIN], njoin;     /* cgroup.procs files to join */
 	int cgkill, cgparent;          /* the job cgroup's cgroup.kill, its parent dir */
+	int frozen;                    /* cgroup.events or freezer.state: is the sandbox frozen? (-1: never) */
 	int pipe_out[2], pipe_err[2];  /* the job's stdout and stderr */
 };
 
 int exec_diag_fd = 2;
-static volatile sig_atomic_t timed_out;
+static volatile sig_atomic_t ticked;
+static bool timed_out;
 
 static void on_alarm(int sig)
 {
 	(void)sig;
-	timed_out = 1;
+	ticked = 1;
 }
 
 void exec_die(const char *what)
@@ -127,6 +139,8 @@ static void parse_args(int argc, char **argv, struct exec_args *a)
 			a->job_dir = s + 10;
 		else if (!strncmp(s, "--cgroup=", 9))
 			a->cgroup = s + 9;
+		else if (!strncmp(s, "--frozen=", 9))
+			a->frozen = s + 9;
 		else if (!strncmp(s, "--join=", 7) && a->njoin < MAX_JOIN)
 			a->join[a->njoin++] = s + 7;
 		else if (!strncmp(s, "--filter-fd=", 12))
@@ -336,11 +350,16 @@ static void open_cgroups(const struct exec_args *a, struct job_fds *f)
 			f->njoin++;
 		else
 			exec_die("opening the sandbox's cgroups");
-	f->cgkill = f->cgparent = -1;
+	f->cgkill = f->cgparent = f->frozen = -1;
+	if (a->frozen && a->frozen[0])
+		f->frozen = open(a->frozen, O_RDONLY | O_CLOEXEC);
 	if (!a->cgroup || !a->cgroup[0])
 		return;
 	snprintf(path, sizeof(path), "%s/cgroup.kill", a->cgroup);
 	f->cgkill = open(path, O_WRONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "%s/cgroup.events", a->cgroup);
+	if (f->frozen < 0)
+		f->frozen = open(path, O_RDONLY | O_CLOEXEC);
 	snprintf(path, sizeof(path), "%s", a->cgroup);
 	slash = strrchr(path, '/');
 	if (slash) {
@@ -441,21 +460,57 @@ static void enter_sandbox(struct job_fds *f)
 		exec_die("entering the sandbox's root");
 }
 
-static int wait_job(pid_t child, long timeout, int cgkill)
+static uint64_t mono_ms(void)
 {
-	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART: the alarm interrupts waitpid() */
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Is the sandbox frozen?  cgroup.events says "frozen 1" (v2; the job's
+ * cgroup is frozen with its parent), freezer.state "FROZEN" (v1). */
+static bool sandbox_frozen(int fd)
+{
+	char text[512];
+	ssize_t n;
+
+	if (fd < 0)
+		return false;
+	n = pread(fd, text, sizeof(text) - 1, 0);
+	if (n <= 0)
+		return false;
+	text[n] = '\0';
+	return strstr(text, "frozen 1") || strstr(text, "FROZEN") || strstr(text, "FREEZING");
+}
+
+/* Wait for the job; past timeout seconds of time it could run (frozen
+ * time does not count), end it. */
+static int wait_job(pid_t child, long timeout, int cgkill, int frozen_fd)
+{
+	struct sigaction sa = { .sa_handler = on_alarm }; /* no SA_RESTART: the tick interrupts waitpid() */
+	struct itimerval tick = { { 0, TICK_MS * 1000 }, { 0, TICK_MS * 1000 } }, off = { { 0, 0 }, { 0, 0 } };
+	uint64_t ran = 0, last = mono_ms();
 	int status = 0;
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGALRM, &sa, NULL);
 	if (timeout > 0)
-		alarm((unsigned)timeout);
+		setitimer(ITIMER_REAL, &tick, NULL);
 	while (waitpid(child, &status, 0) < 0) {
 		if (errno != EINTR)
 			exec_die("waitpid");
-		if (timed_out) {
+		if (!ticked || timed_out)
+			continue;
+		ticked = 0;
+		uint64_t now = mono_ms();
+		if (!sandbox_frozen(frozen_fd))
+			ran += now - last;
+		last = now;
+		if (ran >= (uint64_t)timeout * 1000) {
+			timed_out = true;
+			setitimer(ITIMER_REAL, &off, NULL);
 			kill_job(child, cgkill);
-			alarm(0);
 		}
 	}
 	return status;
@@ -596,7 +651,7 @@ int main(int argc, char **argv)
 		dprintf(exec_diag_fd, "sbxfs-exec: cannot report the start\n");
 	close(3);
 	signal(SIGHUP, SIG_IGN);
-	status = wait_job(child, a.timeout, f.cgkill);
+	status = wait_job(child, a.timeout, f.cgkill, f.frozen);
 	write_result(f.dir, status, pump_sync_limit(ctl, ack));
 	/* no leftovers: the job's cgroup goes now (else at rmdir of the slot) */
 	if (f.cgparent >= 0 && a.cgroup)

@@ -735,8 +735,12 @@ int pool_exec(struct sbx *s, const struct sbx_exec_spec *spec, struct sbx_exec *
 	enum sbx_err e = SBX_ERR_GONE;
 
 	pthread_mutex_lock(&s->scope);
-	if (pool_state(s, NULL) == SBX_ACTIVE && s->box)
+	if (__atomic_load_n(&s->frozen, __ATOMIC_ACQUIRE)) {
+		log_warn(s->token, "job %s: the sandbox is frozen: thaw it first", spec->job_name);
+		e = SBX_ERR_BUSY;
+	} else if (pool_state(s, NULL) == SBX_ACTIVE && s->box) {
 		e = sbx_exec_start(s->box, spec, out);
+	}
 	pthread_mutex_unlock(&s->scope);
 	return sbx_err_errno(e);
 }
@@ -807,13 +811,16 @@ int pool_status_json(struct sbx *s, struct buf *out)
 	util_iso8601(s->acquired_at, acquired);
 	skills = json_pack("{s:s,s:i,s:i,s:n}", "state", "mounted", "generation_written", 0, "generation_synced", 0,
 		"last_error");
+	bool frozen = s->state == SBX_ACTIVE && __atomic_load_n(&s->frozen, __ATOMIC_ACQUIRE);
 	o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:o}", "id", s->token, "user", s->user, "thread",
-		s->thread, "provider", s->prov ? s->prov->name : "none", "state", names[s->state], "created_at",
+		s->thread, "provider", s->prov ? s->prov->name : "none", "state", frozen ? "frozen" : names[s->state], "created_at",
 		created, "acquired_at", acquired, "remote_id", s->box ? s->box->remote_id : "", "uid", (int)s->uid,
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
 	for (int i = 0; o && skills && i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
 		if (pool_hooks[i]->status)
 			pool_hooks[i]->status(s, skills);
+	if (o)
+		json_object_set_new(o, "frozen", json_boolean(frozen));
 	if (o)
 		sbx_box_status(s->box, o);
 	if (o && s->box && s->box->note[0])

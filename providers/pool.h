@@ -69,6 +69,9 @@ struct sbx {
 
 	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
 	int jobs_running; /* the FUSE layer's count of running jobs (atomic) */
+	/* atomic: paused by the `ctl` freeze (sbxsnap.c), written with the scope
+	 * lock held; a job cannot start while it is set (EBUSY) */
+	int frozen;
 };
 
 struct pool_stats {

@@ -197,6 +197,25 @@ struct sbx_net_ops {
 	const char *enforced_by;
 };
 
+/* Freeze: pausing every process of a sandbox (its init, jobs, what they
+ * left behind) and resuming them: the `ctl` commands "freeze" and "thaw",
+ * and the consistent pass of a snapshot (DESIGN §3, §4).  A provider that
+ * offers it and whose data directories are host directories (files NULL)
+ * has snapshots; any other answers EOPNOTSUPP.  Sandbox-level slots: a work
+ * thread, the scope lock held; they MAY block (a docker request) up to
+ * request_timeout.
+ *   freeze  MUST: return once no process of the sandbox runs (SBX_OK), or
+ *           fail having changed nothing (a process stuck in the kernel:
+ *           TIMEOUT); freezing a frozen sandbox is SBX_OK;
+ *   thaw    MUST: resume them; thawing a running sandbox is SBX_OK;
+ *   frozen  MUST: *out says whether the sandbox is frozen now (a freeze a
+ *           crash of the daemon left behind). */
+struct sbx_freeze_ops {
+	enum sbx_err (*freeze)(struct sbx_box *box);
+	enum sbx_err (*thaw)(struct sbx_box *box);
+	enum sbx_err (*frozen)(struct sbx_box *box, bool *out);
+};
+
 /* ---- the provider ------------------------------------------------------------- */
 
 struct cfg_ctx;
@@ -290,6 +309,7 @@ struct sbx_provider_ops {
 	const struct sbx_files_ops *files;   /* NULL: data dirs are bind-mounted host dirs */
 	const struct sbx_skills_ops *skills; /* NULL: skills/ is mounted, no upload */
 	const struct sbx_net_ops *net;       /* NULL: no network policy */
+	const struct sbx_freeze_ops *freeze; /* NULL: no freeze/thaw, no snapshots */
 };
 
 enum sbx_caps {
@@ -362,6 +382,18 @@ static inline const struct sbx_files_ops *sbx_files(const struct sbx_box *box)
 static inline const struct sbx_skills_ops *sbx_skills(const struct sbx_box *box)
 {
 	return box ? box->prov->ops->skills : NULL;
+}
+
+static inline const struct sbx_freeze_ops *sbx_freeze(const struct sbx_box *box)
+{
+	return box ? box->prov->ops->freeze : NULL;
+}
+
+/* Snapshots (providers/sbxsnap.h): the sandbox can be frozen and its data
+ * is host directories the daemon copies. */
+static inline bool sbx_can_snapshot(const struct sbx_box *box)
+{
+	return sbx_freeze(box) && !sbx_files(box);
 }
 
 /* A provider learnt that box's sandbox vanished behind its back (expired,

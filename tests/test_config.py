@@ -29,6 +29,9 @@ BAD = [
      ["container_path"]),
     ("remote_files-cache_size-small", {"remote_files": {"cache_size": "1M"}}, ["remote_files.cache_size"]),
     ("remote_files-cache_size-x", {"remote_files": {"cache_size": "lots"}}, ["remote_files.cache_size"]),
+    ("snapshots-max_per_thread-0", {"snapshots": {"max_per_thread": 0}}, ["snapshots.max_per_thread"]),
+    ("snapshots-max_per_thread-big", {"snapshots": {"max_per_thread": 5000}}, ["snapshots.max_per_thread"]),
+    ("snapshots-max_per_thread-x", {"snapshots": {"max_per_thread": "many"}}, ["snapshots.max_per_thread"]),
 ]
 
 

@@ -24,6 +24,7 @@ import seccomputil
 import sbxutil
 import test_jobs as J
 import test_lifecycle as L
+import test_snapshots as S
 from containerutil import (CASE_LABEL, DockerProxy, case_label, containers, docker_images, inspect,  # noqa: F401
                            needs, provider, provider_config, sbxfs, scope_token, wait_containers)
 from sbxutil import ProcRef, expect_errno, read_json, read_text, wait_until
@@ -680,3 +681,46 @@ def test_output_limit_holds_for_a_job_that_kills_its_supervisor(sbxfs, provider)
     assert code == 0, err
     st = J.jstatus(j)
     assert st["stdout_bytes"] + st["stderr_bytes"] <= 16 * 1024 + 256, st
+
+
+# --------------------------------------------------------------------------
+# snapshots and freeze (test_snapshots.py's suite): the data is bind-mounted,
+# the freeze is the Engine API's pause
+
+
+def test_snapshot_then_restore_after_a_job_deleted_changed_and_added_files(sandbox):
+    S.test_snapshot_then_restore_after_a_job_deleted_changed_and_added_files(sandbox)
+
+
+def test_snapshot_is_consistent_while_a_job_writes(sandbox):
+    S.test_snapshot_is_consistent_while_a_job_writes(sandbox)
+
+
+def test_snapshot_shares_unchanged_files_never_with_live_files(sandbox):
+    S.test_unchanged_files_are_shared_between_snapshots_never_with_live_files(sandbox)
+
+
+def test_snapshot_writing_inside_is_erofs(sandbox):
+    S.test_writing_inside_a_snapshot_is_erofs(sandbox)
+
+
+def test_freeze_stops_a_busy_loop_and_thaw_resumes_it(sandbox, case_label):
+    m, t = sandbox
+    S.test_freeze_stops_a_busy_loop_and_thaw_resumes_it(sandbox)
+    assert [c["state"] for c in containers(case_label)] == ["running"]
+
+
+def test_freeze_pauses_the_container_and_a_frozen_jobs_timeout_does_not_run(sbxfs, provider, case_label):
+    if provider == "aio":
+        pytest.skip("aio: the AIO server enforces a job's hard_timeout by its own clock, which a pause does not stop")
+    S.test_a_frozen_jobs_timeout_does_not_run(sbxfs)
+
+
+def test_freeze_then_rmdir_thaws_the_container(sandbox, case_label):
+    m, t = sandbox
+    ctl_path = t / "ctl"
+    J.write_ctl(ctl_path, "freeze\n")
+    assert [c["state"] for c in containers(case_label)] == ["paused"]
+    J.write_ctl(ctl_path, "thaw\n")
+    assert [c["state"] for c in containers(case_label)] == ["running"]
+    S.test_rmdir_of_a_frozen_sandbox_thaws_it(sandbox)
