@@ -248,6 +248,28 @@ static void test_config(void)
 			fprintf(stderr, "  case %zu: %s -> %s\n", i, bad[i].yaml, err);
 		config_put(c);
 	}
+	/* config_load reads the file into config_parse: a directory, or a file
+	 * larger than CONFIG_MAX, is refused saying so */
+	{
+		char path[] = "/tmp/sbxfs-unit-XXXXXX";
+		int fd = mkstemp(path);
+		char *big = calloc(1, CONFIG_MAX + 2);
+
+		c = config_load("/tmp", err, sizeof(err));
+		CHECK(c == NULL && strstr(err, "/tmp: cannot read"));
+		config_put(c);
+		memset(big, '#', CONFIG_MAX + 1);
+		CHECK(fd >= 0 && big && write(fd, big, CONFIG_MAX + 1) == CONFIG_MAX + 1);
+		c = config_load(path, err, sizeof(err));
+		CHECK(c == NULL && strstr(err, "larger than"));
+		config_put(c);
+		unlink(path);
+		close(fd);
+		free(big);
+		c = config_parse("t.conf", "replicas: 4\nuse: localXYZ", 22, err, sizeof(err)); /* len bytes, no NUL */
+		CHECK(c && c->replicas == 4 && !strcmp(c->path, "t.conf"));
+		config_put(c);
+	}
 	/* the error is one line even when the value it quotes is not (a
 	 * double-quoted YAML scalar folds an empty line into a line break;
 	 * found by tests/fuzz/config.c) */
