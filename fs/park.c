@@ -37,7 +37,9 @@ struct park_poll {
 };
 
 static pthread_mutex_t park_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t park_served = PTHREAD_COND_INITIALIZER;
 static struct park_queue *dirty_head; /* protected by park_lock */
+static struct park_queue *serving;    /* protected by park_lock: being serviced now */
 static int park_efd = -1;
 static pthread_t park_thread;
 static volatile int park_stop;
@@ -63,10 +65,32 @@ static void polls_notify(struct park_poll *p)
 	}
 }
 
+/* Take q off the dirty list, and wait while the park thread services it:
+ * a queue whose owner has no reference count (get/put no-ops) may be freed
+ * right after this returns. */
+static void park_forget(struct park_queue *q)
+{
+	pthread_mutex_lock(&park_lock);
+	if (q->dirty) {
+		struct park_queue **pp = &dirty_head;
+
+		while (*pp && *pp != q)
+			pp = &(*pp)->dirty_next;
+		if (*pp)
+			*pp = q->dirty_next;
+		q->dirty = false;
+	}
+	while (serving == q)
+		pthread_cond_wait(&park_served, &park_lock);
+	pthread_mutex_unlock(&park_lock);
+}
+
 void park_queue_destroy(struct park_queue *q)
 {
-	struct park_poll *p = q->polls;
+	struct park_poll *p;
 
+	park_forget(q);
+	p = q->polls;
 	q->polls = NULL;
 	while (p) {
 		struct park_poll *next = p->next;
@@ -299,22 +323,28 @@ bool park_has_waiters(struct park_queue *q)
 	return any;
 }
 
+/* One queue at a time, so that park_queue_destroy can take a queue off the
+ * list or wait for the one being serviced. */
 static void park_service_dirty(void)
 {
-	struct park_queue *list, *q;
+	struct park_queue *q;
 
 	pthread_mutex_lock(&park_lock);
-	list = dirty_head;
-	dirty_head = NULL;
-	for (q = list; q; q = q->dirty_next)
+	while ((q = dirty_head)) {
+		dirty_head = q->dirty_next;
 		q->dirty = false; /* a wake from now on queues it again */
-	pthread_mutex_unlock(&park_lock);
-	while ((q = list)) {
-		list = q->dirty_next;
+		serving = q;
+		pthread_mutex_unlock(&park_lock);
 		queue_service(q);
+		pthread_mutex_lock(&park_lock);
+		serving = NULL; /* before the put: it may destroy q */
+		pthread_cond_broadcast(&park_served);
+		pthread_mutex_unlock(&park_lock);
 		if (q->put)
-			q->put(q->owner);
+			q->put(q->owner); /* the reference park_wake took */
+		pthread_mutex_lock(&park_lock);
 	}
+	pthread_mutex_unlock(&park_lock);
 }
 
 static void *park_main(void *arg)

@@ -55,7 +55,10 @@ struct park_queue {
 typedef bool (*park_try_fn)(fuse_req_t req, void *arg);
 
 void park_queue_init(struct park_queue *q, void (*get)(void *), void (*put)(void *), void *owner);
-/* The queue must be drained and have no waiter. */
+/* The queue must be drained and have no waiter.  Takes it off the park
+ * thread's list and waits while that thread services it (an owner without a
+ * reference count may be freed once this returns).  Never call it from a
+ * queue's own try function. */
 void park_queue_destroy(struct park_queue *q);
 /* Park req: try(req, arg) is called each time q is woken until it answers;
  * then (or when req is interrupted, answered EINTR, or the queue drained)
