@@ -129,15 +129,33 @@ static struct node *data_table_find_locked(struct view *v, dev_t dev, ino_t ino)
 	return n;
 }
 
-/* Out of the view's table (view->lock held): a forgotten node, or a
- * removed file's node whose inode number a new file got.  Idempotent. */
-static void data_unhash_locked(struct view *v, struct node *n)
+static bool data_unlink_from(struct node **pp, struct node *n)
 {
-	for (struct node **pp = &v->table[data_hash(n->dev, n->ino)]; *pp; pp = &(*pp)->hnext)
+	for (; *pp; pp = &(*pp)->hnext)
 		if (*pp == n) {
 			*pp = n->hnext;
-			break;
+			return true;
 		}
+	return false;
+}
+
+/* Out of the view's table or its limbo (view->lock held): a forgotten
+ * node.  Idempotent. */
+static void data_unhash_locked(struct view *v, struct node *n)
+{
+	if (!data_unlink_from(&v->table[data_hash(n->dev, n->ino)], n))
+		data_unlink_from(&v->limbo, n);
+}
+
+/* A removed file's node whose inode number a new file got: out of the table,
+ * into the view's limbo until the kernel forgets it (so that it stays
+ * reachable, and is freed with the view if the kernel never does). */
+static void data_limbo_locked(struct view *v, struct node *n)
+{
+	if (data_unlink_from(&v->table[data_hash(n->dev, n->ino)], n)) {
+		n->hnext = v->limbo;
+		v->limbo = n;
+	}
 }
 
 static void data_forget(struct node *n, uint64_t count);
@@ -179,7 +197,7 @@ static int data_node_get(struct view *v, int fd, const struct stat *st, int whic
 		}
 		stale = n;
 		pthread_mutex_lock(&v->lock);
-		data_unhash_locked(v, stale);
+		data_limbo_locked(v, stale);
 		/* a node inserted since is fd's file's: made from a descriptor
 		 * pinning an inode of this number, as fd pins one */
 		n = data_table_find_locked(v, st->st_dev, st->st_ino);

@@ -131,6 +131,7 @@ struct view {
 	struct budget_acct *fds;    /* the sandbox's descriptor account (budget.h), referenced */
 	pthread_mutex_t lock;       /* the data inode table */
 	struct node *table[VIEW_BUCKETS];
+	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
 };
 
 struct fs {
