@@ -50,7 +50,7 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/idrange.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
-PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
+PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
@@ -119,7 +119,7 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
+UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
@@ -128,7 +128,7 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o prov
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
+POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
 	fs/job.o fs/park.o fs/work.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
@@ -149,7 +149,7 @@ NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
 
-HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
 
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -236,7 +236,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 	      $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -O1 -g $(FUZZ_SAN)
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
-FUZZ_API_OBJS := $(COMMON) providers/providers.o
+FUZZ_API_OBJS := $(COMMON) providers/providers.o providers/api.o
 FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o

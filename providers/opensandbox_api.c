@@ -28,6 +28,8 @@
 
 #include <jansson.h>
 
+#include "api.h"
+
 #include "../common/buf.h"
 #include "../common/http.h"
 
@@ -35,18 +37,6 @@
 #define OSAPI_CAP_LIST (16 * 1024 * 1024) /* a listing */
 #define OSAPI_STREAM_STALL_MS 60000       /* a command stream with no byte (execd pings every 3 s) */
 #define OSAPI_LIST_PAGES 100              /* pages of 200 sandboxes: more is not ours to walk */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static void set_gone(bool *gone, bool v)
 {
@@ -158,7 +148,7 @@ enum sbx_err osapi_error(long status, const char *body, size_t len, bool *gone, 
 		if (m != SBX_ERR_IO)
 			e = m;
 	}
-	seterr(err, errlen, "OpenSandbox answered %ld%s%s: %s", status, code ? " " : "", code ? code : "", text);
+	api_seterr(err, errlen, "OpenSandbox answered %ld%s%s: %s", status, code ? " " : "", code ? code : "", text);
 	json_decref(o);
 	return e;
 }
@@ -214,7 +204,7 @@ static enum sbx_err perform(const struct call *c, struct http_response *rs, char
 		e = SBX_ERR_IO; /* an answer past its cap is the server's fault, not a file too large */
 	if (e) {
 		http_url_for_log(c->url, logurl, sizeof(logurl));
-		seterr(err, errlen, "%s %s: %s (%s)", c->method, logurl, rs->error[0] ? rs->error : sbx_err_name(e), rs->id);
+		api_seterr(err, errlen, "%s %s: %s (%s)", c->method, logurl, rs->error[0] ? rs->error : sbx_err_name(e), rs->id);
 	}
 	return e;
 }
@@ -260,7 +250,7 @@ static enum sbx_err srv_call(const struct osapi_server *srv, const char *method,
 	if (!e && (rs.status < 200 || rs.status >= 300 || (want && rs.status != want))) {
 		e = rs.status >= 200 && rs.status < 300 ? SBX_ERR_IO : osapi_error(rs.status, buf_str(out), out->len, gone, err, errlen);
 		if (rs.status >= 200 && rs.status < 300)
-			seterr(err, errlen, "OpenSandbox answered %ld, expected %ld (%s)", rs.status, want, rs.id);
+			api_seterr(err, errlen, "OpenSandbox answered %ld, expected %ld (%s)", rs.status, want, rs.id);
 	}
 	return e;
 }
@@ -328,7 +318,7 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 	memset(sb, 0, sizeof(*sb));
 	if (!json_is_object(o) || copy_str(json_object_get(o, "id"), sb->id, sizeof(sb->id)) || !sb->id[0] ||
 	    !json_is_object(st) || copy_str(json_object_get(st, "state"), sb->state, sizeof(sb->state))) {
-		seterr(err, errlen, "OpenSandbox's sandbox lacks or mistypes id or status.state");
+		api_seterr(err, errlen, "OpenSandbox's sandbox lacks or mistypes id or status.state");
 		return -1;
 	}
 	copy_str(json_object_get(st, "reason"), sb->reason, sizeof(sb->reason));
@@ -337,7 +327,7 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 	v = json_object_get(o, "expiresAt");
 	if (json_is_string(v)) {
 		if (osapi_parse_time(json_string_value(v), &sb->expires_at)) {
-			seterr(err, errlen, "OpenSandbox's sandbox has a malformed expiresAt '%.40s'", json_string_value(v));
+			api_seterr(err, errlen, "OpenSandbox's sandbox has a malformed expiresAt '%.40s'", json_string_value(v));
 			return -1;
 		}
 		sb->has_expires = true;
@@ -359,10 +349,10 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 
 static json_t *load(const char *body, size_t len, const char *what, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 
 	if (!o)
-		seterr(err, errlen, "%s is not JSON", what);
+		api_seterr(err, errlen, "%s is not JSON", what);
 	return o;
 }
 
@@ -387,7 +377,7 @@ enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const st
 	*more = false;
 	if (!json_is_array(items)) {
 		if (o)
-			seterr(err, errlen, "OpenSandbox's list has no items");
+			api_seterr(err, errlen, "OpenSandbox's list has no items");
 		json_decref(o);
 		return SBX_ERR_IO;
 	}
@@ -404,12 +394,12 @@ enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const st
 
 enum sbx_err osapi_decode_renew(const char *body, size_t len, double *got, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 	const char *s = json_string_value(json_object_get(o, "expiresAt"));
 	enum sbx_err e = SBX_OK;
 
 	if (!s || osapi_parse_time(s, got)) {
-		seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
+		api_seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
 		e = SBX_ERR_IO;
 	}
 	json_decref(o);
@@ -606,7 +596,7 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 
 	endpoint_for_log(ep, shown, sizeof(shown));
 	if (str_fmt(raw, sizeof(raw), "%s%s%s", has_scheme ? "" : scheme, has_scheme ? "" : "://", ep)) {
-		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		api_seterr(err, errlen, "OpenSandbox's endpoint is too long");
 		return SBX_ERR_IO;
 	}
 	/* libcurl reads "http:///x" as host "x": the host must follow "://" */
@@ -623,12 +613,12 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 	else if (!u.host[0])
 		why = "it names no host";
 	if (why) {
-		seterr(err, errlen, "refused the execd endpoint '%s' that OpenSandbox answered: %s (%s)", shown, why,
+		api_seterr(err, errlen, "refused the execd endpoint '%s' that OpenSandbox answered: %s (%s)", shown, why,
 			scheme);
 		return SBX_ERR_PERM;
 	}
 	if (str_fmt(base, len, "%s", u.url)) {
-		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		api_seterr(err, errlen, "OpenSandbox's endpoint is too long");
 		return SBX_ERR_IO;
 	}
 	return SBX_OK;
@@ -637,7 +627,7 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *scheme, struct osapi_execd *out,
 	char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *hdrs, *v;
+	json_t *o = api_load(body, len), *hdrs, *v;
 	const char *ep, *k;
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n;
@@ -645,7 +635,7 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	memset(out, 0, sizeof(*out));
 	ep = json_string_value(json_object_get(o, "endpoint"));
 	if (!ep || !header_safe(ep, 512) || strpbrk(ep, " \"<>\\^`{|}")) {
-		seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
+		api_seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
 		goto out;
 	}
 	/* no scheme in the answer (A.6.7); tolerate one anyway, but only the
@@ -661,14 +651,14 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	hdrs = json_object_get(o, "headers");
 	if (hdrs && !json_is_null(hdrs)) {
 		if (!json_is_object(hdrs)) {
-			seterr(err, errlen, "OpenSandbox's endpoint headers are not an object");
+			api_seterr(err, errlen, "OpenSandbox's endpoint headers are not an object");
 			goto out;
 		}
 		json_object_foreach (hdrs, k, v) {
 			const char *val = json_string_value(v);
 			if (out->n_headers >= OSAPI_MAX_HEADERS || !val || !header_safe(k, sizeof(out->hname[0])) ||
 			    strchr(k, ':') || !header_safe(val, sizeof(out->hvalue[0]))) {
-				seterr(err, errlen, "OpenSandbox's endpoint headers are too many or malformed");
+				api_seterr(err, errlen, "OpenSandbox's endpoint headers are too many or malformed");
 				goto out;
 			}
 			snprintf(out->hname[out->n_headers], sizeof(out->hname[0]), "%s", k);
@@ -911,7 +901,7 @@ enum sbx_err osapi_command(const struct osapi_execd *ex, const struct osapi_cmd 
 		 * out how it ended some other way */
 		e = SBX_OK;
 	} else if (!e && !r->saw_init && !r->ended) {
-		seterr(err, errlen, "execd's command stream ended before the command started (%s)", rs.id);
+		api_seterr(err, errlen, "execd's command stream ended before the command started (%s)", rs.id);
 		e = SBX_ERR_IO;
 	}
 out:
@@ -937,12 +927,12 @@ enum sbx_err osapi_interrupt(const struct osapi_execd *ex, const char *id, char 
 
 enum sbx_err osapi_decode_status(const char *body, size_t len, struct osapi_cmd_status *st, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *ex_code = json_object_get(o, "exit_code");
+	json_t *o = api_load(body, len), *ex_code = json_object_get(o, "exit_code");
 	enum sbx_err e = SBX_OK;
 
 	memset(st, 0, sizeof(*st));
 	if (!json_is_boolean(json_object_get(o, "running")) || (ex_code && !json_is_null(ex_code) && !json_is_integer(ex_code))) {
-		seterr(err, errlen, "execd's command status lacks or mistypes running or exit_code");
+		api_seterr(err, errlen, "execd's command status lacks or mistypes running or exit_code");
 		e = SBX_ERR_IO;
 		goto out;
 	}
@@ -1033,13 +1023,13 @@ static int decode_fileinfo(json_t *o, struct osapi_fileinfo *fi)
 enum sbx_err osapi_decode_info(const char *body, size_t len, const char *path, struct osapi_fileinfo *fi, char *err,
 	size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = SBX_OK;
 
 	memset(fi, 0, sizeof(*fi));
 	/* keyed by the path as sent; take the one member whatever its key */
 	if (!json_is_object(o) || json_object_size(o) != 1 || decode_fileinfo(json_object_iter_value(json_object_iter(o)), fi)) {
-		seterr(err, errlen, "execd's file info for %s is malformed", path);
+		api_seterr(err, errlen, "execd's file info for %s is malformed", path);
 		e = SBX_ERR_IO;
 	}
 	json_decref(o);
@@ -1066,19 +1056,19 @@ out:
 enum sbx_err osapi_decode_listing(const char *body, size_t len, const char *path,
 	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *it;
+	json_t *o = api_load(body, len), *it;
 	enum sbx_err e = SBX_OK;
 	size_t i;
 
 	if (!json_is_array(o)) {
-		seterr(err, errlen, "execd's listing of %s is not a JSON array", path);
+		api_seterr(err, errlen, "execd's listing of %s is not a JSON array", path);
 		e = SBX_ERR_IO;
 		goto out;
 	}
 	json_array_foreach (o, i, it) {
 		struct osapi_fileinfo fi;
 		if (decode_fileinfo(it, &fi) || !fi.name[0] || !strcmp(fi.name, ".") || !strcmp(fi.name, "..")) {
-			seterr(err, errlen, "execd's listing of %s has a malformed entry", path);
+			api_seterr(err, errlen, "execd's listing of %s has a malformed entry", path);
 			e = SBX_ERR_IO;
 			goto out;
 		}
@@ -1141,7 +1131,7 @@ enum sbx_err osapi_download(const struct osapi_execd *ex, const char *path, off_
 	} else if (rs.status != 200 && rs.status != 206) {
 		e = osapi_error(rs.status, buf_str(&errbody), errbody.len, gone, err, errlen);
 	} else if (d.werr) {
-		seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
+		api_seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
 		e = d.werr == ENOSPC ? SBX_ERR_NOSPC : SBX_ERR_IO;
 	}
 	*got = d.got;
