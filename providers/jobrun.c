@@ -173,11 +173,10 @@ int jobrun_file_write(const char *job_dir, const char *name, const char *text)
 	return r;
 }
 
-bool jobrun_result(const char *job_dir, const char *scope, const char *state, int code, int sig,
+static bool result_write(const char *job_dir, const char *scope, const char *state, int code, int sig, double at,
 	const char *reason, const char *error, const char *note)
 {
-	json_t *o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at",
-		util_wall_now());
+	json_t *o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at", at);
 	char *text;
 	bool ok;
 
@@ -194,6 +193,25 @@ bool jobrun_result(const char *job_dir, const char *scope, const char *state, in
 	free(text);
 	json_decref(o);
 	return ok;
+}
+
+bool jobrun_result(const char *job_dir, const char *scope, const char *state, int code, int sig,
+	const char *reason, const char *error, const char *note)
+{
+	return result_write(job_dir, scope, state, code, sig, util_wall_now(), reason, error, note);
+}
+
+bool jobrun_result_at(const char *job_dir, const char *scope, const char *state, int code, int sig, double at,
+	const char *reason)
+{
+	return result_write(job_dir, scope, state, code, sig, at, reason, NULL, NULL);
+}
+
+const char *jobrun_killed_state(const char *job_dir, const char *state, int sig)
+{
+	if (!strcmp(state, "exited") && sig && jobrun_file_exists(job_dir, "kill-requested"))
+		return "killed";
+	return state;
 }
 
 void jobrun_lost(const char *job_dir, const char *scope, const char *why)

@@ -90,6 +90,14 @@ void jobrun_finish(struct jobrun *r);
 bool jobrun_result(const char *job_dir, const char *scope, const char *state, int code, int sig,
 	const char *reason, const char *error, const char *note);
 
+/* The same with the time the job ended (a supervisor's record). */
+bool jobrun_result_at(const char *job_dir, const char *scope, const char *state, int code, int sig, double at,
+	const char *reason);
+
+/* state, or "killed" when the job exited by a signal (sig) the daemon was
+ * asked to send (job_dir/kill-requested, fs/job.c's). */
+const char *jobrun_killed_state(const char *job_dir, const char *state, int sig);
+
 /* job_dir/result as "lost" (exit 255) with why; logged. */
 void jobrun_lost(const char *job_dir, const char *scope, const char *why);
 
