@@ -43,6 +43,7 @@
 
 #include "../common/buf.h"
 #include "../common/log.h"
+#include "scriptfs.h"
 
 #define OS_ERRTEXT 512
 
@@ -104,19 +105,44 @@ enum sbx_err os_run(struct obox *ob, const char *script, const struct osapi_kv *
 	return SBX_OK;
 }
 
+/* ---- scriptfs: file operations as commands ---------------------------------------------------- */
+
+static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode);
+
+static enum sbx_err sfs_run(struct sbx_box *b, const char *script, const struct scriptfs_env *env, size_t n_env,
+	int *code, char *errtext, size_t errlen, struct buf *out)
+{
+	struct osapi_kv kv[4];
+	size_t n = 0;
+
+	if (out)
+		return SBX_ERR_NOTSUP; /* os_run keeps stderr only */
+	for (; n < n_env && n < 4; n++)
+		kv[n] = (struct osapi_kv){ env[n].key, env[n].value };
+	return os_run(obox(b), script, kv, n, code, errtext, errlen);
+}
+
+static const char *sfs_skills_root(struct sbx_box *b)
+{
+	return obox(b)->cfg->skills_container_path;
+}
+
+static const char *sfs_scope(struct sbx_box *b)
+{
+	return obox(b)->scope;
+}
+
+static const struct scriptfs os_sfs = {
+	.run = sfs_run,
+	.put = f_write,
+	.skills_root = sfs_skills_root,
+	.scope = sfs_scope,
+};
+
 /* A command on paths: SBX_OK when it exits 0, else the error its stderr names. */
 static enum sbx_err run_paths(struct obox *ob, const char *what, const char *script, const char *a, const char *b)
 {
-	struct osapi_kv env[2] = { { "A", a }, { "B", b ? b : "" } };
-	char errtext[OS_ERRTEXT];
-	int code;
-	enum sbx_err e = os_run(ob, script, env, b ? 2 : 1, &code, errtext, sizeof(errtext));
-
-	if (e || !code)
-		return e;
-	e = sbx_err_from_message(errtext);
-	log_debug(ob->scope, "opensandbox: %s %s: exit %d: %s", what, a, code, errtext);
-	return e;
+	return scriptfs_paths(&os_sfs, &ob->base, what, script, a, b, NULL);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -324,9 +350,7 @@ static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 
 static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
 {
-	if (!sbx_remote_path_ok(path))
-		return SBX_ERR_INVAL;
-	return run_paths(obox(b), "rmdir", "exec rmdir -- \"$A\"", path, NULL);
+	return scriptfs_rmdir(&os_sfs, b, path);
 }
 
 static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
@@ -358,8 +382,8 @@ static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to
 	e = obox_execd(ob, &ex);
 	if (!e)
 		e = osapi_move(&ex, from, to, &gone, err, sizeof(err));
-	if (e == SBX_ERR_EXIST) /* rename(2) replaces the destination: mv -T does that */
-		return run_paths(ob, "rename", "exec mv -f -T -- \"$A\" \"$B\"", from, to);
+	if (e == SBX_ERR_EXIST) /* rename(2) replaces the destination: the command does that */
+		return scriptfs_rename(&os_sfs, b, from, to);
 	return e ? failed(ob, e, gone, "rename", from, err) : SBX_OK;
 }
 
@@ -383,15 +407,7 @@ static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
 
 static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
 {
-	char script[128];
-
-	if (!sbx_remote_path_ok(path) || size < 0)
-		return SBX_ERR_INVAL;
-	/* truncate(1) makes a missing file: truncate(2) does not */
-	snprintf(script, sizeof(script),
-		"test -e \"$A\" || { echo \"$A: No such file or directory\" >&2; exit 1; }; exec truncate -s %lld -- \"$A\"",
-		(long long)size);
-	return run_paths(obox(b), "truncate", script, path, NULL);
+	return scriptfs_truncate(&os_sfs, b, path, size);
 }
 
 const struct sbx_files_ops os_files_ops = {
@@ -416,14 +432,7 @@ static enum sbx_err skills_path(struct obox *ob, const char *rel, struct buf *ou
 
 static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
 {
-	struct obox *ob = obox(b);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = skills_path(ob, rel, &p);
-
-	if (!e)
-		e = f_write(b, p.ptr, fd, size, mode);
-	buf_free(&p);
-	return e;
+	return scriptfs_skills_upload(&os_sfs, b, rel, fd, size, mode);
 }
 
 static enum sbx_err s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
