@@ -933,47 +933,21 @@ static enum sbx_err mode_cmd(struct dbox *db, const char *script, const char *pa
 	return scriptfs_mode(&aior_sfs, &db->base, "aio: command", script, path, mode);
 }
 
-static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
-{
-	return scriptfs_mkdir(&aior_sfs, b, path, mode);
-}
-
-static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
-{
-	return scriptfs_rmdir(&aior_sfs, b, path);
-}
-
-static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
-{
-	return scriptfs_unlink(&aior_sfs, b, path);
-}
-
-static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to)
-{
-	return scriptfs_rename(&aior_sfs, b, from, to);
-}
-
-static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
-{
-	return scriptfs_chmod(&aior_sfs, b, path, mode);
-}
-
-static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
-{
-	return scriptfs_truncate(&aior_sfs, b, path, size);
-}
-
-static const struct sbx_files_ops aior_files_ops = {
-	.stat = f_stat,
-	.list = f_list,
-	.read = f_read,
-	.write = f_write,
-	.mkdir = f_mkdir,
-	.rmdir = f_rmdir,
-	.unlink = f_unlink,
-	.rename = f_rename,
-	.chmod = f_chmod,
-	.truncate = f_truncate,
+/* mkdir, rmdir, unlink, rename, chmod and truncate: scriptfs's commands */
+static const struct scriptfs_files aior_files = {
+	.ops = {
+		.stat = f_stat,
+		.list = f_list,
+		.read = f_read,
+		.write = f_write,
+		.mkdir = scriptfs_f_mkdir,
+		.rmdir = scriptfs_f_rmdir,
+		.unlink = scriptfs_f_unlink,
+		.rename = scriptfs_f_rename,
+		.chmod = scriptfs_f_chmod,
+		.truncate = scriptfs_f_truncate,
+	},
+	.fs = &aior_sfs,
 };
 
 /* ---- skills ----------------------------------------------------------------------------------- */
@@ -983,20 +957,6 @@ static enum sbx_err skills_path(struct dbox *db, const char *rel, struct buf *ou
 	return sbx_skills_remote_path(db->cfg->skills_container_path, rel, out);
 }
 
-static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
-{
-	return scriptfs_skills_upload(&aior_sfs, b, rel, fd, size, mode);
-}
-
-static enum sbx_err s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
-{
-	return scriptfs_skills_mkdir(&aior_sfs, b, rel, mode);
-}
-
-static enum sbx_err s_remove(struct sbx_box *b, const char *rel, bool is_dir)
-{
-	return scriptfs_skills_remove(&aior_sfs, b, rel, is_dir);
-}
 
 /* mkdir -p of the directories of d[] that have the mode m: their paths,
  * NUL-separated, in a file uploaded to /tmp, then one command.  Two
@@ -1052,11 +1012,14 @@ static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file 
 	return e;
 }
 
-static const struct sbx_skills_ops aior_skills_ops = {
-	.upload = s_upload,
-	.mkdir = s_mkdir,
-	.remove = s_remove,
-	.mkdir_many = s_mkdir_many,
+static const struct scriptfs_skills aior_skills = {
+	.ops = {
+		.upload = scriptfs_s_upload,
+		.mkdir = scriptfs_s_mkdir,
+		.remove = scriptfs_s_remove,
+		.mkdir_many = s_mkdir_many,
+	},
+	.fs = &aior_sfs,
 };
 
 /* ---- the descriptor --------------------------------------------------------------------------- */
@@ -1082,8 +1045,8 @@ static const struct sbx_provider_ops aior_ops = {
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
 	.exec_cleanup = aio_jobs_cleanup,
-	.files = &aior_files_ops,
-	.skills = &aior_skills_ops,
+	.files = &aior_files.ops,
+	.skills = &aior_skills.ops,
 	.net = &aior_net_ops,
 };
 

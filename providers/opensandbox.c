@@ -1227,8 +1227,8 @@ static const struct sbx_provider_ops os_ops = {
 	.exec_finish = os_jobs_finish,
 	.exec_free = os_jobs_free,
 	.exec_cleanup = os_jobs_cleanup,
-	.files = &os_files_ops,
-	.skills = &os_skills_ops,
+	.files = &os_files.ops,
+	.skills = &os_skills.ops,
 	.net = &os_net_ops,
 };
 

@@ -348,10 +348,6 @@ static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 	return e;
 }
 
-static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
-{
-	return scriptfs_rmdir(&os_sfs, b, path);
-}
 
 static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
 {
@@ -405,22 +401,22 @@ static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
 	return e ? failed(ob, e, gone, "chmod", path, err) : SBX_OK;
 }
 
-static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
-{
-	return scriptfs_truncate(&os_sfs, b, path, size);
-}
 
-const struct sbx_files_ops os_files_ops = {
-	.stat = f_stat,
-	.list = f_list,
-	.read = f_read,
-	.write = f_write,
-	.mkdir = f_mkdir,
-	.rmdir = f_rmdir,
-	.unlink = f_unlink,
-	.rename = f_rename,
-	.chmod = f_chmod,
-	.truncate = f_truncate,
+/* rmdir and truncate: scriptfs's commands */
+const struct scriptfs_files os_files = {
+	.ops = {
+		.stat = f_stat,
+		.list = f_list,
+		.read = f_read,
+		.write = f_write,
+		.mkdir = f_mkdir,
+		.rmdir = scriptfs_f_rmdir,
+		.unlink = f_unlink,
+		.rename = f_rename,
+		.chmod = f_chmod,
+		.truncate = scriptfs_f_truncate,
+	},
+	.fs = &os_sfs,
 };
 
 /* ---- skills ops --------------------------------------------------------------------------- */
@@ -430,10 +426,6 @@ static enum sbx_err skills_path(struct obox *ob, const char *rel, struct buf *ou
 	return sbx_skills_remote_path(ob->cfg->skills_container_path, rel, out);
 }
 
-static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
-{
-	return scriptfs_skills_upload(&os_sfs, b, rel, fd, size, mode);
-}
 
 static enum sbx_err s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
 {
@@ -501,7 +493,7 @@ static enum sbx_err s_upload_many(struct sbx_box *b, const struct sbx_skill_file
 		p[k] = (struct buf)BUF_INIT(BUF_CAP_PATH);
 		e = skills_path(ob, f[i].path, &p[k]);
 		if (!e && (!plain_name(p[k].ptr) || !(f[i].mode & 07777) || f[i].size < 0)) {
-			e = s_upload(b, f[i].path, f[i].fd, f[i].size, f[i].mode); /* the careful way, alone */
+			e = scriptfs_s_upload(b, f[i].path, f[i].fd, f[i].size, f[i].mode); /* the careful way, alone */
 			buf_free(&p[k]);
 			continue;
 		}
@@ -547,10 +539,14 @@ static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file 
 	return e;
 }
 
-const struct sbx_skills_ops os_skills_ops = {
-	.upload = s_upload,
-	.mkdir = s_mkdir,
-	.remove = s_remove,
-	.upload_many = s_upload_many,
-	.mkdir_many = s_mkdir_many,
+/* upload: scriptfs's (the files ops' write under the skills root) */
+const struct scriptfs_skills os_skills = {
+	.ops = {
+		.upload = scriptfs_s_upload,
+		.mkdir = s_mkdir,
+		.remove = s_remove,
+		.upload_many = s_upload_many,
+		.mkdir_many = s_mkdir_many,
+	},
+	.fs = &os_sfs,
 };

@@ -138,3 +138,61 @@ enum sbx_err scriptfs_skills_remove(const struct scriptfs *fs, struct sbx_box *b
 	buf_free(&p);
 	return e;
 }
+
+/* ---- ready-made slots -------------------------------------------------------------------------- */
+
+/* The primitives of the provider whose files table b's ops->files is. */
+static const struct scriptfs *files_fs(struct sbx_box *b)
+{
+	return ((const struct scriptfs_files *)sbx_files(b))->fs;
+}
+
+static const struct scriptfs *skills_fs(struct sbx_box *b)
+{
+	return ((const struct scriptfs_skills *)sbx_skills(b))->fs;
+}
+
+enum sbx_err scriptfs_f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
+{
+	return scriptfs_mkdir(files_fs(b), b, path, mode);
+}
+
+enum sbx_err scriptfs_f_rmdir(struct sbx_box *b, const char *path)
+{
+	return scriptfs_rmdir(files_fs(b), b, path);
+}
+
+enum sbx_err scriptfs_f_unlink(struct sbx_box *b, const char *path)
+{
+	return scriptfs_unlink(files_fs(b), b, path);
+}
+
+enum sbx_err scriptfs_f_rename(struct sbx_box *b, const char *from, const char *to)
+{
+	return scriptfs_rename(files_fs(b), b, from, to);
+}
+
+enum sbx_err scriptfs_f_chmod(struct sbx_box *b, const char *path, mode_t mode)
+{
+	return scriptfs_chmod(files_fs(b), b, path, mode);
+}
+
+enum sbx_err scriptfs_f_truncate(struct sbx_box *b, const char *path, off_t size)
+{
+	return scriptfs_truncate(files_fs(b), b, path, size);
+}
+
+enum sbx_err scriptfs_s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
+{
+	return scriptfs_skills_upload(skills_fs(b), b, rel, fd, size, mode);
+}
+
+enum sbx_err scriptfs_s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
+{
+	return scriptfs_skills_mkdir(skills_fs(b), b, rel, mode);
+}
+
+enum sbx_err scriptfs_s_remove(struct sbx_box *b, const char *rel, bool is_dir)
+{
+	return scriptfs_skills_remove(skills_fs(b), b, rel, is_dir);
+}

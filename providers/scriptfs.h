@@ -70,4 +70,29 @@ enum sbx_err scriptfs_skills_upload(const struct scriptfs *fs, struct sbx_box *b
 enum sbx_err scriptfs_skills_mkdir(const struct scriptfs *fs, struct sbx_box *b, const char *rel, mode_t mode);
 enum sbx_err scriptfs_skills_remove(const struct scriptfs *fs, struct sbx_box *b, const char *rel, bool is_dir);
 
+/* ---- ready-made slots ----
+ * A provider's files (skills) table is the ops member of one of these, so
+ * the slots below find the provider's primitives from the box alone
+ * (sbx_files(b), sbx_skills(b)): the provider names them in its table and
+ * writes no wrapper.  Its own slots sit beside them in the same table. */
+struct scriptfs_files {
+	struct sbx_files_ops ops; /* first: what the provider's ops->files points at */
+	const struct scriptfs *fs;
+};
+
+struct scriptfs_skills {
+	struct sbx_skills_ops ops; /* first: what the provider's ops->skills points at */
+	const struct scriptfs *fs;
+};
+
+enum sbx_err scriptfs_f_mkdir(struct sbx_box *b, const char *path, mode_t mode);
+enum sbx_err scriptfs_f_rmdir(struct sbx_box *b, const char *path);
+enum sbx_err scriptfs_f_unlink(struct sbx_box *b, const char *path);
+enum sbx_err scriptfs_f_rename(struct sbx_box *b, const char *from, const char *to);
+enum sbx_err scriptfs_f_chmod(struct sbx_box *b, const char *path, mode_t mode);
+enum sbx_err scriptfs_f_truncate(struct sbx_box *b, const char *path, off_t size);
+enum sbx_err scriptfs_s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode);
+enum sbx_err scriptfs_s_mkdir(struct sbx_box *b, const char *rel, mode_t mode);
+enum sbx_err scriptfs_s_remove(struct sbx_box *b, const char *rel, bool is_dir);
+
 #endif
