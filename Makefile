@@ -53,7 +53,7 @@ COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o co
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
-	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/opensandbox_files.o \
+	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
@@ -122,7 +122,7 @@ run: deps all
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
-	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/opensandbox_files.o \
+	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	providers/docker_freeze.o net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)

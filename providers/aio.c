@@ -61,6 +61,7 @@
 #include "aio_api.h"
 #include "docker_int.h"
 #include "jobrun.h"
+#include "record.h"
 #include "provider_int.h"
 
 #define AIO_RECORD "aio.json" /* job_dir/aio.json: the command and offsets, for reattach */
@@ -204,7 +205,7 @@ static int ajob_save(struct ajob *j)
 		j->session, "command", j->command, "offset", (json_int_t)j->offset, "stderr_offset",
 		(json_int_t)j->stderr_offset, "out_size", (json_int_t)j->out_size, "err_size", (json_int_t)j->err_size,
 		"timeout", (int)j->timeout);
-	int r = o ? jobrun_record_save(j->run.job_dir, AIO_RECORD, o) : -1;
+	int r = o ? record_save(j->run.job_dir, AIO_RECORD, o) : -1;
 
 	json_decref(o);
 	return r;
@@ -212,7 +213,7 @@ static int ajob_save(struct ajob *j)
 
 static int ajob_load(struct ajob *j)
 {
-	json_t *o = jobrun_record_load(j->run.job_dir, AIO_RECORD);
+	json_t *o = record_load(j->run.job_dir, AIO_RECORD);
 	const char *mode = json_string_value(json_object_get(o, "mode"));
 	const char *sess = json_string_value(json_object_get(o, "session"));
 	const char *cmd = json_string_value(json_object_get(o, "command"));

@@ -52,6 +52,7 @@
 #include "../common/util.h"
 #include "docker_int.h"
 #include "provider_int.h"
+#include "record.h"
 #include "scriptfs.h"
 
 #define AIOR_MARKER LAYOUT_SANDBOX_USER_DATA "/.sbxfs-scope.json"
@@ -424,25 +425,15 @@ static void unhold(struct abox *ab)
 static int aior_save(struct abox *ab)
 {
 	json_t *o = json_pack("{s:s,s:s}", "base_url", ab->db.url, "scope", ab->db.token);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(ab->db.thread_dir, AIOR_RECORD, o) : -1;
 
-	if (text && !layout_file(&path, ab->db.thread_dir, AIOR_RECORD))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&path);
 	return r;
 }
 
 static void aior_unsave(const char *thread_dir)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-
-	if (!layout_file(&path, thread_dir, AIOR_RECORD))
-		unlink(path.ptr);
-	buf_free(&path);
+	record_remove(thread_dir, AIOR_RECORD);
 }
 
 /* End every command of the scope: SIGKILL to the running command of each

@@ -59,6 +59,7 @@
 #include "docker_int.h"
 #include "filter.h"
 #include "provider_int.h"
+#include "record.h"
 #include "uidpool.h"
 
 #define DOCKER_DEFAULT_SOCKET "/var/run/docker.sock"
@@ -520,25 +521,15 @@ static int docker_save(struct dbox *db)
 	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
 		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
 		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(db->thread_dir, "docker.json", o) : -1;
 
-	if (text && !layout_file(&path, db->thread_dir, "docker.json"))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&path);
 	return r;
 }
 
 static void docker_unsave(const char *thread_dir)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-
-	if (!layout_file(&path, thread_dir, "docker.json"))
-		unlink(path.ptr);
-	buf_free(&path);
+	record_remove(thread_dir, "docker.json");
 }
 
 /* thread_dir/docker.json into r: 0, or -1 when there is none (or it names

@@ -219,21 +219,3 @@ void jobrun_lost(const char *job_dir, const char *scope, const char *why)
 	log_warn(scope ? scope : job_dir, "job lost: %s", why);
 	jobrun_result(job_dir, scope, "lost", 255, 0, NULL, why, NULL);
 }
-
-int jobrun_record_save(const char *job_dir, const char *name, const json_t *rec)
-{
-	char *text = json_dumps(rec, JSON_COMPACT);
-	int r = text ? jobrun_file_write(job_dir, name, text) : -1;
-
-	free(text);
-	return r;
-}
-
-json_t *jobrun_record_load(const char *job_dir, const char *name)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = buf_addf(&p, "%s/%s", job_dir, name) ? NULL : json_read_file(p.ptr);
-
-	buf_free(&p);
-	return o;
-}

@@ -25,8 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "../common/names.h"
 #include "provider.h"
 
@@ -106,11 +104,5 @@ bool jobrun_file_exists(const char *job_dir, const char *name);
 
 /* text into job_dir/name atomically (0600).  0, or -1 with errno. */
 int jobrun_file_write(const char *job_dir, const char *name, const char *text);
-
-/* The provider's record of a running job (job_dir/name, JSON) for a later
- * daemon: saved atomically (0 or -1 with errno), loaded as a new reference
- * (NULL: none or not JSON). */
-int jobrun_record_save(const char *job_dir, const char *name, const json_t *rec);
-json_t *jobrun_record_load(const char *job_dir, const char *name);
 
 #endif

@@ -59,6 +59,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "jobrun.h"
+#include "record.h"
 #include "provider_int.h"
 
 #define OJOB_RECORD "opensandbox.json"
@@ -113,7 +114,7 @@ static void ojob_save(struct ojob *j)
 	json_t *o = json_pack("{s:s,s:s,s:b,s:i,s:f}", "command_id", j->cmd_id, "sandbox", j->ob->id, "staged",
 		j->staged, "timeout", (int)j->timeout, "started_at", util_wall_now());
 
-	if (!o || jobrun_record_save(j->run.job_dir, OJOB_RECORD, o))
+	if (!o || record_save(j->run.job_dir, OJOB_RECORD, o))
 		log_warn(j->run.scope, "cannot record the command (a restart will not find it): %s", strerror(errno));
 	json_decref(o);
 }
@@ -561,7 +562,7 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 
 	if (!j)
 		return SBX_ERR_NOMEM;
-	rec = jobrun_record_load(job_dir, OJOB_RECORD);
+	rec = record_load(job_dir, OJOB_RECORD);
 	id = json_string_value(json_object_get(rec, "command_id"));
 	sb = json_string_value(json_object_get(rec, "sandbox"));
 	if (!id || !id[0]) {
@@ -658,7 +659,7 @@ void os_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_nam
 	char err[OSAPI_ERR_LEN];
 	bool gone = false;
 
-	rec = jobrun_record_load(job_dir, OJOB_RECORD);
+	rec = record_load(job_dir, OJOB_RECORD);
 	/* the uploaded command and stdin of the job, in the sandbox */
 	if (json_is_true(json_object_get(rec, "staged")) && !sbx_box_is_gone(b) && !obox_execd(ob, &ex)) {
 		buf_reset(&p);
