@@ -84,22 +84,23 @@ include mk/libfuse.mk
 sbxfs: $(OBJS)
 	$(CC) $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
 
-# The helpers run after setns()/chroot() into a sandbox, where sanitizer
+# The helpers (providers/helpers/: programs of their own, none of the
+# daemon's modules) run after setns()/chroot() into a sandbox, where sanitizer
 # runtimes cannot work: they are built without $(SAN).  sbxfs-init runs on the
 # sandbox's root filesystem, so it is static.
 # sbxfs-exec runs as root: it links nothing but libc.
 HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64
-EXEC_SRCS := providers/local_exec.c providers/local_pump.c
+EXEC_SRCS := providers/helpers/local_exec.c providers/helpers/local_pump.c
 
-sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
+sbxfs-exec: $(EXEC_SRCS) providers/helpers/local_exec.h
 	$(CC) $(HELPER_CFLAGS) -o $@ $(EXEC_SRCS)
 
-sbxfs-init: providers/local_init.c
+sbxfs-init: providers/helpers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
 # pid 1 and job supervisor of docker sandboxes: runs on any image, so static;
-# execute-only, so the kernel starts it non-dumpable (docker_box.c)
-sbxfs-box: providers/docker_box.c
+# execute-only, so the kernel starts it non-dumpable (helpers/docker_box.c)
+sbxfs-box: providers/helpers/docker_box.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 	chmod 0711 $@
 

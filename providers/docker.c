@@ -12,7 +12,7 @@
  * capabilities, no-new-privileges, Docker's default seccomp profile, no
  * published port, and a network of "none" unless network.mode is open.
  * They differ in what runs inside and how jobs run:
- *   docker  any image; pid 1 is sbxfs-box (docker_box.c), bind-mounted
+ *   docker  any image; pid 1 is sbxfs-box (helpers/docker_box.c), bind-mounted
  *           read-only, running as the sandbox uid; jobs start through it
  *           (or the Engine exec API) and are supervised by it (docker_jobs.c);
  *   aio     the AIO sandbox image with its own entrypoint; the daemon waits
@@ -431,7 +431,7 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	if (!is_aio(cfg) && dc->exec_engine) {
 		struct stat st;
 		/* the kernel starts an exec of a file its user cannot read non-dumpable
-		 * (docker_box.c): a readable one can be ptraced by a job while it starts */
+		 * (helpers/docker_box.c): a readable one can be ptraced by a job while it starts */
 		if (!stat(docker_box_helper, &st) && (st.st_mode & (S_IRGRP | S_IROTH)))
 			log_warn("docker", "%s is readable by the sandbox uids (mode %04o; make install gives 0711): "
 					   "with docker.exec: engine a job can ptrace another job's supervisor while it starts",

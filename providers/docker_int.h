@@ -32,7 +32,7 @@
 #define DOCKER_LABEL_SCOPE "org.sbxfs.scope"
 #define DOCKER_LABEL_STATE_ID "org.sbxfs.state_id"
 
-#define DOCKER_BOX_PATH "/run/sbxfs/sbxfs-box" /* the in-container helper (docker_box.c) */
+#define DOCKER_BOX_PATH "/run/sbxfs/sbxfs-box" /* the in-container helper (helpers/docker_box.c) */
 #define DOCKER_RUN_PATH "/run/sbxfs/jobs"      /* aio: the job run directory */
 #define DOCKER_BOX_SOCKET "sbxfs-box"          /* the helper's abstract socket */
 

@@ -3,7 +3,7 @@
  * docker_jobs.c - jobs in docker sandboxes (the exec slots of provider.h).
  *
  * A job runs under a supervisor inside the container (sbxfs-box, see
- * docker_box.c), as the sandbox uid, with the container's confinement.  The
+ * helpers/docker_box.c), as the sandbox uid, with the container's confinement.  The
  * daemon opens the job's files in its own root-only job directory (cmd,
  * environ, stdin, stdout, stderr and box-result) and passes the open files
  * to the supervisor over a unix socket inside the container's network
