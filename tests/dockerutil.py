@@ -143,7 +143,10 @@ def ensure_dockerd(timeout=30.0):
 
     A dockerd started here keeps Docker's default bridge network (the docker
     provider's open mode runs on it; tests/test_docker.py tests that on every
-    run): SBXFS_DOCKERD_ARGS may add arguments but "--bridge none" is refused.
+    run): SBXFS_DOCKERD_ARGS may add arguments but "--bridge none" is refused
+    (such a dockerd also deletes the host's docker0, moby's
+    removeDefaultBridgeInterface: no test may start one, see test_docker's
+    PrivateDockerd).
     Where dockerd cannot program iptables (a nested CI container, a kernel
     without the legacy or nf_tables iptables modules) it is started again
     with --iptables=false: the bridge stays, only Docker's NAT rules go (open
@@ -187,16 +190,22 @@ def ensure_dockerd(timeout=30.0):
 def bridge_problem(env=None):
     """Why the dockerd the docker CLI reaches (env's DOCKER_HOST) cannot put a
     container on Docker's default bridge network, or None when it can."""
-    r = subprocess.run([docker_bin(), "network", "inspect", "bridge", "--format", "{{json .IPAM.Config}}"],
+    r = subprocess.run([docker_bin(), "network", "inspect", "bridge", "--format", "{{json .}}"],
                        capture_output=True, text=True, timeout=60, env=env)
     if r.returncode:
         return f"it has no network named bridge (started with --bridge none?): {r.stderr.strip()}"
     try:
-        cfg = json.loads(r.stdout or "null")
+        net = json.loads(r.stdout or "null") or {}
     except ValueError:
-        cfg = None
+        net = {}
+    cfg = (net.get("IPAM") or {}).get("Config") or []
     if not cfg or not cfg[0].get("Subnet"):
         return "its bridge network has no subnet"
+    # its interface: a dockerd started with --bridge none anywhere on the
+    # host deletes docker0 (moby's removeDefaultBridgeInterface)
+    iface = (net.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    if not os.path.exists(f"/sys/class/net/{iface}"):
+        return f"its bridge interface {iface} is gone (a dockerd started with --bridge none deletes docker0)"
     return None
 
 

@@ -296,13 +296,26 @@ def test_workspace_mounted_into_a_second_container(sbxfs, case_label):
 
 
 class PrivateDockerd:
-    """A dockerd of this test only: own socket, data and exec roots, no
-    bridge, no iptables; stopped and started by its pid."""
+    """A dockerd of this test only: own socket, data and exec roots, a
+    default bridge of its own (a bridge interface this test makes, a free
+    10.213.N.0/24), no iptables of its own (the suite's dockerd owns Docker's
+    chains); stopped and started by its pid.
+
+    Never "--bridge none": a dockerd started so deletes the host's docker0
+    (moby's removeDefaultBridgeInterface), the bridge of the suite's dockerd,
+    whose containers then cannot start on Docker's default network ("could
+    not find bridge docker0") until it is made again."""
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix=f"sbxfs-dockerd-{os.getpid()}-", dir="/tmp"))
         self.sock = self.dir / "docker.sock"
         self.proc = None
+        self.bridge = f"sbxbr{os.getpid() % 1000000}"
+        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, timeout=30).stdout
+        free = [n for n in range(1, 255) if f" 10.213.{n}." not in used]
+        assert free, "no free 10.213.N.0/24 for a test bridge"
+        self.addr = f"10.213.{random.choice(free)}.1/24"
+        self.made = False
 
     def env(self):
         return {**os.environ, "DOCKER_HOST": f"unix://{self.sock}"}
@@ -315,7 +328,17 @@ class PrivateDockerd:
         return r
 
     def net_args(self):
-        return ["--bridge", "none", "--iptables=false", "--ip-masq=false"]
+        if not self.made:
+            for cmd in (["link", "add", self.bridge, "type", "bridge"], ["addr", "add", self.addr, "dev", self.bridge],
+                        ["link", "set", self.bridge, "up"]):
+                subprocess.run(["ip", *cmd], check=True, capture_output=True, timeout=30)
+                self.made = True
+        return ["--bridge", self.bridge, "--iptables=false", "--ip-masq=false"]
+
+    def remove_bridge(self):
+        if self.made:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+            self.made = False
 
     def start(self):
         log = open(self.dir / "dockerd.log", "ab")
@@ -348,38 +371,11 @@ class PrivateDockerd:
         return r.stdout.split()
 
 
-class BridgedDockerd(PrivateDockerd):
-    """A private dockerd with a default bridge of its own: a bridge interface
-    this test makes (a free 10.213.N.0/24), no iptables of its own (the
-    suite's dockerd owns Docker's chains).  For open mode where the suite's
-    dockerd has no bridge, and to test dockerd's --bridge IFACE setups."""
-
-    def __init__(self):
-        super().__init__()
-        self.bridge = f"sbxbr{os.getpid() % 1000000}"
-        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, timeout=30).stdout
-        free = [n for n in range(1, 255) if f" 10.213.{n}." not in used]
-        assert free, "no free 10.213.N.0/24 for a test bridge"
-        self.addr = f"10.213.{random.choice(free)}.1/24"
-        self.made = False
-
-    def net_args(self):
-        if not self.made:
-            for cmd in (["link", "add", self.bridge, "type", "bridge"], ["addr", "add", self.addr, "dev", self.bridge],
-                        ["link", "set", self.bridge, "up"]):
-                subprocess.run(["ip", *cmd], check=True, capture_output=True, timeout=30)
-                self.made = True
-        return ["--bridge", self.bridge, "--iptables=false", "--ip-masq=false"]
-
-    def remove_bridge(self):
-        if self.made:
-            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
-            self.made = False
-
-
 def dockerd_fixture(d, case_label):
     """Start d, load the busybox image into it; after the test remove the
-    test's containers, stop it and remove its files (and its bridge)."""
+    test's containers, stop it, remove its files and its bridge, and check
+    that the suite's dockerd still has its bridge."""
+    before = dockerutil.bridge_problem()
     try:
         d.start()
         d.load(dockerutil.IMAGES["busybox"])
@@ -392,34 +388,17 @@ def dockerd_fixture(d, case_label):
                     d.docker("rm", "-f", *ids, check=False, timeout=120)
         finally:
             d.stop()
-            if isinstance(d, BridgedDockerd):
-                d.remove_bridge()
+            d.remove_bridge()
             subprocess.run(["rm", "-rf", str(d.dir)], capture_output=True, timeout=120)
-
-
-@pytest.fixture
-def bridged_dockerd(docker_images, case_label):
-    if not shutil.which("dockerd"):
-        pytest.skip("dockerd is not installed")
-    yield from dockerd_fixture(BridgedDockerd(), case_label)
+    if before is None:
+        assert dockerutil.bridge_problem() is None, "a private dockerd took the suite's bridge away"
 
 
 @pytest.fixture
 def private_dockerd(docker_images, case_label):
     if not shutil.which("dockerd"):
         pytest.skip("dockerd is not installed")
-    d = PrivateDockerd()
-    d.start()
-    d.load(dockerutil.IMAGES["busybox"])
-    yield d
-    try:
-        if d.proc.poll() is None:
-            ids = d.containers(f"{CASE_LABEL}={case_label}")
-            if ids:
-                d.docker("rm", "-f", *ids, check=False, timeout=120)
-    finally:
-        d.stop()
-        subprocess.run(["rm", "-rf", str(d.dir)], capture_output=True, timeout=120)
+    yield from dockerd_fixture(PrivateDockerd(), case_label)
 
 
 @pytest.mark.timeout_s(240)
@@ -554,16 +533,16 @@ def test_open_mode_on_the_bridge(sbxfs, case_label, request):
     if problem is None:
         open_mode_checks(sbxfs(config={"network": {"mode": "open"}}), inspect)
         return
-    d = request.getfixturevalue("bridged_dockerd")
+    d = request.getfixturevalue("private_dockerd")
     o = sbxfs(config={"network": {"mode": "open"}, "docker": {"socket": str(d.sock)}})
     open_mode_checks(o, lambda c: json.loads(d.docker("inspect", c).stdout)[0])
 
 
 @pytest.mark.timeout_s(180)
-def test_open_mode_on_a_dockerd_with_a_bridge_of_its_own(sbxfs, bridged_dockerd, case_label):
+def test_open_mode_on_a_dockerd_with_a_bridge_of_its_own(sbxfs, private_dockerd, case_label):
     """dockerd --bridge IFACE (a bridge made for it, no iptables of its
     own): open mode's container is on it and the gateway is refused."""
-    d = bridged_dockerd
+    d = private_dockerd
     o = sbxfs(config={"network": {"mode": "open"}, "docker": {"socket": str(d.sock)}})
     open_mode_checks(o, lambda c: json.loads(d.docker("inspect", c).stdout)[0])
     assert d.containers(f"{CASE_LABEL}={case_label}") == [], "containers left behind"
