@@ -50,10 +50,10 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/idrange.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
-PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
+PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
-	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
+	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
+	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
@@ -84,22 +84,23 @@ include mk/libfuse.mk
 sbxfs: $(OBJS)
 	$(CC) $(ALL_CFLAGS) -o $@ $(OBJS) $(LDFLAGS) $(LDLIBS)
 
-# The helpers run after setns()/chroot() into a sandbox, where sanitizer
+# The helpers (providers/helpers/: programs of their own, none of the
+# daemon's modules) run after setns()/chroot() into a sandbox, where sanitizer
 # runtimes cannot work: they are built without $(SAN).  sbxfs-init runs on the
 # sandbox's root filesystem, so it is static.
 # sbxfs-exec runs as root: it links nothing but libc.
 HELPER_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -O2 -g -D_FILE_OFFSET_BITS=64
-EXEC_SRCS := providers/local_exec.c providers/local_pump.c
+EXEC_SRCS := providers/helpers/local_exec.c providers/helpers/local_pump.c
 
-sbxfs-exec: $(EXEC_SRCS) providers/local_exec.h
+sbxfs-exec: $(EXEC_SRCS) providers/helpers/local_exec.h
 	$(CC) $(HELPER_CFLAGS) -o $@ $(EXEC_SRCS)
 
-sbxfs-init: providers/local_init.c
+sbxfs-init: providers/helpers/local_init.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 
 # pid 1 and job supervisor of docker sandboxes: runs on any image, so static;
-# execute-only, so the kernel starts it non-dumpable (docker_box.c)
-sbxfs-box: providers/docker_box.c
+# execute-only, so the kernel starts it non-dumpable (helpers/docker_box.c)
+sbxfs-box: providers/helpers/docker_box.c
 	$(CC) $(HELPER_CFLAGS) -static -o $@ $<
 	chmod 0711 $@
 
@@ -119,16 +120,16 @@ run: deps all
 	mkdir -p $(MOUNTPOINT)
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
-UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o providers/builtin.o providers/uidpool.o \
+UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
-	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
+	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
+	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	providers/docker_freeze.o net/egress.o net/policy.o
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
+POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
 	fs/job.o fs/park.o fs/work.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
@@ -149,7 +150,7 @@ NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
 
-HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o
 
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -236,7 +237,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 	      $(shell pkg-config --cflags $(PKGS) 2>/dev/null) -O1 -g $(FUZZ_SAN)
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
-FUZZ_API_OBJS := $(COMMON) providers/providers.o
+FUZZ_API_OBJS := $(COMMON) providers/providers.o providers/api.o
 FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o

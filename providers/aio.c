@@ -46,7 +46,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -61,8 +60,11 @@
 #include "../common/util.h"
 #include "aio_api.h"
 #include "docker_int.h"
+#include "jobrun.h"
+#include "record.h"
 #include "provider_int.h"
 
+#define AIO_RECORD "aio.json" /* job_dir/aio.json: the command and offsets, for reattach */
 #define AIO_POLL_WAIT_S 5.0
 #define AIO_SHELL_POLL_US 200000
 #define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
@@ -70,22 +72,14 @@
 #define AIO_INLINE_MAX (100 * 1024) /* a command in one environment string (Linux: 128 KiB) */
 
 struct ajob {
-	struct sbx_exec base; /* first: fd is an eventfd the pump signals at the end */
+	struct jobrun run;    /* first: the handle, output files, limit, pump (run.out_bytes: out_size + err_size) */
 	struct dbox *db;      /* referenced */
-	char *job_dir;
-	char name[72];
 	char session[128];
 	char command[128];
 	bool shell;           /* the shell API (no /v1/bash) */
 	long long offset, stderr_offset;
 	long long out_size, err_size; /* the job files' sizes when the offsets were recorded */
 	long timeout;
-	uint64_t output_max;
-	bool over;            /* output past output_max arrived (and was dropped) */
-	int sent_sig;         /* atomic: the last signal the daemon sent */
-	int cancel;           /* atomic: exec_free at exit stops the pump */
-	pthread_t pump;
-	bool pumping;
 };
 
 static struct ajob *ajob(struct sbx_exec *x)
@@ -211,22 +205,15 @@ static int ajob_save(struct ajob *j)
 		j->session, "command", j->command, "offset", (json_int_t)j->offset, "stderr_offset",
 		(json_int_t)j->stderr_offset, "out_size", (json_int_t)j->out_size, "err_size", (json_int_t)j->err_size,
 		"timeout", (int)j->timeout);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(j->run.job_dir, AIO_RECORD, o) : -1;
 
-	if (text && !buf_addf(&p, "%s/aio.json", j->job_dir))
-		r = util_write_atomic(p.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&p);
 	return r;
 }
 
 static int ajob_load(struct ajob *j)
 {
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = buf_addf(&p, "%s/aio.json", j->job_dir) ? NULL : json_read_file(p.ptr);
+	json_t *o = record_load(j->run.job_dir, AIO_RECORD);
 	const char *mode = json_string_value(json_object_get(o, "mode"));
 	const char *sess = json_string_value(json_object_get(o, "session"));
 	const char *cmd = json_string_value(json_object_get(o, "command"));
@@ -242,57 +229,26 @@ static int ajob_load(struct ajob *j)
 		j->out_size = json_integer_value(json_object_get(o, "out_size"));
 		j->err_size = json_integer_value(json_object_get(o, "err_size"));
 		j->timeout = (long)json_integer_value(json_object_get(o, "timeout"));
+		j->run.out_bytes = (uint64_t)(j->out_size + j->err_size);
 		r = 0;
 	}
 	json_decref(o);
-	buf_free(&p);
 	return r;
 }
 
-static int job_stream_open(const char *job_dir, const char *name)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	int fd = buf_addf(&p, "%s/%s", job_dir, name) ? -1 :
-						      open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-
-	buf_free(&p);
-	return fd;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
 
 /* ---- the pump ------------------------------------------------------------------------------------- */
 
 static void ajob_end(struct ajob *j, const char *state, int code, int sig, const char *reason)
 {
-	json_t *o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at",
-		util_wall_now());
-	char *text;
-
-	if (o && reason)
-		json_object_set_new(o, "reason", json_string(reason));
-	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	if (!text || !docker_write_result(j->job_dir, text, strlen(text), j->db->name))
-		docker_write_lost(j->job_dir, "the job's result could not be recorded");
-	free(text);
-	json_decref(o);
+	state = jobrun_killed_state(j->run.job_dir, state, sig);
+	if (!jobrun_result(j->run.job_dir, j->run.scope, state, code, sig, reason, NULL, NULL))
+		jobrun_lost(j->run.job_dir, j->run.scope, "the job's result could not be recorded");
 }
 
 static void ajob_end_status(struct ajob *j, enum aio_status st, bool has_exit, int exit_code, const char *reason)
 {
-	int sig = __atomic_load_n(&j->sent_sig, __ATOMIC_RELAXED);
+	int sig = __atomic_load_n(&j->run.sent_sig, __ATOMIC_RELAXED);
 
 	if (reason) /* over the output limit: killed by us */
 		ajob_end(j, "killed", 137, SIGKILL, reason);
@@ -304,37 +260,24 @@ static void ajob_end_status(struct ajob *j, enum aio_status st, bool has_exit, i
 	else if (st == AIO_KILLED)
 		ajob_end(j, "killed", 128 + (sig ? sig : SIGKILL), sig ? sig : SIGKILL, NULL);
 	else
-		docker_write_lost(j->job_dir, "the AIO server left the command in an unknown state");
+		jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server left the command in an unknown state");
 }
 
-struct pump_files {
-	int out, err;
-};
-
-/* Append new output and record how far we are. */
-static int ajob_append(struct ajob *j, struct pump_files *f, const char *out, size_t olen, const char *err,
-	size_t elen, long long off, long long eoff)
+/* Append new output (what the output limit lets through: the rest is
+ * dropped, the job killed) and record how far we are. */
+static int ajob_append(struct ajob *j, const char *out, size_t olen, const char *err, size_t elen, long long off,
+	long long eoff)
 {
-	if (j->output_max) { /* keep output_max bytes in all: the rest is dropped, the job killed */
-		uint64_t have = (uint64_t)(j->out_size + j->err_size), room = have < j->output_max ? j->output_max - have : 0;
-		if (olen > room) {
-			olen = (size_t)room;
-			j->over = true;
-		}
-		room -= olen;
-		if (elen > room) {
-			elen = (size_t)room;
-			j->over = true;
-		}
-	}
-	if ((olen && write_all(f->out, out, olen)) || (elen && write_all(f->err, err, elen)))
+	olen = jobrun_charge(&j->run, olen);
+	elen = jobrun_charge(&j->run, elen);
+	if ((olen && jobrun_write_all(j->run.out_fd, out, olen)) || (elen && jobrun_write_all(j->run.err_fd, err, elen)))
 		return -1;
 	j->out_size += (long long)olen;
 	j->err_size += (long long)elen;
 	j->offset = off;
 	j->stderr_offset = eoff;
 	if ((olen || elen) && ajob_save(j))
-		log_warn(j->db->name, "%s: cannot record the output offsets: %s", j->name, strerror(errno));
+		log_warn(j->db->name, "%s: cannot record the output offsets: %s", j->run.name, strerror(errno));
 	return 0;
 }
 
@@ -348,7 +291,7 @@ static void ajob_find_pid(struct ajob *j)
 	pid_t pids[4096];
 	int n;
 
-	if (j->db->remote || str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->name) || !j->db->init_pid)
+	if (j->db->remote || str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->run.name) || !j->db->init_pid)
 		return;
 	n = docker_children(j->db->init_pid, pids, 4096, 0);
 	for (int i = 0; i < n; i++)
@@ -362,7 +305,7 @@ static void ajob_find_pid(struct ajob *j)
 		if (hit) {
 			struct buf p = BUF_INIT(BUF_CAP_PATH);
 			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
-			if (!buf_addf(&p, "%s/pgid", j->job_dir))
+			if (!buf_addf(&p, "%s/pgid", j->run.job_dir))
 				util_write_atomic(p.ptr, text, strlen(text), 0600);
 			buf_free(&p);
 			return;
@@ -373,7 +316,6 @@ static void ajob_find_pid(struct ajob *j)
 static void *ajob_pump(void *arg)
 {
 	struct ajob *j = arg;
-	struct pump_files f = { job_stream_open(j->job_dir, "stdout"), job_stream_open(j->job_dir, "stderr") };
 	struct aio_target t;
 	char url[64], err[AIO_ERR_LEN], scope[256];
 	uint64_t failing_since = 0, started = util_now_ms(), paused0 = dbox_paused_ms(j->db);
@@ -382,13 +324,13 @@ static void *ajob_pump(void *arg)
 	int nsfd = -1;
 	bool reached = false;
 
-	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->name);
-	if (f.out < 0 || f.err < 0) {
+	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->run.name);
+	if (jobrun_open_output(&j->run)) {
 		log_err(scope, "cannot open the job's output files: %s", strerror(errno));
-		docker_write_lost(j->job_dir, "the job's output files cannot be opened");
+		jobrun_lost(j->run.job_dir, j->run.scope, "the job's output files cannot be opened");
 		goto done;
 	}
-	while (!__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+	while (!jobrun_cancelled(&j->run)) {
 		enum aio_status st = AIO_UNKNOWN;
 		bool has_exit = false;
 		int code = -1;
@@ -403,18 +345,18 @@ static void *ajob_pump(void *arg)
 		if (!reached)
 			reached = aio_reach(j->db, &nsfd);
 		if (!reached) {
-			docker_write_lost(j->job_dir, j->db->remote ? "the sandbox is gone" :
+			jobrun_lost(j->run.job_dir, j->run.scope, j->db->remote ? "the sandbox is gone" :
 								      "the sandbox's container ended while the job ran");
 			goto done;
 		}
-		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->cancel);
+		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->run.cancel);
 		t.timeout_ms = (long)(AIO_POLL_WAIT_S * 1000) + 15000;
 		if (!j->shell) {
 			struct aio_bash_result r;
 			e = aio_bash_output(&t, j->session, j->command, j->offset, j->stderr_offset, AIO_POLL_WAIT_S, &r, err,
 				sizeof(err));
 			if (!e) {
-				if (ajob_append(j, &f, r.out, r.out_len, r.err, r.err_len, r.offset, r.stderr_offset))
+				if (ajob_append(j, r.out, r.out_len, r.err, r.err_len, r.offset, r.stderr_offset))
 					log_warn(scope, "cannot append the output: %s", strerror(errno));
 				st = r.status;
 				has_exit = r.has_exit;
@@ -429,7 +371,7 @@ static void *ajob_pump(void *arg)
 				usleep(AIO_SHELL_POLL_US);
 			e = aio_shell_view(&t, j->session, &r, err, sizeof(err));
 			if (!e && (long long)r.output_len > j->offset &&
-			    ajob_append(j, &f, r.output + j->offset, r.output_len - (size_t)j->offset, NULL, 0,
+			    ajob_append(j, r.output + j->offset, r.output_len - (size_t)j->offset, NULL, 0,
 				    (long long)r.output_len, 0))
 				log_warn(scope, "cannot append the output: %s", strerror(errno));
 			st = r.status;
@@ -439,18 +381,18 @@ static void *ajob_pump(void *arg)
 		}
 		if (e == SBX_ERR_GONE || e == SBX_ERR_NOTSUP) {
 			log_warn(scope, "the AIO server no longer knows the command: %s", err);
-			docker_write_lost(j->job_dir, "the AIO server no longer knows the command");
+			jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server no longer knows the command");
 			goto done;
 		}
 		if (e) {
-			if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED))
+			if (jobrun_cancelled(&j->run))
 				break;
 			if (!failing_since) {
 				failing_since = util_now_ms();
 				log_warn(scope, "polling the job's output: %s", err);
 			}
 			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS && !dbox_paused(j->db)) {
-				docker_write_lost(j->job_dir, "the AIO server stopped answering");
+				jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server stopped answering");
 				goto done;
 			}
 			if (nsfd >= 0)
@@ -461,10 +403,10 @@ static void *ajob_pump(void *arg)
 			continue;
 		}
 		failing_since = 0;
-		if (j->over && !reason) {
+		if (j->run.over && !reason) {
 			char kerr[AIO_ERR_LEN];
 			reason = "output limit";
-			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->output_max);
+			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->run.output_max);
 			if (j->shell)
 				aio_shell_kill(&t, j->session, kerr, sizeof(kerr));
 			else
@@ -494,18 +436,10 @@ static void *ajob_pump(void *arg)
 	/* cancelled: the daemon is exiting; the command goes on, a later daemon resumes */
 	goto out;
 done:
-	{
-		uint64_t one = 1;
-		if (write(j->base.fd, &one, sizeof(one)) < 0)
-			log_warn(scope, "cannot signal the job's end: %s", strerror(errno));
-	}
+	jobrun_signal_end(&j->run);
 out:
 	if (nsfd >= 0)
 		close(nsfd);
-	if (f.out >= 0)
-		close(f.out);
-	if (f.err >= 0)
-		close(f.err);
 	return NULL;
 }
 
@@ -513,30 +447,20 @@ static struct ajob *ajob_new(struct dbox *db, const char *job_dir, const char *n
 {
 	struct ajob *j = calloc(1, sizeof(*j));
 
-	if (!j || !(j->job_dir = strdup(job_dir))) {
+	/* provider_aio, or its base_url variant */
+	if (!j || jobrun_init(&j->run, db->base.prov, job_dir, name, db->name)) {
 		free(j);
 		return NULL;
 	}
-	j->base.prov = db->base.prov; /* provider_aio, or its base_url variant */
-	j->base.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (j->base.fd < 0) {
-		free(j->job_dir);
-		free(j);
-		return NULL;
-	}
-	snprintf(j->name, sizeof(j->name), "%s", name);
 	j->db = db;
 	sbx_box_get(&db->base);
-	j->output_max = db->output_max;
+	j->run.output_max = db->output_max;
 	return j;
 }
 
 static enum sbx_err ajob_start_pump(struct ajob *j)
 {
-	if (pthread_create(&j->pump, NULL, ajob_pump, j))
-		return SBX_ERR_NOMEM;
-	j->pumping = true;
-	return SBX_OK;
+	return jobrun_start_pump(&j->run, ajob_pump, j);
 }
 
 /* ---- start ---------------------------------------------------------------------------------------- */
@@ -667,7 +591,7 @@ static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *
 				continue; /* no stdin */
 		} else {
 			fd = memfd_create("sbxfs-env", MFD_CLOEXEC);
-			if (fd >= 0 && sh.len && write_all(fd, sh.ptr, sh.len)) {
+			if (fd >= 0 && sh.len && jobrun_write_all(fd, sh.ptr, sh.len)) {
 				close(fd);
 				fd = -1;
 			}
@@ -735,7 +659,7 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 		goto out;
 	}
 	if (spec->output_max > 0)
-		j->output_max = (uint64_t)spec->output_max;
+		j->run.output_max = (uint64_t)spec->output_max;
 	j->timeout = spec->timeout;
 	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", db->token, spec->job_name, rnd[0],
 		rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
@@ -837,13 +761,13 @@ send:
 	e = ajob_start_pump(j);
 	if (e)
 		goto out;
-	*out = &j->base;
+	*out = &j->run.base;
 	j = NULL;
 out:
 	if (e)
 		log_err(scope, "cannot start the job: %s", err[0] ? err : sbx_err_name(e));
 	if (j)
-		aio_jobs_free(&j->base);
+		aio_jobs_free(&j->run.base);
 	if (nsfd >= 0)
 		close(nsfd);
 	free(env);
@@ -864,26 +788,26 @@ enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sb
 	if (!j)
 		return SBX_ERR_NOMEM;
 	if (ajob_load(j)) {
-		aio_jobs_free(&j->base);
-		docker_write_lost(job_dir, "no record of the command in the AIO server");
+		jobrun_lost(job_dir, j->run.scope, "no record of the command in the AIO server");
+		aio_jobs_free(&j->run.base);
 		return SBX_ERR_GONE;
 	}
 	if (!aio_alive(db)) {
-		aio_jobs_free(&j->base);
-		docker_write_lost(job_dir, db->remote ? "the sandbox is gone" :
+		jobrun_lost(job_dir, j->run.scope, db->remote ? "the sandbox is gone" :
 							"the sandbox's container ended while no daemon watched the job");
+		aio_jobs_free(&j->run.base);
 		return SBX_ERR_GONE;
 	}
 	/* output appended after the offsets were last recorded is fetched again */
 	if (buf_addf(&p, "%s/stdout", job_dir) || truncate(p.ptr, j->out_size) ||
 	    (buf_reset(&p), buf_addf(&p, "%s/stderr", job_dir)) || truncate(p.ptr, j->err_size))
-		log_warn(db->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->name, strerror(errno));
+		log_warn(db->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->run.name, strerror(errno));
 	buf_free(&p);
 	if (ajob_start_pump(j)) {
-		aio_jobs_free(&j->base);
+		aio_jobs_free(&j->run.base);
 		return SBX_ERR_NOMEM;
 	}
-	*out = &j->base;
+	*out = &j->run.base;
 	return SBX_OK;
 }
 
@@ -901,41 +825,27 @@ enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig)
 	if (!aio_reach(j->db, &nsfd))
 		return SBX_ERR_GONE;
 	aio_target_init(&t, j->db, url, sizeof(url), nsfd, NULL);
-	__atomic_store_n(&j->sent_sig, sig, __ATOMIC_RELAXED);
+	__atomic_store_n(&j->run.sent_sig, sig, __ATOMIC_RELAXED);
 	e = j->shell ? aio_shell_kill(&t, j->session, err, sizeof(err)) : aio_bash_kill(&t, j->session, name, err, sizeof(err));
 	if (nsfd >= 0)
 		close(nsfd);
 	if (e)
-		log_warn(j->db->name, "%s: kill: %s", j->name, err);
+		log_warn(j->db->name, "%s: kill: %s", j->run.name, err);
 	/* "No running command": it has ended */
 	return e == SBX_ERR_IO && strstr(err, "No running") ? SBX_ERR_GONE : e;
 }
 
 void aio_jobs_finish(struct sbx_exec *x)
 {
-	struct ajob *j = ajob(x);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-
-	if (j->pumping) {
-		pthread_join(j->pump, NULL);
-		j->pumping = false;
-	}
-	if (!buf_addf(&p, "%s/result", j->job_dir) && access(p.ptr, F_OK))
-		docker_write_lost(j->job_dir, "the job ended without a result");
-	buf_free(&p);
+	jobrun_finish(&ajob(x)->run);
 }
 
 void aio_jobs_free(struct sbx_exec *x)
 {
 	struct ajob *j = ajob(x);
 
-	if (j->pumping) {
-		__atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED);
-		pthread_join(j->pump, NULL);
-	}
-	close(j->base.fd);
+	jobrun_release(&j->run); /* the pump first: it uses the box */
 	sbx_box_put(&j->db->base);
-	free(j->job_dir);
 	free(j);
 }
 

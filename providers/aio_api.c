@@ -18,22 +18,12 @@
 
 #include <jansson.h>
 
+#include "api.h"
+
 #include "../common/buf.h"
 #include "../common/http.h"
 
 #define AIO_CAP (64 * 1024 * 1024) /* one answer: output pieces can be large */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 enum aio_status aio_status_parse(const char *s)
 {
@@ -75,7 +65,7 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 	*root = NULL;
 	*data = NULL;
 	if (!json_is_object(o)) {
-		seterr(err, errlen, "the AIO server answered %ld with %s", status, len ? "something not JSON" : "nothing");
+		api_seterr(err, errlen, "the AIO server answered %ld with %s", status, len ? "something not JSON" : "nothing");
 		json_decref(o);
 		return status == 404 ? SBX_ERR_NOTSUP : http_status_err(status) ? http_status_err(status) : SBX_ERR_IO;
 	}
@@ -86,7 +76,7 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 
 		if (detail)
 			detail_text(detail, text, sizeof(text));
-		seterr(err, errlen, "the AIO server answered %ld: %s", status, detail ? text : msg ? msg : "(no message)");
+		api_seterr(err, errlen, "the AIO server answered %ld: %s", status, detail ? text : msg ? msg : "(no message)");
 		/* a missing route is FastAPI's {"detail": "Not Found"}; a missing
 		 * session or command comes in the envelope */
 		if (status == 404 && detail && !json_object_get(o, "success"))
@@ -111,7 +101,7 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 			    !strcmp(type, "already_exists") ? SBX_ERR_EXIST :
 			    !strcmp(type, "no_space_left") ? SBX_ERR_NOSPC :
 			    !strcmp(type, "invalid_path") || !strcmp(type, "invalid_target") ? SBX_ERR_INVAL : SBX_ERR_IO;
-		seterr(err, errlen, "the AIO server reports a failure: %s", msg ? msg : "(no message)");
+		api_seterr(err, errlen, "the AIO server reports a failure: %s", msg ? msg : "(no message)");
 		json_decref(o); /* msg lived in o */
 		return e;
 	}
@@ -120,10 +110,11 @@ enum sbx_err aio_envelope(long status, const char *body, size_t len, json_t **ro
 	return SBX_OK;
 }
 
-/* One request: the answer's status and bytes (into out, capped). */
-static enum sbx_err aio_fetch(const struct aio_target *t, const char *method, const char *path, const json_t *body,
-	struct buf *out, long *status, char *err, size_t errlen)
+/* One request (api.h's send): the answer's status and bytes (into out, capped). */
+static enum sbx_err aio_send(void *ctx, const struct api_req *q, struct buf *out, long *status, char *err,
+	size_t errlen)
 {
+	const struct aio_target *t = ctx;
 	struct http_request rq = HTTP_REQUEST_INIT;
 	struct http_response rs;
 	struct http_header hd[2] = { { "Accept", "application/json", false }, { "X-AIO-API-Key", t->api_key, true } };
@@ -131,17 +122,17 @@ static enum sbx_err aio_fetch(const struct aio_target *t, const char *method, co
 	enum sbx_err e;
 
 	*status = 0;
-	if (buf_addf(&url, "%s%s", t->base_url, path)) {
+	if (buf_addf(&url, "%s%s", t->base_url, q->path)) {
 		buf_free(&url);
-		seterr(err, errlen, "URL too long");
+		api_seterr(err, errlen, "URL too long");
 		return SBX_ERR_INVAL;
 	}
-	rq.method = method;
+	rq.method = q->method;
 	rq.url = url.ptr;
 	rq.netns_fd = t->netns_fd;
 	rq.headers = hd;
 	rq.n_headers = t->api_key && t->api_key[0] ? 2 : 1;
-	rq.json = body;
+	rq.json = q->body;
 	rq.out = out;
 	rq.timeout_ms = t->timeout_ms > 0 ? t->timeout_ms : 30000;
 	rq.connect_timeout_ms = 2000;
@@ -149,27 +140,40 @@ static enum sbx_err aio_fetch(const struct aio_target *t, const char *method, co
 	rq.scope = t->scope;
 	e = http_perform(&rq, &rs);
 	if (e)
-		seterr(err, errlen, "the AIO server at %s is not reachable: %s (%s)", t->base_url, rs.error, rs.id);
+		api_seterr(err, errlen, "the AIO server at %s is not reachable: %s (%s)", t->base_url, rs.error, rs.id);
 	else
 		*status = rs.status;
 	buf_free(&url);
 	return e;
 }
 
+/* The envelope alone (api.h's decoder shape): calls whose answer is only checked. */
+static enum sbx_err dec_envelope(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	json_t *root = NULL, *data;
+	enum sbx_err e = aio_envelope(status, body, len, &root, &data, err, errlen);
+
+	(void)out;
+	json_decref(root);
+	return e;
+}
+
+/* One request through api.h: every status goes to dec (the envelope reads it). */
+static enum sbx_err aio_request(const struct aio_target *t, const char *method, const char *path, const json_t *body,
+	api_decode_fn dec, void *out, char *err, size_t errlen)
+{
+	struct api_client cl = { .send = aio_send, .ctx = (void *)t };
+	struct api_req q = { .method = method, .path = path, .body = body, .cap = AIO_CAP, .what = path,
+		.want = API_ANY_STATUS, .decode = dec, .out = out };
+
+	return api_call(&cl, &q, err, errlen);
+}
+
 /* One request whose answer is only checked: its envelope. */
 static enum sbx_err aio_call(const struct aio_target *t, const char *method, const char *path, const json_t *body,
 	char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(AIO_CAP);
-	json_t *root = NULL, *data;
-	long status;
-	enum sbx_err e = aio_fetch(t, method, path, body, &out, &status, err, errlen);
-
-	if (!e)
-		e = aio_envelope(status, buf_str(&out), out.len, &root, &data, err, errlen);
-	json_decref(root);
-	buf_free(&out);
-	return e;
+	return aio_request(t, method, path, body, dec_envelope, NULL, err, errlen);
 }
 
 enum sbx_err aio_decode_sandbox(long status, const char *body, size_t len, struct aio_info *info, char *err,
@@ -179,10 +183,10 @@ enum sbx_err aio_decode_sandbox(long status, const char *body, size_t len, struc
 
 	memset(info, 0, sizeof(*info));
 	if (status != 200) {
-		seterr(err, errlen, "GET /v1/sandbox answered %ld", status);
+		api_seterr(err, errlen, "GET /v1/sandbox answered %ld", status);
 		return status == 401 || status == 403 ? SBX_ERR_ACCESS : SBX_ERR_BUSY;
 	}
-	o = json_loadb(body ? body : "", len, 0, NULL);
+	o = api_load(body, len);
 	if (json_is_object(o)) {
 		/* readiness is the 200 (DeerFlow); the rest is for status */
 		const char *h = json_string_value(json_object_get(o, "home_dir"));
@@ -218,7 +222,7 @@ enum sbx_err aio_sandbox(const struct aio_target *t, struct aio_info *info, char
 	rq.scope = t->scope;
 	e = http_perform(&rq, &rs);
 	if (e)
-		seterr(err, errlen, "GET /v1/sandbox: %s", rs.error);
+		api_seterr(err, errlen, "GET /v1/sandbox: %s", rs.error);
 	else
 		e = aio_decode_sandbox(rs.status, buf_str(&out), out.len, info, err, errlen);
 	buf_free(&url);
@@ -269,7 +273,7 @@ static int decode_bash(json_t *data, struct aio_bash_result *r, bool output, cha
 
 	memset(r, 0, sizeof(*r));
 	if (!json_is_object(data) || (output && !json_is_object(cmd))) {
-		seterr(err, errlen, "the AIO server's bash answer has no %s", output ? "command" : "data");
+		api_seterr(err, errlen, "the AIO server's bash answer has no %s", output ? "command" : "data");
 		return -1;
 	}
 	off = json_object_get(data, "offset");
@@ -279,7 +283,7 @@ static int decode_bash(json_t *data, struct aio_bash_result *r, bool output, cha
 	    dec_copy(cmd, "command_id", r->command_id, sizeof(r->command_id)) ||
 	    dec_bytes(data, "stdout", &r->out, &r->out_len) || dec_bytes(data, "stderr", &r->err, &r->err_len) ||
 	    !json_is_integer(off) || !json_is_integer(eoff) || (ex && !json_is_null(ex) && !json_is_integer(ex))) {
-		seterr(err, errlen, "the AIO server's bash answer lacks or mistypes offset, stderr_offset or exit_code");
+		api_seterr(err, errlen, "the AIO server's bash answer lacks or mistypes offset, stderr_offset or exit_code");
 		aio_bash_result_clear(r);
 		return -1;
 	}
@@ -289,7 +293,7 @@ static int decode_bash(json_t *data, struct aio_bash_result *r, bool output, cha
 	r->has_exit = json_is_integer(ex);
 	r->exit_code = r->has_exit ? (int)json_integer_value(ex) : -1;
 	if (r->status == AIO_UNKNOWN) {
-		seterr(err, errlen, "the AIO server reports an unknown command status");
+		api_seterr(err, errlen, "the AIO server reports an unknown command status");
 		aio_bash_result_clear(r);
 		return -1;
 	}
@@ -309,14 +313,22 @@ enum sbx_err aio_decode_bash(long status, const char *body, size_t len, bool out
 	return e;
 }
 
+static enum sbx_err dec_bash_exec(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	return aio_decode_bash(status, body, len, false, out, err, errlen);
+}
+
+static enum sbx_err dec_bash_output(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	return aio_decode_bash(status, body, len, true, out, err, errlen);
+}
+
 enum sbx_err aio_bash_exec(const struct aio_target *t, const struct aio_bash_request *q, struct aio_bash_result *r,
 	char *err, size_t errlen)
 {
 	json_t *body = json_pack("{s:s,s:b,s:i}", "command", q->command, "async_mode", q->async, "max_output_length", 0),
 	       *env = json_object();
-	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 	int bad = !body || !env;
 
 	for (size_t i = 0; !bad && i < q->n_env; i++)
@@ -332,12 +344,8 @@ enum sbx_err aio_bash_exec(const struct aio_target *t, const struct aio_bash_req
 	if (!bad)
 		bad |= json_object_set(body, "env", env);
 	memset(r, 0, sizeof(*r));
-	if (!bad) {
-		e = aio_fetch(t, "POST", "/v1/bash/exec", body, &out, &status, err, errlen);
-		if (!e)
-			e = aio_decode_bash(status, buf_str(&out), out.len, false, r, err, errlen);
-	}
-	buf_free(&out);
+	if (!bad)
+		e = aio_request(t, "POST", "/v1/bash/exec", body, dec_bash_exec, r, err, errlen);
 	json_decref(env);
 	json_decref(body);
 	return e;
@@ -349,17 +357,11 @@ enum sbx_err aio_bash_output(const struct aio_target *t, const char *session_id,
 	json_t *body = json_pack("{s:s,s:s,s:I,s:I,s:b,s:f}", "session_id", session_id, "command_id", command_id, "offset",
 		(json_int_t)offset, "stderr_offset", (json_int_t)stderr_offset, "wait", wait_s > 0, "wait_timeout",
 		wait_s > 0 ? wait_s : 0.0);
-	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 
 	memset(r, 0, sizeof(*r));
-	if (body) {
-		e = aio_fetch(t, "POST", "/v1/bash/output", body, &out, &status, err, errlen);
-		if (!e)
-			e = aio_decode_bash(status, buf_str(&out), out.len, true, r, err, errlen);
-	}
-	buf_free(&out);
+	if (body)
+		e = aio_request(t, "POST", "/v1/bash/output", body, dec_bash_output, r, err, errlen);
 	json_decref(body);
 	return e;
 }
@@ -398,7 +400,7 @@ static int decode_shell(json_t *data, struct aio_shell_result *r, char *err, siz
 	memset(r, 0, sizeof(*r));
 	if (!json_is_object(data) || dec_copy(data, "session_id", r->session_id, sizeof(r->session_id)) ||
 	    dec_bytes(data, "output", &r->output, &r->output_len) || (ex && !json_is_null(ex) && !json_is_integer(ex))) {
-		seterr(err, errlen, "the AIO server's shell answer lacks or mistypes session_id, output or exit_code");
+		api_seterr(err, errlen, "the AIO server's shell answer lacks or mistypes session_id, output or exit_code");
 		aio_shell_result_clear(r);
 		return -1;
 	}
@@ -421,26 +423,25 @@ enum sbx_err aio_decode_shell(long status, const char *body, size_t len, struct 
 	return e;
 }
 
+static enum sbx_err dec_shell(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	return aio_decode_shell(status, body, len, out, err, errlen);
+}
+
 enum sbx_err aio_shell_exec(const struct aio_target *t, const char *command, const char *exec_dir, double hard_timeout,
 	struct aio_shell_result *r, char *err, size_t errlen)
 {
 	json_t *body = json_pack("{s:s,s:b,s:b}", "command", command, "async_mode", 1, "truncate", 0);
-	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 
 	memset(r, 0, sizeof(*r));
 	if (body && exec_dir && json_object_set_new(body, "exec_dir", json_string(exec_dir)))
 		goto out;
 	if (body && hard_timeout > 0 && json_object_set_new(body, "hard_timeout", json_real(hard_timeout)))
 		goto out;
-	if (body) {
-		e = aio_fetch(t, "POST", "/v1/shell/exec", body, &out, &status, err, errlen);
-		if (!e)
-			e = aio_decode_shell(status, buf_str(&out), out.len, r, err, errlen);
-	}
+	if (body)
+		e = aio_request(t, "POST", "/v1/shell/exec", body, dec_shell, r, err, errlen);
 out:
-	buf_free(&out);
 	json_decref(body);
 	return e;
 }
@@ -449,19 +450,13 @@ enum sbx_err aio_shell_view(const struct aio_target *t, const char *session_id, 
 	size_t errlen)
 {
 	json_t *body = json_pack("{s:s}", "id", session_id);
-	struct buf out = BUF_INIT(AIO_CAP);
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 
 	memset(r, 0, sizeof(*r));
-	if (body) {
-		e = aio_fetch(t, "POST", "/v1/shell/view", body, &out, &status, err, errlen);
-		if (!e)
-			e = aio_decode_shell(status, buf_str(&out), out.len, r, err, errlen);
-		if (!e && !r->session_id[0])
-			snprintf(r->session_id, sizeof(r->session_id), "%s", session_id);
-	}
-	buf_free(&out);
+	if (body)
+		e = aio_request(t, "POST", "/v1/shell/view", body, dec_shell, r, err, errlen);
+	if (!e && !r->session_id[0])
+		snprintf(r->session_id, sizeof(r->session_id), "%s", session_id);
 	json_decref(body);
 	return e;
 }
@@ -493,7 +488,7 @@ enum sbx_err aio_decode_sessions(long status, const char *body, size_t len, void
 	size_t i;
 
 	if (!e && !json_is_array(data)) {
-		seterr(err, errlen, "the AIO server's session list is not a list");
+		api_seterr(err, errlen, "the AIO server's session list is not a list");
 		e = SBX_ERR_IO;
 	}
 	if (!e)
@@ -508,17 +503,24 @@ enum sbx_err aio_decode_sessions(long status, const char *body, size_t len, void
 	return e;
 }
 
+struct sessions_out {
+	void (*fn)(const char *id, void *arg);
+	void *arg;
+};
+
+static enum sbx_err dec_sessions(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct sessions_out *so = out;
+
+	return aio_decode_sessions(status, body, len, so->fn, so->arg, err, errlen);
+}
+
 enum sbx_err aio_bash_sessions(const struct aio_target *t, void (*fn)(const char *id, void *arg), void *arg,
 	char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(AIO_CAP);
-	long status;
-	enum sbx_err e = aio_fetch(t, "GET", "/v1/bash/sessions", NULL, &out, &status, err, errlen);
+	struct sessions_out so = { .fn = fn, .arg = arg };
 
-	if (!e)
-		e = aio_decode_sessions(status, buf_str(&out), out.len, fn, arg, err, errlen);
-	buf_free(&out);
-	return e;
+	return aio_request(t, "GET", "/v1/bash/sessions", NULL, dec_sessions, &so, err, errlen);
 }
 
 /* ---- files ------------------------------------------------------------------------------------ */
@@ -583,7 +585,7 @@ enum sbx_err aio_decode_file_list(long status, const char *body, size_t len, con
 
 	files = json_object_get(data, "files");
 	if (!e && !json_is_array(files)) {
-		seterr(err, errlen, "the AIO server's listing of %s has no files", path);
+		api_seterr(err, errlen, "the AIO server's listing of %s has no files", path);
 		e = SBX_ERR_IO;
 	}
 	if (!e)
@@ -594,7 +596,7 @@ enum sbx_err aio_decode_file_list(long status, const char *body, size_t len, con
 
 			if (!name || !name[0] || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..") ||
 			    str_fmt(f.name, sizeof(f.name), "%s", name)) {
-				seterr(err, errlen, "the AIO server's listing of %s has a malformed entry", path);
+				api_seterr(err, errlen, "the AIO server's listing of %s has a malformed entry", path);
 				e = SBX_ERR_IO;
 				break;
 			}
@@ -612,18 +614,28 @@ enum sbx_err aio_decode_file_list(long status, const char *body, size_t len, con
 	return e;
 }
 
+struct file_list_out {
+	const char *path;
+	int (*fn)(const struct aio_file *f, void *arg);
+	void *arg;
+};
+
+static enum sbx_err dec_file_list(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct file_list_out *fl = out;
+
+	return aio_decode_file_list(status, body, len, fl->path, fl->fn, fl->arg, err, errlen);
+}
+
 enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*fn)(const struct aio_file *f, void *arg),
 	void *arg, char *err, size_t errlen)
 {
 	json_t *body = json_pack("{s:s,s:b,s:b,s:b,s:b}", "path", path, "recursive", 0, "show_hidden", 1, "include_size", 1,
 		"include_permissions", 1);
-	struct buf out = BUF_INIT(AIO_CAP);
-	long status;
-	enum sbx_err e = body ? aio_fetch(t, "POST", "/v1/file/list", body, &out, &status, err, errlen) : SBX_ERR_NOMEM;
+	struct file_list_out fl = { .path = path, .fn = fn, .arg = arg };
+	enum sbx_err e = body ? aio_request(t, "POST", "/v1/file/list", body, dec_file_list, &fl, err, errlen) :
+				SBX_ERR_NOMEM;
 
-	if (!e)
-		e = aio_decode_file_list(status, buf_str(&out), out.len, path, fn, arg, err, errlen);
-	buf_free(&out);
 	json_decref(body);
 	return e;
 }
@@ -631,7 +643,7 @@ enum sbx_err aio_file_list(const struct aio_target *t, const char *path, int (*f
 enum sbx_err aio_decode_download_error(long status, const char *body, size_t len, const char *path, char *err,
 	size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 	const char *detail = json_string_value(json_object_get(o, "detail"));
 	enum sbx_err e = http_status_err(status);
 
@@ -639,7 +651,7 @@ enum sbx_err aio_decode_download_error(long status, const char *body, size_t len
 		e = SBX_ERR_ISDIR;
 	if (e == SBX_OK)
 		e = SBX_ERR_IO; /* a 2xx other than 200 and 206, or a 3xx (not followed): no content came */
-	seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, status, detail ? detail : "");
+	api_seterr(err, errlen, "GET /v1/file/download %s answered %ld: %s", path, status, detail ? detail : "");
 	json_decref(o);
 	return e;
 }
@@ -676,13 +688,13 @@ enum sbx_err aio_file_download(const struct aio_target *t, const char *path, lon
 	rq.scope = t->scope;
 	e = http_perform(&rq, &rs);
 	if (e) {
-		seterr(err, errlen, "GET /v1/file/download %s: %s (%s)", path, rs.error, rs.id);
+		api_seterr(err, errlen, "GET /v1/file/download %s: %s (%s)", path, rs.error, rs.id);
 	} else if (rs.status == 416) {
 		e = SBX_OK; /* at or past the end */
 	} else if (rs.status != 200 && rs.status != 206) {
 		e = aio_decode_download_error(rs.status, buf_str(&errbody), errbody.len, path, err, errlen);
 	} else if (d.werr) {
-		seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
+		api_seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
 		e = d.werr == ENOSPC ? SBX_ERR_NOSPC : SBX_ERR_IO;
 	}
 	*got = d.got;
@@ -725,7 +737,7 @@ enum sbx_err aio_file_upload(const struct aio_target *t, const char *path, int f
 	rq.scope = t->scope;
 	e = http_perform(&rq, &rs);
 	if (e)
-		seterr(err, errlen, "POST /v1/file/upload %s: %s (%s)", path, rs.error, rs.id);
+		api_seterr(err, errlen, "POST /v1/file/upload %s: %s (%s)", path, rs.error, rs.id);
 	else
 		e = aio_envelope(rs.status, buf_str(&out), out.len, &root, &data, err, errlen);
 out:

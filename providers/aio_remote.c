@@ -52,6 +52,8 @@
 #include "../common/util.h"
 #include "docker_int.h"
 #include "provider_int.h"
+#include "record.h"
+#include "scriptfs.h"
 
 #define AIOR_MARKER LAYOUT_SANDBOX_USER_DATA "/.sbxfs-scope.json"
 #define AIOR_RECORD "aio-remote.json"
@@ -241,18 +243,47 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 	return e;
 }
 
+/* ---- scriptfs: file operations as commands ---------------------------------------------------- */
+
+static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, mode_t mode);
+
+static enum sbx_err sfs_run(struct sbx_box *b, const char *script, const struct scriptfs_env *env, size_t n_env,
+	int *code, char *errtext, size_t errlen, struct buf *out)
+{
+	struct aio_env e[4];
+	size_t n = 0;
+
+	for (; n < n_env && n < 4; n++)
+		e[n] = (struct aio_env){ env[n].key, env[n].value };
+	return aior_run(&abox(b)->db, script, e, n, code, errtext, errlen, out);
+}
+
+static enum sbx_err sfs_put(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
+{
+	return put(&abox(b)->db, path, fd, size, mode);
+}
+
+static const char *sfs_skills_root(struct sbx_box *b)
+{
+	return abox(b)->db.cfg->skills_container_path;
+}
+
+static const char *sfs_scope(struct sbx_box *b)
+{
+	return abox(b)->db.name;
+}
+
+static const struct scriptfs aior_sfs = {
+	.run = sfs_run,
+	.put = sfs_put,
+	.skills_root = sfs_skills_root,
+	.scope = sfs_scope,
+};
+
 /* A command on paths ($A, $B): SBX_OK on exit 0, else the error stderr names. */
 static enum sbx_err run_paths(struct dbox *db, const char *script, const char *a, const char *b, struct buf *out)
 {
-	struct aio_env env[2] = { { "A", a }, { "B", b ? b : "" } };
-	char errtext[AIOR_ERRTEXT];
-	int code;
-	enum sbx_err e = aior_run(db, script, env, b ? 2 : 1, &code, errtext, sizeof(errtext), out);
-
-	if (e || !code)
-		return e;
-	log_debug(db->name, "aio: %s: exit %d: %s", a, code, errtext);
-	return sbx_err_from_message(errtext);
+	return scriptfs_paths(&aior_sfs, &db->base, "aio: command", script, a, b, out);
 }
 
 /* ---- the holder marker ------------------------------------------------------------------------ */
@@ -394,25 +425,15 @@ static void unhold(struct abox *ab)
 static int aior_save(struct abox *ab)
 {
 	json_t *o = json_pack("{s:s,s:s}", "base_url", ab->db.url, "scope", ab->db.token);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(ab->db.thread_dir, AIOR_RECORD, o) : -1;
 
-	if (text && !layout_file(&path, ab->db.thread_dir, AIOR_RECORD))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&path);
 	return r;
 }
 
 static void aior_unsave(const char *thread_dir)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-
-	if (!layout_file(&path, thread_dir, AIOR_RECORD))
-		unlink(path.ptr);
-	buf_free(&path);
+	record_remove(thread_dir, AIOR_RECORD);
 }
 
 /* End every command of the scope: SIGKILL to the running command of each
@@ -876,7 +897,7 @@ static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_
 static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, mode_t mode)
 {
 	struct aio_target t;
-	char err[AIO_ERR_LEN], m[16];
+	char err[AIO_ERR_LEN];
 	enum sbx_err e;
 
 	if (!box_live(db))
@@ -888,16 +909,7 @@ static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, m
 	/* the server's umask made it 0644 (most likely): other modes by chmod */
 	if ((mode & 07777) == 0644)
 		return SBX_OK;
-	snprintf(m, sizeof(m), "%o", (unsigned)(mode & 07777));
-	{
-		struct aio_env env[2] = { { "A", path }, { "M", m } };
-		char errtext[AIOR_ERRTEXT];
-		int code;
-		e = aior_run(db, "exec chmod \"$M\" -- \"$A\"", env, 2, &code, errtext, sizeof(errtext), NULL);
-		if (!e && code)
-			e = sbx_err_from_message(errtext);
-	}
-	return e;
+	return scriptfs_mode(&aior_sfs, &db->base, "aio: chmod", "exec chmod \"$M\" -- \"$A\"", path, mode);
 }
 
 static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
@@ -909,71 +921,24 @@ static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t s
 
 static enum sbx_err mode_cmd(struct dbox *db, const char *script, const char *path, mode_t mode)
 {
-	struct aio_env env[2] = { { "A", path }, { "M", NULL } };
-	char m[16], errtext[AIOR_ERRTEXT];
-	int code;
-	enum sbx_err e;
-
-	snprintf(m, sizeof(m), "%o", (unsigned)(mode & 07777));
-	env[1].value = m;
-	e = aior_run(db, script, env, 2, &code, errtext, sizeof(errtext), NULL);
-	return e || !code ? e : sbx_err_from_message(errtext);
+	return scriptfs_mode(&aior_sfs, &db->base, "aio: command", script, path, mode);
 }
 
-static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
-{
-	if (!sbx_remote_path_ok(path))
-		return SBX_ERR_INVAL;
-	return mode_cmd(&abox(b)->db, "exec mkdir -m \"$M\" -- \"$A\"", path, mode);
-}
-
-static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
-{
-	return sbx_remote_path_ok(path) ? run_paths(&abox(b)->db, "exec rmdir -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
-}
-
-static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
-{
-	return sbx_remote_path_ok(path) ? run_paths(&abox(b)->db, "exec unlink -- \"$A\"", path, NULL, NULL) : SBX_ERR_INVAL;
-}
-
-static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to)
-{
-	if (!sbx_remote_path_ok(from) || !sbx_remote_path_ok(to))
-		return SBX_ERR_INVAL;
-	return run_paths(&abox(b)->db, "exec mv -f -T -- \"$A\" \"$B\"", from, to, NULL);
-}
-
-static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
-{
-	if (!sbx_remote_path_ok(path))
-		return SBX_ERR_INVAL;
-	return mode_cmd(&abox(b)->db, "exec chmod \"$M\" -- \"$A\"", path, mode);
-}
-
-static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
-{
-	char script[160];
-
-	if (!sbx_remote_path_ok(path) || size < 0)
-		return SBX_ERR_INVAL;
-	snprintf(script, sizeof(script),
-		"test -e \"$A\" || { echo \"$A: No such file or directory\" >&2; exit 1; }; exec truncate -s %lld -- \"$A\"",
-		(long long)size);
-	return run_paths(&abox(b)->db, script, path, NULL, NULL);
-}
-
-static const struct sbx_files_ops aior_files_ops = {
-	.stat = f_stat,
-	.list = f_list,
-	.read = f_read,
-	.write = f_write,
-	.mkdir = f_mkdir,
-	.rmdir = f_rmdir,
-	.unlink = f_unlink,
-	.rename = f_rename,
-	.chmod = f_chmod,
-	.truncate = f_truncate,
+/* mkdir, rmdir, unlink, rename, chmod and truncate: scriptfs's commands */
+static const struct scriptfs_files aior_files = {
+	.ops = {
+		.stat = f_stat,
+		.list = f_list,
+		.read = f_read,
+		.write = f_write,
+		.mkdir = scriptfs_f_mkdir,
+		.rmdir = scriptfs_f_rmdir,
+		.unlink = scriptfs_f_unlink,
+		.rename = scriptfs_f_rename,
+		.chmod = scriptfs_f_chmod,
+		.truncate = scriptfs_f_truncate,
+	},
+	.fs = &aior_sfs,
 };
 
 /* ---- skills ----------------------------------------------------------------------------------- */
@@ -983,41 +948,6 @@ static enum sbx_err skills_path(struct dbox *db, const char *rel, struct buf *ou
 	return sbx_skills_remote_path(db->cfg->skills_container_path, rel, out);
 }
 
-static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
-{
-	struct dbox *db = &abox(b)->db;
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = skills_path(db, rel, &p);
-
-	if (!e)
-		e = size < 0 ? SBX_ERR_INVAL : put(db, p.ptr, fd, size, mode);
-	buf_free(&p);
-	return e;
-}
-
-static enum sbx_err s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
-{
-	struct dbox *db = &abox(b)->db;
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = skills_path(db, rel, &p);
-
-	if (!e)
-		e = mode_cmd(db, "exec mkdir -p -m \"$M\" -- \"$A\"", p.ptr, (mode & 07777) ? mode : 0755);
-	buf_free(&p);
-	return e;
-}
-
-static enum sbx_err s_remove(struct sbx_box *b, const char *rel, bool is_dir)
-{
-	struct dbox *db = &abox(b)->db;
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = skills_path(db, rel, &p);
-
-	if (!e)
-		e = run_paths(db, is_dir ? "exec rm -rf -- \"$A\"" : "exec rm -f -- \"$A\"", p.ptr, NULL, NULL);
-	buf_free(&p);
-	return e;
-}
 
 /* mkdir -p of the directories of d[] that have the mode m: their paths,
  * NUL-separated, in a file uploaded to /tmp, then one command.  Two
@@ -1073,11 +1003,14 @@ static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file 
 	return e;
 }
 
-static const struct sbx_skills_ops aior_skills_ops = {
-	.upload = s_upload,
-	.mkdir = s_mkdir,
-	.remove = s_remove,
-	.mkdir_many = s_mkdir_many,
+static const struct scriptfs_skills aior_skills = {
+	.ops = {
+		.upload = scriptfs_s_upload,
+		.mkdir = scriptfs_s_mkdir,
+		.remove = scriptfs_s_remove,
+		.mkdir_many = s_mkdir_many,
+	},
+	.fs = &aior_sfs,
 };
 
 /* ---- the descriptor --------------------------------------------------------------------------- */
@@ -1103,8 +1036,8 @@ static const struct sbx_provider_ops aior_ops = {
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
 	.exec_cleanup = aio_jobs_cleanup,
-	.files = &aior_files_ops,
-	.skills = &aior_skills_ops,
+	.files = &aior_files.ops,
+	.skills = &aior_skills.ops,
 	.net = &aior_net_ops,
 };
 

@@ -12,7 +12,7 @@
  * capabilities, no-new-privileges, Docker's default seccomp profile, no
  * published port, and a network of "none" unless network.mode is open.
  * They differ in what runs inside and how jobs run:
- *   docker  any image; pid 1 is sbxfs-box (docker_box.c), bind-mounted
+ *   docker  any image; pid 1 is sbxfs-box (helpers/docker_box.c), bind-mounted
  *           read-only, running as the sandbox uid; jobs start through it
  *           (or the Engine exec API) and are supervised by it (docker_jobs.c);
  *   aio     the AIO sandbox image with its own entrypoint; the daemon waits
@@ -59,6 +59,7 @@
 #include "docker_int.h"
 #include "filter.h"
 #include "provider_int.h"
+#include "record.h"
 #include "uidpool.h"
 
 #define DOCKER_DEFAULT_SOCKET "/var/run/docker.sock"
@@ -430,7 +431,7 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	if (!is_aio(cfg) && dc->exec_engine) {
 		struct stat st;
 		/* the kernel starts an exec of a file its user cannot read non-dumpable
-		 * (docker_box.c): a readable one can be ptraced by a job while it starts */
+		 * (helpers/docker_box.c): a readable one can be ptraced by a job while it starts */
 		if (!stat(docker_box_helper, &st) && (st.st_mode & (S_IRGRP | S_IROTH)))
 			log_warn("docker", "%s is readable by the sandbox uids (mode %04o; make install gives 0711): "
 					   "with docker.exec: engine a job can ptrace another job's supervisor while it starts",
@@ -520,25 +521,15 @@ static int docker_save(struct dbox *db)
 	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
 		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
 		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(db->thread_dir, "docker.json", o) : -1;
 
-	if (text && !layout_file(&path, db->thread_dir, "docker.json"))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&path);
 	return r;
 }
 
 static void docker_unsave(const char *thread_dir)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-
-	if (!layout_file(&path, thread_dir, "docker.json"))
-		unlink(path.ptr);
-	buf_free(&path);
+	record_remove(thread_dir, "docker.json");
 }
 
 /* thread_dir/docker.json into r: 0, or -1 when there is none (or it names

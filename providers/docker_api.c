@@ -20,17 +20,20 @@
 
 #include <jansson.h>
 
+#include "api.h"
+
 #include "../common/buf.h"
 #include "../common/http.h"
 #include "../common/log.h"
 
 #define DOCKER_HOSTNAME "http://docker"
+#define DOCKER_VLEN 16 /* "1.45" and the like, with room */
 
 struct docker {
 	char *socket;
 	long timeout_ms;
 	pthread_mutex_t lock;
-	char version[16]; /* protected by lock: "" until negotiated */
+	char version[DOCKER_VLEN]; /* protected by lock: "" until negotiated */
 };
 
 struct docker *docker_new(const char *socket_path, long timeout_ms)
@@ -60,18 +63,6 @@ const char *docker_socket_path(const struct docker *d)
 	return d->socket;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- checked decoders ---------------------------------------------------------------- */
 
 /* A string member into out: 0, or -1 naming the field in err. */
@@ -81,14 +72,14 @@ static int dec_str(json_t *o, const char *key, char *out, size_t len, bool requi
 
 	if (!v || json_is_null(v)) {
 		if (required) {
-			seterr(err, errlen, "dockerd's answer has no '%s'", key);
+			api_seterr(err, errlen, "dockerd's answer has no '%s'", key);
 			return -1;
 		}
 		out[0] = '\0';
 		return 0;
 	}
 	if (!json_is_string(v) || str_fmt(out, len, "%s", json_string_value(v))) {
-		seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
+		api_seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
 		return -1;
 	}
 	return 0;
@@ -100,14 +91,14 @@ static int dec_int(json_t *o, const char *key, long long *out, bool required, ch
 
 	if (!v || json_is_null(v)) {
 		if (required) {
-			seterr(err, errlen, "dockerd's answer has no '%s'", key);
+			api_seterr(err, errlen, "dockerd's answer has no '%s'", key);
 			return -1;
 		}
 		*out = 0;
 		return 0;
 	}
 	if (!json_is_integer(v)) {
-		seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
+		api_seterr(err, errlen, "dockerd's answer has a bad '%s'", key);
 		return -1;
 	}
 	*out = json_integer_value(v);
@@ -119,7 +110,7 @@ static int dec_bool(json_t *o, const char *key, bool *out, char *err, size_t err
 	json_t *v = json_object_get(o, key);
 
 	if (!json_is_boolean(v)) {
-		seterr(err, errlen, "dockerd's answer has no boolean '%s'", key);
+		api_seterr(err, errlen, "dockerd's answer has no boolean '%s'", key);
 		return -1;
 	}
 	*out = json_is_true(v);
@@ -134,12 +125,12 @@ static int dec_labels(json_t *labels, struct docker_container *c, char *err, siz
 	if (!labels || json_is_null(labels))
 		return 0;
 	if (!json_is_object(labels)) {
-		seterr(err, errlen, "dockerd's answer has bad 'Labels'");
+		api_seterr(err, errlen, "dockerd's answer has bad 'Labels'");
 		return -1;
 	}
 	c->labels = calloc(json_object_size(labels) + 1, sizeof(*c->labels));
 	if (!c->labels) {
-		seterr(err, errlen, "out of memory");
+		api_seterr(err, errlen, "out of memory");
 		return -1;
 	}
 	json_object_foreach (labels, k, v) {
@@ -150,7 +141,7 @@ static int dec_labels(json_t *labels, struct docker_container *c, char *err, siz
 		if (!c->labels[c->n_labels].key || !c->labels[c->n_labels].value) {
 			free(c->labels[c->n_labels].key);
 			free(c->labels[c->n_labels].value);
-			seterr(err, errlen, "out of memory");
+			api_seterr(err, errlen, "out of memory");
 			return -1;
 		}
 		c->n_labels++;
@@ -230,7 +221,7 @@ static int decode_inspect(json_t *o, struct docker_container *c, char *err, size
 
 	memset(c, 0, sizeof(*c));
 	if (!json_is_object(o) || !json_is_object(state) || !json_is_object(config)) {
-		seterr(err, errlen, "dockerd's container inspection lacks State or Config");
+		api_seterr(err, errlen, "dockerd's container inspection lacks State or Config");
 		return -1;
 	}
 	if (dec_str(o, "Id", c->id, sizeof(c->id), true, err, errlen) ||
@@ -243,11 +234,11 @@ static int decode_inspect(json_t *o, struct docker_container *c, char *err, size
 	    dec_labels(json_object_get(config, "Labels"), c, err, errlen))
 		return -1;
 	if (created[0] && docker_time_ns(created, &c->created_ns)) {
-		seterr(err, errlen, "dockerd's answer has a bad 'Created' (%s)", created);
+		api_seterr(err, errlen, "dockerd's answer has a bad 'Created' (%s)", created);
 		return -1;
 	}
 	if (dec_name(name, c->name, sizeof(c->name))) {
-		seterr(err, errlen, "dockerd's answer has a bad 'Name'");
+		api_seterr(err, errlen, "dockerd's answer has a bad 'Name'");
 		return -1;
 	}
 	c->pid = c->running ? (pid_t)pid : 0;
@@ -262,7 +253,7 @@ static int decode_summary(json_t *o, struct docker_container *c, char *err, size
 
 	memset(c, 0, sizeof(*c));
 	if (!json_is_object(o) || !json_is_array(names) || !json_is_string(json_array_get(names, 0))) {
-		seterr(err, errlen, "dockerd's container list has an entry without Names");
+		api_seterr(err, errlen, "dockerd's container list has an entry without Names");
 		return -1;
 	}
 	if (dec_str(o, "Id", c->id, sizeof(c->id), true, err, errlen) ||
@@ -271,7 +262,7 @@ static int decode_summary(json_t *o, struct docker_container *c, char *err, size
 	    dec_labels(json_object_get(o, "Labels"), c, err, errlen))
 		return -1;
 	if (dec_name(json_string_value(json_array_get(names, 0)), c->name, sizeof(c->name))) {
-		seterr(err, errlen, "dockerd's answer has a bad 'Names'");
+		api_seterr(err, errlen, "dockerd's answer has a bad 'Names'");
 		return -1;
 	}
 	c->running = !strcmp(c->status, "running");
@@ -303,18 +294,13 @@ static bool docker_version_ok(const char *v)
 	return maj > wmaj || (maj == wmaj && min >= wmin);
 }
 
-static json_t *load(const char *body, size_t len)
-{
-	return json_loadb(body ? body : "", len, 0, NULL);
-}
-
 enum sbx_err docker_decode_error(long status, const char *body, size_t len, const char *what, char *err, size_t errlen)
 {
-	json_t *o = len ? load(body, len) : NULL;
+	json_t *o = len ? api_load(body, len) : NULL;
 	const char *msg = json_string_value(json_object_get(o, "message"));
 	enum sbx_err e = http_status_err(status);
 
-	seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
+	api_seterr(err, errlen, "%s: dockerd answered %ld: %s", what, status, msg ? msg : "(no message)");
 	json_decref(o);
 	/* a 2xx or 3xx where another status was expected: never a success */
 	return e == SBX_OK ? SBX_ERR_IO : e;
@@ -323,13 +309,13 @@ enum sbx_err docker_decode_error(long status, const char *body, size_t len, cons
 enum sbx_err docker_decode_version(const char *body, size_t len, char *version, size_t vlen, char *err,
 	size_t errlen)
 {
-	json_t *o = load(body, len);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = o && !dec_str(o, "ApiVersion", version, vlen, true, err, errlen) ? SBX_OK : SBX_ERR_IO;
 
 	if (!o)
-		seterr(err, errlen, "dockerd's version is not JSON");
+		api_seterr(err, errlen, "dockerd's version is not JSON");
 	if (!e && !docker_version_ok(version)) {
-		seterr(err, errlen, "dockerd speaks Engine API %s; sbxfs needs %s or newer", version, DOCKER_MIN_API);
+		api_seterr(err, errlen, "dockerd speaks Engine API %s; sbxfs needs %s or newer", version, DOCKER_MIN_API);
 		e = SBX_ERR_NOTSUP;
 	}
 	json_decref(o);
@@ -338,11 +324,11 @@ enum sbx_err docker_decode_version(const char *body, size_t len, char *version, 
 
 enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
 {
-	json_t *o = load(body, len);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = o && !dec_str(o, "Id", id, DOCKER_ID_LEN + 1, true, err, errlen) ? SBX_OK : SBX_ERR_IO;
 
 	if (!o)
-		seterr(err, errlen, "dockerd's answer is not JSON");
+		api_seterr(err, errlen, "dockerd's answer is not JSON");
 	json_decref(o);
 	return e;
 }
@@ -350,12 +336,12 @@ enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LE
 enum sbx_err docker_decode_inspect(const char *body, size_t len, struct docker_container *c, char *err,
 	size_t errlen)
 {
-	json_t *o = load(body, len);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = SBX_ERR_IO;
 
 	memset(c, 0, sizeof(*c));
 	if (!o)
-		seterr(err, errlen, "dockerd's inspection is not JSON");
+		api_seterr(err, errlen, "dockerd's inspection is not JSON");
 	else if (!decode_inspect(o, c, err, errlen))
 		e = SBX_OK;
 	else
@@ -367,12 +353,12 @@ enum sbx_err docker_decode_inspect(const char *body, size_t len, struct docker_c
 enum sbx_err docker_decode_list(const char *body, size_t len, void (*fn)(const struct docker_container *c, void *arg),
 	void *arg, char *err, size_t errlen)
 {
-	json_t *o = load(body, len), *item;
+	json_t *o = api_load(body, len), *item;
 	enum sbx_err e = SBX_ERR_IO;
 	size_t i;
 
 	if (!json_is_array(o)) {
-		seterr(err, errlen, "dockerd's container list is not a JSON array");
+		api_seterr(err, errlen, "dockerd's container list is not a JSON array");
 		goto out;
 	}
 	e = SBX_OK;
@@ -394,11 +380,11 @@ out:
 
 enum sbx_err docker_decode_image(const char *body, size_t len, char *user, size_t ulen, char *err, size_t errlen)
 {
-	json_t *o = load(body, len);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = SBX_ERR_IO;
 
 	if (!json_is_object(o) || !json_is_object(json_object_get(o, "Config")))
-		seterr(err, errlen, "dockerd's image inspection lacks Config");
+		api_seterr(err, errlen, "dockerd's image inspection lacks Config");
 	else if (!user || !dec_str(json_object_get(o, "Config"), "User", user, ulen, false, err, errlen))
 		e = SBX_OK;
 	json_decref(o);
@@ -408,11 +394,11 @@ enum sbx_err docker_decode_image(const char *body, size_t len, char *user, size_
 enum sbx_err docker_decode_exec(const char *body, size_t len, struct docker_exec_info *info, char *err,
 	size_t errlen)
 {
-	json_t *o = load(body, len);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = o && !decode_exec_inspect(o, info, err, errlen) ? SBX_OK : SBX_ERR_IO;
 
 	if (!o)
-		seterr(err, errlen, "dockerd's exec inspection is not JSON");
+		api_seterr(err, errlen, "dockerd's exec inspection is not JSON");
 	json_decref(o);
 	return e;
 }
@@ -452,7 +438,7 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 	struct http_request rq = HTTP_REQUEST_INIT;
 	struct http_response rs;
 	struct buf url = BUF_INIT(BUF_CAP_PATH);
-	char version[16];
+	char version[DOCKER_VLEN];
 	enum sbx_err e;
 
 	*status = 0;
@@ -462,7 +448,7 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 	else
 		e = buf_addf(&url, DOCKER_HOSTNAME "/v%s%s", version, c->path) ? SBX_ERR_NOMEM : SBX_OK;
 	if (e) {
-		seterr(err, errlen, "request path too long");
+		api_seterr(err, errlen, "request path too long");
 		buf_free(&url);
 		return SBX_ERR_INVAL;
 	}
@@ -481,12 +467,12 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 	buf_free(&url);
 	if (e) {
 		if (e == SBX_ERR_TOOBIG)
-			seterr(err, errlen, "dockerd's answer to %s %s is too large (%s)", c->method, c->path, rs.error);
+			api_seterr(err, errlen, "dockerd's answer to %s %s is too large (%s)", c->method, c->path, rs.error);
 		else if (e == SBX_ERR_TIMEOUT)
-			seterr(err, errlen, "dockerd at unix://%s did not answer %s %s in time: %s (%s)", d->socket, c->method,
+			api_seterr(err, errlen, "dockerd at unix://%s did not answer %s %s in time: %s (%s)", d->socket, c->method,
 				c->path, rs.error, rs.id);
 		else
-			seterr(err, errlen, "dockerd is not reachable at unix://%s: %s (%s)", d->socket, rs.error, rs.id);
+			api_seterr(err, errlen, "dockerd is not reachable at unix://%s: %s (%s)", d->socket, rs.error, rs.id);
 		if (e != SBX_ERR_TOOBIG)
 			docker_version_set(d, "");
 		return e == SBX_ERR_TOOBIG ? SBX_ERR_IO : e;
@@ -495,18 +481,105 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 	return SBX_OK;
 }
 
-/* dockerd's {"message": ...} of a failed call into err; the status's meaning. */
-static enum sbx_err docker_status_err(long status, const struct buf *out, const char *what, char *err, size_t errlen)
+/* ---- the api.h client: request, status, decode ---------------------------------------- */
+
+static enum sbx_err docker_send(struct docker *d, const struct api_req *q, bool unversioned, struct buf *out,
+	long *status, char *err, size_t errlen)
 {
-	return docker_decode_error(status, out->ptr, out->len, what, err, errlen);
+	struct docker_call c = { .method = q->method, .path = q->path, .unversioned = unversioned, .body = q->body,
+		.out = out, .timeout_ms = q->timeout_ms };
+
+	return docker_call(d, &c, status, err, errlen);
+}
+
+static enum sbx_err docker_send_raw(void *ctx, const struct api_req *q, struct buf *out, long *status, char *err,
+	size_t errlen)
+{
+	return docker_send(ctx, q, true, out, status, err, errlen);
+}
+
+/* A versioned call: negotiates first. */
+static enum sbx_err docker_send_versioned(void *ctx, const struct api_req *q, struct buf *out, long *status,
+	char *err, size_t errlen)
+{
+	char v[DOCKER_VLEN];
+	enum sbx_err e = docker_negotiate(ctx, v, sizeof(v), err, errlen);
+
+	return e ? e : docker_send(ctx, q, false, out, status, err, errlen);
+}
+
+/* dockerd's {"message": ...} of a failed call into err; the status's meaning. */
+static enum sbx_err docker_error_doc(void *ctx, long status, const char *body, size_t len, const char *what,
+	char *err, size_t errlen)
+{
+	(void)ctx;
+	return docker_decode_error(status, body, len, what, err, errlen);
+}
+
+static enum sbx_err docker_api(struct docker *d, const struct api_req *q, char *err, size_t errlen)
+{
+	struct api_client cl = { .send = docker_send_versioned, .error = docker_error_doc, .ctx = d };
+
+	return api_call(&cl, q, err, errlen);
+}
+
+/* The decoders in api.h's shape (dockerd's answers never need the status). */
+static enum sbx_err dec_version(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return docker_decode_version(body, len, out, DOCKER_VLEN, err, errlen);
+}
+
+static enum sbx_err dec_id(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return docker_decode_id(body, len, out, err, errlen);
+}
+
+static enum sbx_err dec_inspect(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return docker_decode_inspect(body, len, out, err, errlen);
+}
+
+static enum sbx_err dec_exec(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return docker_decode_exec(body, len, out, err, errlen);
+}
+
+struct list_out {
+	void (*fn)(const struct docker_container *c, void *arg);
+	void *arg;
+};
+
+static enum sbx_err dec_list(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct list_out *l = out;
+
+	(void)status;
+	return docker_decode_list(body, len, l->fn, l->arg, err, errlen);
+}
+
+struct image_out {
+	char *user;
+	size_t ulen;
+};
+
+static enum sbx_err dec_image(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct image_out *im = out;
+
+	(void)status;
+	return docker_decode_image(body, len, im->user, im->ulen, err, errlen);
 }
 
 enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
-	struct docker_call c = { .method = "GET", .path = "/version", .unversioned = true, .out = &out };
-	char v[16];
-	long status;
+	char v[DOCKER_VLEN];
+	struct api_client cl = { .send = docker_send_raw, .error = docker_error_doc, .ctx = d };
+	struct api_req q = { .method = "GET", .path = "/version", .what = "GET /version", .want = 200,
+		.decode = dec_version, .out = v };
 	enum sbx_err e;
 
 	docker_version_get(d, v, sizeof(v));
@@ -514,35 +587,15 @@ enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char
 		snprintf(version, vlen, "%s", v);
 		return SBX_OK;
 	}
-	e = docker_call(d, &c, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 200) {
-		e = docker_status_err(status, &out, "GET /version", err, errlen);
-		goto out;
-	}
-	e = docker_decode_version(out.ptr, out.len, v, sizeof(v), err, errlen);
+	e = api_call(&cl, &q, err, errlen);
 	if (e == SBX_ERR_NOTSUP)
-		seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket, v,
+		api_seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket, v,
 			DOCKER_MIN_API);
 	if (e)
-		goto out;
+		return e;
 	docker_version_set(d, v);
 	snprintf(version, vlen, "%s", v);
-out:
-	buf_free(&out);
-	return e;
-}
-
-/* A versioned call with an answer into out (JSON, capped).  Negotiates first. */
-static enum sbx_err docker_json_call(struct docker *d, const char *method, const char *path, const json_t *body,
-	struct buf *out, long timeout_ms, long *status, char *err, size_t errlen)
-{
-	struct docker_call c = { .method = method, .path = path, .body = body, .out = out, .timeout_ms = timeout_ms };
-	char v[16];
-	enum sbx_err e = docker_negotiate(d, v, sizeof(v), err, errlen);
-
-	return e ? e : docker_call(d, &c, status, err, errlen);
+	return SBX_OK;
 }
 
 /* ---- containers -------------------------------------------------------------------------- */
@@ -645,17 +698,10 @@ fail:
 static enum sbx_err docker_post_for_id(struct docker *d, const char *path, json_t *body, const char *what,
 	char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL);
-	enum sbx_err e;
-	long status;
+	struct api_req q = { .method = "POST", .path = path, .body = body, .what = what, .want = 201,
+		.decode = dec_id, .out = id };
 
-	e = docker_json_call(d, "POST", path, body, &out, 0, &status, err, errlen);
-	if (!e && status != 201)
-		e = docker_status_err(status, &out, what, err, errlen);
-	else if (!e)
-		e = docker_decode_id(out.ptr, out.len, id, err, errlen);
-	buf_free(&out);
-	return e;
+	return docker_api(d, &q, err, errlen);
 }
 
 enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s, char id[DOCKER_ID_LEN + 1],
@@ -668,7 +714,7 @@ enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s,
 
 	if (!body || docker_query_escape(s->name, name, sizeof(name)) ||
 	    buf_addf(&path, "/containers/create?name=%s", name))
-		seterr(err, errlen, "cannot build the create request");
+		api_seterr(err, errlen, "cannot build the create request");
 	else
 		e = docker_post_for_id(d, path.ptr, body, "create", id, err, errlen);
 	json_decref(body);
@@ -676,48 +722,44 @@ enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s,
 	return e;
 }
 
-/* A call on one container: POST/DELETE PATHFMT(id) with no answer but a status. */
+/* A call on one container: POST/DELETE /containers/ID SUFFIX with no answer
+ * but a status (a 2xx, or 304: already so). */
 static enum sbx_err docker_simple(struct docker *d, const char *method, const char *what, const char *id,
-	const char *suffix, long timeout_ms, long *status, char *err, size_t errlen)
+	const char *suffix, long timeout_ms, char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e;
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct api_req q = { .method = method, .timeout_ms = timeout_ms, .what = what, .want = API_ANY_2XX,
+		.also = 304 };
+	enum sbx_err e = SBX_ERR_INVAL;
 
-	if (buf_addf(&path, "/containers/%s%s", id, suffix)) {
-		buf_free(&path);
-		return SBX_ERR_INVAL;
+	if (!buf_addf(&path, "/containers/%s%s", id, suffix)) {
+		q.path = path.ptr;
+		e = docker_api(d, &q, err, errlen);
 	}
-	e = docker_json_call(d, method, path.ptr, NULL, &out, timeout_ms, status, err, errlen);
-	if (!e && (*status < 200 || *status >= 300) && *status != 304)
-		e = docker_status_err(*status, &out, what, err, errlen);
-	buf_free(&out);
 	buf_free(&path);
 	return e;
 }
 
 enum sbx_err docker_start(struct docker *d, const char *id, char *err, size_t errlen)
 {
-	long status;
 
-	return docker_simple(d, "POST", "start", id, "/start", 0, &status, err, errlen);
+	return docker_simple(d, "POST", "start", id, "/start", 0, err, errlen);
 }
 
 enum sbx_err docker_kill(struct docker *d, const char *id, const char *signal, char *err, size_t errlen)
 {
 	char suffix[48];
-	long status;
 	enum sbx_err e;
 
 	snprintf(suffix, sizeof(suffix), "/kill?signal=%s", signal);
-	e = docker_simple(d, "POST", "kill", id, suffix, 0, &status, err, errlen);
+	e = docker_simple(d, "POST", "kill", id, suffix, 0, err, errlen);
 	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: not running */
 }
 
 enum sbx_err docker_pause(struct docker *d, const char *id, bool pause, char *err, size_t errlen)
 {
-	long status;
 	enum sbx_err e = docker_simple(d, "POST", pause ? "pause" : "unpause", id, pause ? "/pause" : "/unpause", 0,
-		&status, err, errlen);
+		err, errlen);
 
 	return e == SBX_ERR_EXIST ? SBX_OK : e; /* 409: already (un)paused */
 }
@@ -725,39 +767,36 @@ enum sbx_err docker_pause(struct docker *d, const char *id, bool pause, char *er
 enum sbx_err docker_stop(struct docker *d, const char *id, int secs, char *err, size_t errlen)
 {
 	char suffix[48];
-	long status;
 
 	snprintf(suffix, sizeof(suffix), "/stop?t=%d", secs);
-	return docker_simple(d, "POST", "stop", id, suffix, (long)(secs + 30) * 1000, &status, err, errlen);
+	return docker_simple(d, "POST", "stop", id, suffix, (long)(secs + 30) * 1000, err, errlen);
 }
 
 enum sbx_err docker_remove(struct docker *d, const char *id, char *err, size_t errlen)
 {
-	long status;
-	enum sbx_err e = docker_simple(d, "DELETE", "remove", id, "?force=1&v=1", 60000, &status, err, errlen);
+	enum sbx_err e = docker_simple(d, "DELETE", "remove", id, "?force=1&v=1", 60000, err, errlen);
 
 	return e == SBX_ERR_GONE ? SBX_OK : e;
 }
 
+/* GET path: a 200's answer (up to cap) decoded by dec into out. */
+static enum sbx_err docker_get(struct docker *d, const struct buf *path, size_t cap, const char *what,
+	api_decode_fn dec, void *out, char *err, size_t errlen)
+{
+	struct api_req q = { .method = "GET", .path = path->ptr, .cap = cap, .what = what, .want = 200,
+		.decode = dec, .out = out };
+
+	return docker_api(d, &q, err, errlen);
+}
+
 enum sbx_err docker_inspect(struct docker *d, const char *id, struct docker_container *c, char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_INVAL;
-	long status;
 
 	memset(c, 0, sizeof(*c));
-	if (buf_addf(&path, "/containers/%s/json", id))
-		goto out;
-	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 200) {
-		e = docker_status_err(status, &out, "inspect", err, errlen);
-		goto out;
-	}
-	e = docker_decode_inspect(out.ptr, out.len, c, err, errlen);
-out:
-	buf_free(&out);
+	if (!buf_addf(&path, "/containers/%s/json", id))
+		e = docker_get(d, &path, HTTP_CAP_LIST, "inspect", dec_inspect, c, err, errlen);
 	buf_free(&path);
 	return e;
 }
@@ -765,11 +804,11 @@ out:
 enum sbx_err docker_list(struct docker *d, const char *const *labels,
 	void (*fn)(const struct docker_container *c, void *arg), void *arg, char *err, size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct list_out lo = { .fn = fn, .arg = arg };
 	json_t *filters = json_pack("{s:[]}", "label");
 	char *ftext = NULL, esc[2048];
 	enum sbx_err e = SBX_ERR_NOMEM;
-	long status;
 	size_t i;
 
 	for (i = 0; filters && labels && labels[i]; i++)
@@ -778,18 +817,10 @@ enum sbx_err docker_list(struct docker *d, const char *const *labels,
 	if (!filters || !(ftext = json_dumps(filters, JSON_COMPACT)) || docker_query_escape(ftext, esc, sizeof(esc)) ||
 	    buf_addf(&path, "/containers/json?all=1&filters=%s", esc))
 		goto out;
-	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 200) {
-		e = docker_status_err(status, &out, "list", err, errlen);
-		goto out;
-	}
-	e = docker_decode_list(out.ptr, out.len, fn, arg, err, errlen);
+	e = docker_get(d, &path, HTTP_CAP_LIST, "list", dec_list, &lo, err, errlen);
 out:
 	json_decref(filters);
 	free(ftext);
-	buf_free(&out);
 	buf_free(&path);
 	return e;
 }
@@ -797,23 +828,13 @@ out:
 enum sbx_err docker_image_exists(struct docker *d, const char *image, char *user, size_t ulen, char *err,
 	size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_LIST), path = BUF_INIT(BUF_CAP_PATH);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	struct image_out im = { .user = user, .ulen = ulen };
 	char esc[600];
 	enum sbx_err e = SBX_ERR_INVAL;
-	long status;
 
-	if (docker_query_escape(image, esc, sizeof(esc)) || buf_addf(&path, "/images/%s/json", esc))
-		goto out;
-	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 200) {
-		e = docker_status_err(status, &out, "image", err, errlen);
-		goto out;
-	}
-	e = docker_decode_image(out.ptr, out.len, user, ulen, err, errlen);
-out:
-	buf_free(&out);
+	if (!docker_query_escape(image, esc, sizeof(esc)) && !buf_addf(&path, "/images/%s/json", esc))
+		e = docker_get(d, &path, HTTP_CAP_LIST, "image", dec_image, &im, err, errlen);
 	buf_free(&path);
 	return e;
 }
@@ -907,7 +928,7 @@ enum sbx_err docker_exec_start(struct docker *d, const char *id, docker_stream_f
 	struct exec_stream xs = { .dm = DOCKER_DEMUX_INIT, .fn = fn, .arg = arg };
 	json_t *body = json_pack("{s:b,s:b}", "Detach", fn == NULL, "Tty", 0);
 	struct docker_call c = { .method = "POST", .body = body };
-	char v[16];
+	char v[DOCKER_VLEN];
 	enum sbx_err e = SBX_ERR_NOMEM;
 	long status = 0;
 
@@ -926,9 +947,9 @@ enum sbx_err docker_exec_start(struct docker *d, const char *id, docker_stream_f
 	if (!e)
 		e = docker_call(d, &c, &status, err, errlen);
 	if (e == SBX_ERR_TIMEOUT)
-		seterr(err, errlen, "exec %.12s: no output for %ld ms", id, stall_ms);
+		api_seterr(err, errlen, "exec %.12s: no output for %ld ms", id, stall_ms);
 	if (!e && (status < 200 || status >= 300))
-		e = docker_status_err(status, &out, "exec start", err, errlen);
+		e = docker_decode_error(status, buf_str(&out), out.len, "exec start", err, errlen);
 out:
 	json_decref(body);
 	buf_free(&out);
@@ -939,22 +960,11 @@ out:
 enum sbx_err docker_exec_inspect(struct docker *d, const char *id, struct docker_exec_info *info, char *err,
 	size_t errlen)
 {
-	struct buf out = BUF_INIT(HTTP_CAP_SMALL), path = BUF_INIT(BUF_CAP_PATH);
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_INVAL;
-	long status;
 
-	if (buf_addf(&path, "/exec/%s/json", id))
-		goto out;
-	e = docker_json_call(d, "GET", path.ptr, NULL, &out, 0, &status, err, errlen);
-	if (e)
-		goto out;
-	if (status != 200) {
-		e = docker_status_err(status, &out, "exec inspect", err, errlen);
-		goto out;
-	}
-	e = docker_decode_exec(out.ptr, out.len, info, err, errlen);
-out:
-	buf_free(&out);
+	if (!buf_addf(&path, "/exec/%s/json", id))
+		e = docker_get(d, &path, HTTP_CAP_SMALL, "exec inspect", dec_exec, info, err, errlen);
 	buf_free(&path);
 	return e;
 }

@@ -10,7 +10,7 @@
  * server as one that stopped answering, and count the pause against the
  * job's timeout.  They read dbox_paused_ms() and skip both while it grows.
  * (A docker job's own supervisor is paused with the container and counts
- * only the time it could run: docker_box.c.)
+ * only the time it could run: helpers/docker_box.c.)
  */
 #define _GNU_SOURCE
 #include <string.h>

@@ -32,7 +32,7 @@
 #define DOCKER_LABEL_SCOPE "org.sbxfs.scope"
 #define DOCKER_LABEL_STATE_ID "org.sbxfs.state_id"
 
-#define DOCKER_BOX_PATH "/run/sbxfs/sbxfs-box" /* the in-container helper (docker_box.c) */
+#define DOCKER_BOX_PATH "/run/sbxfs/sbxfs-box" /* the in-container helper (helpers/docker_box.c) */
 #define DOCKER_RUN_PATH "/run/sbxfs/jobs"      /* aio: the job run directory */
 #define DOCKER_BOX_SOCKET "sbxfs-box"          /* the helper's abstract socket */
 
@@ -132,12 +132,5 @@ enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig);
 void aio_jobs_finish(struct sbx_exec *x);
 void aio_jobs_free(struct sbx_exec *x);
 void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
-
-/* Both: turn what the job's end reported (JSON text) into job_dir/result:
- * a checked decode; "killed" when the daemon had asked for the kill
- * (job_dir/kill-requested).  false when text is not a result. */
-bool docker_write_result(const char *job_dir, const char *text, size_t len, const char *scope);
-/* job_dir/result of a job whose end nobody saw (state lost, exit 255). */
-void docker_write_lost(const char *job_dir, const char *why);
 
 #endif

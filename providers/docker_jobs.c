@@ -3,7 +3,7 @@
  * docker_jobs.c - jobs in docker sandboxes (the exec slots of provider.h).
  *
  * A job runs under a supervisor inside the container (sbxfs-box, see
- * docker_box.c), as the sandbox uid, with the container's confinement.  The
+ * helpers/docker_box.c), as the sandbox uid, with the container's confinement.  The
  * daemon opens the job's files in its own root-only job directory (cmd,
  * environ, stdin, stdout, stderr and box-result) and passes the open files
  * to the supervisor over a unix socket inside the container's network
@@ -64,6 +64,7 @@
 #include "../common/netns.h"
 #include "../common/util.h"
 #include "docker_int.h"
+#include "jobrun.h"
 #include "provider_int.h"
 
 #define DJOB_NFDS 6
@@ -98,31 +99,15 @@ static unsigned long long pidns_of(pid_t pid)
 
 /* ---- the result --------------------------------------------------------------------------- */
 
-static bool job_file_exists(const char *job_dir, const char *name)
+/* The supervisor's record of the job's end (job_dir/box-result, text of
+ * len bytes; hostile: the container wrote it) checked, then job_dir/result.
+ * true when a valid result is on disk. */
+static bool djob_write_result(const char *job_dir, const char *text, size_t len, const char *scope)
 {
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	bool r = !buf_addf(&p, "%s/%s", job_dir, name) && !access(p.ptr, F_OK);
-
-	buf_free(&p);
-	return r;
-}
-
-static int job_file_write(const char *job_dir, const char *name, const char *text)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	int r = buf_addf(&p, "%s/%s", job_dir, name) ? -1 : util_write_atomic(p.ptr, text, strlen(text), 0600);
-
-	buf_free(&p);
-	return r;
-}
-
-bool docker_write_result(const char *job_dir, const char *text, size_t len, const char *scope)
-{
-	json_t *o = len ? json_loadb(text, len, 0, NULL) : NULL, *out = NULL;
+	json_t *o = len ? json_loadb(text, len, 0, NULL) : NULL;
 	const char *state = json_string_value(json_object_get(o, "state"));
 	const char *reason = json_string_value(json_object_get(o, "reason"));
 	json_t *ex = json_object_get(o, "exit"), *sig = json_object_get(o, "signal"), *at = json_object_get(o, "ended_at");
-	char *dump = NULL;
 	bool ok = false;
 
 	if (!state || (strcmp(state, "exited") && strcmp(state, "timed_out") && strcmp(state, "killed") &&
@@ -134,34 +119,12 @@ bool docker_write_result(const char *job_dir, const char *text, size_t len, cons
 			log_warn(scope, "the job's supervisor reported no valid result");
 		goto out;
 	}
-	/* a signal the daemon was asked to send: the job was killed */
-	if (!strcmp(state, "exited") && json_integer_value(sig) && job_file_exists(job_dir, "kill-requested"))
-		state = "killed";
-	out = json_pack("{s:s,s:I,s:I,s:f}", "state", state, "exit", json_integer_value(ex), "signal",
-		json_integer_value(sig), "ended_at", at ? json_number_value(at) : util_wall_now());
-	if (out && reason)
-		json_object_set_new(out, "reason", json_string(reason));
-	dump = out ? json_dumps(out, JSON_COMPACT) : NULL;
-	ok = dump && !job_file_write(job_dir, "result", dump);
-	if (!ok)
-		log_warn(scope, "cannot record the job's result: %s", strerror(errno));
+	state = jobrun_killed_state(job_dir, state, (int)json_integer_value(sig));
+	ok = jobrun_result_at(job_dir, scope, state, (int)json_integer_value(ex), (int)json_integer_value(sig),
+		at ? json_number_value(at) : util_wall_now(), reason);
 out:
-	free(dump);
-	json_decref(out);
 	json_decref(o);
 	return ok;
-}
-
-void docker_write_lost(const char *job_dir, const char *why)
-{
-	json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:s}", "state", "lost", "exit", 255, "signal", 0, "ended_at",
-		util_wall_now(), "error", why);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-
-	if (text && job_file_write(job_dir, "result", text))
-		log_warn(job_dir, "cannot record the lost result: %s", strerror(errno));
-	free(text);
-	json_decref(o);
 }
 
 /* job_dir/box-result -> job_dir/result (once: result wins when it exists). */
@@ -169,11 +132,11 @@ static void djob_collect(const char *job_dir, const char *scope)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH), text = BUF_INIT(DJOB_RESULT_CAP);
 
-	if (job_file_exists(job_dir, "result"))
+	if (jobrun_file_exists(job_dir, "result"))
 		goto out;
 	if (buf_addf(&p, "%s/box-result", job_dir) || util_read_file(p.ptr, &text) ||
-	    !docker_write_result(job_dir, buf_str(&text), text.len, scope))
-		docker_write_lost(job_dir, "the job's supervisor ended without recording a result");
+	    !djob_write_result(job_dir, buf_str(&text), text.len, scope))
+		jobrun_lost(job_dir, scope, "the job's supervisor ended without recording a result");
 out:
 	buf_free(&p);
 	buf_free(&text);
@@ -485,11 +448,11 @@ static void djob_record(const char *job_dir, pid_t sup, unsigned long long start
 		job = strtol(buf_str(&kids), NULL, 10);
 	buf_free(&kids);
 	snprintf(text, sizeof(text), "{\"sup_pid\": %d, \"sup_start\": %llu, \"job_pid\": %ld}", (int)sup, start, job);
-	if (job_file_write(job_dir, "box.json", text))
+	if (jobrun_file_write(job_dir, "box.json", text))
 		log_warn(scope, "cannot record the job's supervisor: %s", strerror(errno));
 	if (job > 0) {
 		snprintf(text, sizeof(text), "%ld\n", job);
-		job_file_write(job_dir, "pgid", text);
+		jobrun_file_write(job_dir, "pgid", text);
 	}
 }
 

@@ -9,7 +9,7 @@
  *        and net namespaces (the network of each mode: local_net.c)
  * bwrap is started by root without a user namespace (a user namespace made by
  * root would map the sandbox uid to host root), so the namespaces belong to
- * the host.  sbxfs-init (local_init.c, static, bind-mounted read-only at
+ * the host.  sbxfs-init (helpers/local_init.c, static, bind-mounted read-only at
  * /run/sbxfs-init) drops to the sandbox uid, clears every capability and sets
  * no_new_privs before it reports "ready" on fd 4; then it reaps orphans.
  *
@@ -18,7 +18,7 @@
  * sends SIGKILL to the init: as pid 1 of its namespace its death ends every
  * process in the sandbox (a SIGTERM from outside would be ignored).
  *
- * Jobs run through the sbxfs-exec supervisor (local_exec.c), which joins
+ * Jobs run through the sbxfs-exec supervisor (helpers/local_exec.c), which joins
  * the init's namespaces; the daemon watches it through a pidfd (the exec
  * handle of provider.h) and reattaches to it after a restart.
  *

@@ -58,6 +58,7 @@
 #include "../common/names.h"
 #include "../common/util.h"
 #include "provider_int.h"
+#include "record.h"
 
 #define OS_DEFAULT_IMAGE "python:3.11"
 #define OS_DEFAULT_DOMAIN "localhost:8080"
@@ -535,25 +536,15 @@ void obox_failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, c
 static int os_save(struct obox *ob)
 {
 	json_t *o = json_pack("{s:s,s:s,s:f}", "id", ob->id, "scope", ob->token, "created_at", util_wall_now());
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	int r = -1;
+	int r = o ? record_save(ob->thread_dir, OS_RECORD, o) : -1;
 
-	if (text && !layout_file(&path, ob->thread_dir, OS_RECORD))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
-	free(text);
 	json_decref(o);
-	buf_free(&path);
 	return r;
 }
 
 static void os_unsave(const char *thread_dir)
 {
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-
-	if (!layout_file(&path, thread_dir, OS_RECORD))
-		unlink(path.ptr);
-	buf_free(&path);
+	record_remove(thread_dir, OS_RECORD);
 }
 
 /* ---- create ------------------------------------------------------------------------------------ */
@@ -1227,8 +1218,8 @@ static const struct sbx_provider_ops os_ops = {
 	.exec_finish = os_jobs_finish,
 	.exec_free = os_jobs_free,
 	.exec_cleanup = os_jobs_cleanup,
-	.files = &os_files_ops,
-	.skills = &os_skills_ops,
+	.files = &os_files.ops,
+	.skills = &os_skills.ops,
 	.net = &os_net_ops,
 };
 

@@ -28,6 +28,8 @@
 
 #include <jansson.h>
 
+#include "api.h"
+
 #include "../common/buf.h"
 #include "../common/http.h"
 
@@ -35,18 +37,6 @@
 #define OSAPI_CAP_LIST (16 * 1024 * 1024) /* a listing */
 #define OSAPI_STREAM_STALL_MS 60000       /* a command stream with no byte (execd pings every 3 s) */
 #define OSAPI_LIST_PAGES 100              /* pages of 200 sandboxes: more is not ours to walk */
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static void set_gone(bool *gone, bool v)
 {
@@ -158,7 +148,7 @@ enum sbx_err osapi_error(long status, const char *body, size_t len, bool *gone, 
 		if (m != SBX_ERR_IO)
 			e = m;
 	}
-	seterr(err, errlen, "OpenSandbox answered %ld%s%s: %s", status, code ? " " : "", code ? code : "", text);
+	api_seterr(err, errlen, "OpenSandbox answered %ld%s%s: %s", status, code ? " " : "", code ? code : "", text);
 	json_decref(o);
 	return e;
 }
@@ -214,7 +204,7 @@ static enum sbx_err perform(const struct call *c, struct http_response *rs, char
 		e = SBX_ERR_IO; /* an answer past its cap is the server's fault, not a file too large */
 	if (e) {
 		http_url_for_log(c->url, logurl, sizeof(logurl));
-		seterr(err, errlen, "%s %s: %s (%s)", c->method, logurl, rs->error[0] ? rs->error : sbx_err_name(e), rs->id);
+		api_seterr(err, errlen, "%s %s: %s (%s)", c->method, logurl, rs->error[0] ? rs->error : sbx_err_name(e), rs->id);
 	}
 	return e;
 }
@@ -243,44 +233,73 @@ static size_t execd_headers(const struct osapi_execd *ex, struct http_header *hd
 	return n;
 }
 
-/* A request to the lifecycle server: the answer's bytes in out (a 2xx), or
- * the error.  want: the success status (0: any 2xx). */
-static enum sbx_err srv_call(const struct osapi_server *srv, const char *method, const char *url, const json_t *body,
-	long want, struct buf *out, bool *gone, char *err, size_t errlen)
-{
-	struct http_header hd[2];
-	struct http_response rs;
-	struct call c = { .method = method, .url = url, .hd = hd, .json = body, .out = out,
-		.timeout_ms = srv->timeout_ms > 0 ? srv->timeout_ms : 30000, .scope = srv->scope };
-	enum sbx_err e;
+/* ---- the api.h client: request, status, decode ------------------------------------------- */
 
-	set_gone(gone, false);
-	c.nh = srv_headers(srv, hd);
-	e = perform(&c, &rs, err, errlen);
-	if (!e && (rs.status < 200 || rs.status >= 300 || (want && rs.status != want))) {
-		e = rs.status >= 200 && rs.status < 300 ? SBX_ERR_IO : osapi_error(rs.status, buf_str(out), out->len, gone, err, errlen);
-		if (rs.status >= 200 && rs.status < 300)
-			seterr(err, errlen, "OpenSandbox answered %ld, expected %ld (%s)", rs.status, want, rs.id);
-	}
+/* Who a request goes to (the lifecycle server or an execd) and where a
+ * "sandbox not found" is told. */
+struct os_peer {
+	struct http_header hd[OSAPI_MAX_HEADERS + 2];
+	size_t nh;
+	long timeout_ms;
+	const char *scope;
+	bool *gone;
+};
+
+static enum sbx_err os_send(void *ctx, const struct api_req *q, struct buf *out, long *status, char *err,
+	size_t errlen)
+{
+	struct os_peer *p = ctx;
+	struct call c = { .method = q->method, .url = q->path, .hd = p->hd, .nh = p->nh, .json = q->body, .out = out,
+		.timeout_ms = p->timeout_ms, .scope = p->scope };
+	struct http_response rs;
+	enum sbx_err e = perform(&c, &rs, err, errlen);
+
+	*status = e ? 0 : rs.status;
 	return e;
 }
 
-/* An execd request: the answer body in out (2xx), or the error. */
-static enum sbx_err execd_call(const struct osapi_execd *ex, const char *method, const char *url, const json_t *body,
-	struct buf *out, bool *gone, char *err, size_t errlen)
+static enum sbx_err os_error_doc(void *ctx, long status, const char *body, size_t len, const char *what, char *err,
+	size_t errlen)
 {
-	struct http_header hd[OSAPI_MAX_HEADERS + 2];
-	struct http_response rs;
-	struct call c = { .method = method, .url = url, .hd = hd, .json = body, .out = out,
-		.timeout_ms = ex->timeout_ms > 0 ? ex->timeout_ms : 30000, .scope = ex->scope };
-	enum sbx_err e;
+	struct os_peer *p = ctx;
 
-	set_gone(gone, false);
-	c.nh = execd_headers(ex, hd);
-	e = perform(&c, &rs, err, errlen);
-	if (!e && (rs.status < 200 || rs.status >= 300))
-		e = osapi_error(rs.status, buf_str(out), out->len, gone, err, errlen);
-	return e;
+	(void)what;
+	return osapi_error(status, body, len, p->gone, err, errlen);
+}
+
+/* One request to p: a want answer (0: any 2xx) of up to cap bytes decoded by
+ * dec into out (dec NULL: the status is the answer), or the error. */
+static enum sbx_err os_call(struct os_peer *p, const char *method, const char *url, const json_t *body, long want,
+	size_t cap, api_decode_fn dec, void *out, char *err, size_t errlen)
+{
+	struct api_client cl = { .send = os_send, .error = os_error_doc, .ctx = p };
+	struct api_req q = { .method = method, .path = url, .body = body, .cap = cap, .what = method,
+		.want = want ? want : API_ANY_2XX, .decode = dec, .out = out };
+
+	set_gone(p->gone, false);
+	return api_call(&cl, &q, err, errlen);
+}
+
+/* A request to the lifecycle server (see os_call). */
+static enum sbx_err srv_call(const struct osapi_server *srv, const char *method, const char *url, const json_t *body,
+	long want, api_decode_fn dec, void *out, bool *gone, char *err, size_t errlen)
+{
+	struct os_peer p = { .timeout_ms = srv->timeout_ms > 0 ? srv->timeout_ms : 30000, .scope = srv->scope,
+		.gone = gone };
+
+	p.nh = srv_headers(srv, p.hd);
+	return os_call(&p, method, url, body, want, OSAPI_CAP_LIST, dec, out, err, errlen);
+}
+
+/* An execd request: a 2xx of up to cap bytes decoded by dec into out. */
+static enum sbx_err execd_call(const struct osapi_execd *ex, const char *method, const char *url, const json_t *body,
+	size_t cap, api_decode_fn dec, void *out, bool *gone, char *err, size_t errlen)
+{
+	struct os_peer p = { .timeout_ms = ex->timeout_ms > 0 ? ex->timeout_ms : 30000, .scope = ex->scope,
+		.gone = gone };
+
+	p.nh = execd_headers(ex, p.hd);
+	return os_call(&p, method, url, body, 0, cap, dec, out, err, errlen);
 }
 
 /* base + path + "?" + name "=" escaped(value) ... (NULL-terminated pairs) */
@@ -328,7 +347,7 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 	memset(sb, 0, sizeof(*sb));
 	if (!json_is_object(o) || copy_str(json_object_get(o, "id"), sb->id, sizeof(sb->id)) || !sb->id[0] ||
 	    !json_is_object(st) || copy_str(json_object_get(st, "state"), sb->state, sizeof(sb->state))) {
-		seterr(err, errlen, "OpenSandbox's sandbox lacks or mistypes id or status.state");
+		api_seterr(err, errlen, "OpenSandbox's sandbox lacks or mistypes id or status.state");
 		return -1;
 	}
 	copy_str(json_object_get(st, "reason"), sb->reason, sizeof(sb->reason));
@@ -337,7 +356,7 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 	v = json_object_get(o, "expiresAt");
 	if (json_is_string(v)) {
 		if (osapi_parse_time(json_string_value(v), &sb->expires_at)) {
-			seterr(err, errlen, "OpenSandbox's sandbox has a malformed expiresAt '%.40s'", json_string_value(v));
+			api_seterr(err, errlen, "OpenSandbox's sandbox has a malformed expiresAt '%.40s'", json_string_value(v));
 			return -1;
 		}
 		sb->has_expires = true;
@@ -359,10 +378,10 @@ static int decode_sandbox(json_t *o, struct osapi_sandbox *sb, char *err, size_t
 
 static json_t *load(const char *body, size_t len, const char *what, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 
 	if (!o)
-		seterr(err, errlen, "%s is not JSON", what);
+		api_seterr(err, errlen, "%s is not JSON", what);
 	return o;
 }
 
@@ -387,7 +406,7 @@ enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const st
 	*more = false;
 	if (!json_is_array(items)) {
 		if (o)
-			seterr(err, errlen, "OpenSandbox's list has no items");
+			api_seterr(err, errlen, "OpenSandbox's list has no items");
 		json_decref(o);
 		return SBX_ERR_IO;
 	}
@@ -404,12 +423,12 @@ enum sbx_err osapi_decode_list(const char *body, size_t len, void (*fn)(const st
 
 enum sbx_err osapi_decode_renew(const char *body, size_t len, double *got, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 	const char *s = json_string_value(json_object_get(o, "expiresAt"));
 	enum sbx_err e = SBX_OK;
 
 	if (!s || osapi_parse_time(s, got)) {
-		seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
+		api_seterr(err, errlen, "OpenSandbox's renewal answer lacks a valid expiresAt");
 		e = SBX_ERR_IO;
 	}
 	json_decref(o);
@@ -428,11 +447,38 @@ static json_t *kv_object(const struct osapi_kv *kv, size_t n)
 	return o;
 }
 
+/* The decoders in api.h's shape (the status was checked before). */
+static enum sbx_err dec_sandbox(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return osapi_decode_sandbox(body, len, out, err, errlen);
+}
+
+struct list_out {
+	void (*fn)(const struct osapi_sandbox *sb, void *arg);
+	void *arg;
+	bool more;
+};
+
+static enum sbx_err dec_list(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct list_out *l = out;
+
+	(void)status;
+	return osapi_decode_list(body, len, l->fn, l->arg, &l->more, err, errlen);
+}
+
+static enum sbx_err dec_renew(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return osapi_decode_renew(body, len, out, err, errlen);
+}
+
 enum sbx_err osapi_create(const struct osapi_server *srv, const struct osapi_create_req *q, struct osapi_sandbox *sb,
 	char *err, size_t errlen)
 {
 	json_t *body = json_object(), *ep = json_array(), *img = json_pack("{s:s}", "uri", q->image);
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 	int bad = !body || !ep || !img;
 
@@ -455,32 +501,24 @@ enum sbx_err osapi_create(const struct osapi_server *srv, const struct osapi_cre
 		json_decref(eg);
 		json_decref(np);
 	}
-	if (!bad && !build_url(&url, srv->base, "/sandboxes", NULL)) {
-		e = srv_call(srv, "POST", url.ptr, body, 0, &out, NULL, err, errlen);
-		if (!e)
-			e = osapi_decode_sandbox(out.ptr, out.len, sb, err, errlen);
-	}
+	if (!bad && !build_url(&url, srv->base, "/sandboxes", NULL))
+		e = srv_call(srv, "POST", url.ptr, body, 0, dec_sandbox, sb, NULL, err, errlen);
 	json_decref(img);
 	json_decref(ep);
 	json_decref(body);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_get(const struct osapi_server *srv, const char *id, struct osapi_sandbox *sb, char *err,
 	size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
-	if (!buf_adds(&url, srv->base) && !buf_adds(&url, "/sandboxes/") && !http_escape(&url, id)) {
-		e = srv_call(srv, "GET", url.ptr, NULL, 200, &out, NULL, err, errlen);
-		if (!e)
-			e = osapi_decode_sandbox(out.ptr, out.len, sb, err, errlen);
-	}
+	if (!buf_adds(&url, srv->base) && !buf_adds(&url, "/sandboxes/") && !http_escape(&url, id))
+		e = srv_call(srv, "GET", url.ptr, NULL, 200, dec_sandbox, sb, NULL, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
@@ -488,7 +526,8 @@ enum sbx_err osapi_list(const struct osapi_server *srv, const struct osapi_kv *m
 	const char *const *states, void (*fn)(const struct osapi_sandbox *sb, void *arg), void *arg, char *err,
 	size_t errlen)
 {
-	struct buf inner = BUF_INIT(4096), url = BUF_INIT(8192), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf inner = BUF_INIT(4096), url = BUF_INIT(8192);
+	struct list_out lo = { .fn = fn, .arg = arg };
 	enum sbx_err e = SBX_ERR_NOMEM;
 	int bad = 0;
 
@@ -500,52 +539,45 @@ enum sbx_err osapi_list(const struct osapi_server *srv, const struct osapi_kv *m
 	if (bad)
 		goto out;
 	for (int page = 1; page <= OSAPI_LIST_PAGES; page++) {
-		bool more;
-
 		buf_reset(&url);
-		buf_reset(&out);
 		if (buf_addf(&url, "%s/sandboxes?page=%d&pageSize=200", srv->base, page) ||
 		    (n_meta && (buf_adds(&url, "&metadata=") || http_escape(&url, buf_str(&inner)))))
 			goto out;
 		for (const char *const *s = states; s && *s; s++)
 			if (buf_adds(&url, "&state=") || http_escape(&url, *s))
 				goto out;
-		e = srv_call(srv, "GET", url.ptr, NULL, 200, &out, NULL, err, errlen);
-		if (!e)
-			e = osapi_decode_list(out.ptr, out.len, fn, arg, &more, err, errlen);
+		e = srv_call(srv, "GET", url.ptr, NULL, 200, dec_list, &lo, NULL, err, errlen);
 		if (e)
 			goto out;
-		if (!more)
+		if (!lo.more)
 			break;
 	}
 	e = SBX_OK;
 out:
 	buf_free(&inner);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_delete(const struct osapi_server *srv, const char *id, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 	bool gone = false;
 
 	if (!buf_adds(&url, srv->base) && !buf_adds(&url, "/sandboxes/") && !http_escape(&url, id)) {
-		e = srv_call(srv, "DELETE", url.ptr, NULL, 0, &out, &gone, err, errlen);
+		e = srv_call(srv, "DELETE", url.ptr, NULL, 0, NULL, NULL, &gone, err, errlen);
 		if (e == SBX_ERR_GONE) /* already gone: what a delete wants */
 			e = SBX_OK;
 	}
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_renew(const struct osapi_server *srv, const char *id, double at, double *got, char *err,
 	size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	char when[40];
 	json_t *body = NULL;
 	enum sbx_err e = SBX_ERR_NOMEM;
@@ -555,13 +587,10 @@ enum sbx_err osapi_renew(const struct osapi_server *srv, const char *id, double 
 	if (buf_adds(&url, srv->base) || buf_adds(&url, "/sandboxes/") || http_escape(&url, id) ||
 	    buf_adds(&url, "/renew-expiration"))
 		goto out;
-	e = srv_call(srv, "POST", url.ptr, body, 200, &out, NULL, err, errlen);
-	if (!e)
-		e = osapi_decode_renew(out.ptr, out.len, got, err, errlen);
+	e = srv_call(srv, "POST", url.ptr, body, 200, dec_renew, got, NULL, err, errlen);
 out:
 	json_decref(body);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
@@ -606,7 +635,7 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 
 	endpoint_for_log(ep, shown, sizeof(shown));
 	if (str_fmt(raw, sizeof(raw), "%s%s%s", has_scheme ? "" : scheme, has_scheme ? "" : "://", ep)) {
-		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		api_seterr(err, errlen, "OpenSandbox's endpoint is too long");
 		return SBX_ERR_IO;
 	}
 	/* libcurl reads "http:///x" as host "x": the host must follow "://" */
@@ -623,12 +652,12 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 	else if (!u.host[0])
 		why = "it names no host";
 	if (why) {
-		seterr(err, errlen, "refused the execd endpoint '%s' that OpenSandbox answered: %s (%s)", shown, why,
+		api_seterr(err, errlen, "refused the execd endpoint '%s' that OpenSandbox answered: %s (%s)", shown, why,
 			scheme);
 		return SBX_ERR_PERM;
 	}
 	if (str_fmt(base, len, "%s", u.url)) {
-		seterr(err, errlen, "OpenSandbox's endpoint is too long");
+		api_seterr(err, errlen, "OpenSandbox's endpoint is too long");
 		return SBX_ERR_IO;
 	}
 	return SBX_OK;
@@ -637,7 +666,7 @@ static enum sbx_err endpoint_check(const char *ep, const char *scheme, char *bas
 enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *scheme, struct osapi_execd *out,
 	char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *hdrs, *v;
+	json_t *o = api_load(body, len), *hdrs, *v;
 	const char *ep, *k;
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n;
@@ -645,7 +674,7 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	memset(out, 0, sizeof(*out));
 	ep = json_string_value(json_object_get(o, "endpoint"));
 	if (!ep || !header_safe(ep, 512) || strpbrk(ep, " \"<>\\^`{|}")) {
-		seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
+		api_seterr(err, errlen, "OpenSandbox's endpoint answer lacks a usable endpoint");
 		goto out;
 	}
 	/* no scheme in the answer (A.6.7); tolerate one anyway, but only the
@@ -661,14 +690,14 @@ enum sbx_err osapi_decode_endpoint(const char *body, size_t len, const char *sch
 	hdrs = json_object_get(o, "headers");
 	if (hdrs && !json_is_null(hdrs)) {
 		if (!json_is_object(hdrs)) {
-			seterr(err, errlen, "OpenSandbox's endpoint headers are not an object");
+			api_seterr(err, errlen, "OpenSandbox's endpoint headers are not an object");
 			goto out;
 		}
 		json_object_foreach (hdrs, k, v) {
 			const char *val = json_string_value(v);
 			if (out->n_headers >= OSAPI_MAX_HEADERS || !val || !header_safe(k, sizeof(out->hname[0])) ||
 			    strchr(k, ':') || !header_safe(val, sizeof(out->hvalue[0]))) {
-				seterr(err, errlen, "OpenSandbox's endpoint headers are too many or malformed");
+				api_seterr(err, errlen, "OpenSandbox's endpoint headers are too many or malformed");
 				goto out;
 			}
 			snprintf(out->hname[out->n_headers], sizeof(out->hname[0]), "%s", k);
@@ -682,26 +711,37 @@ out:
 	return e;
 }
 
+struct endpoint_out {
+	const char *scheme;
+	struct osapi_execd *ex;
+};
+
+static enum sbx_err dec_endpoint(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct endpoint_out *o = out;
+
+	(void)status;
+	return osapi_decode_endpoint(body, len, o->scheme, o->ex, err, errlen);
+}
+
 enum sbx_err osapi_endpoint(const struct osapi_server *srv, const char *id, int port, bool server_proxy,
 	const char *scheme, struct osapi_execd *out, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), answer = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
+	struct endpoint_out eo = { .scheme = scheme, .ex = out };
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	memset(out, 0, sizeof(*out));
 	if (buf_adds(&url, srv->base) || buf_adds(&url, "/sandboxes/") || http_escape(&url, id) ||
 	    buf_addf(&url, "/endpoints/%d%s", port, server_proxy ? "?use_server_proxy=true" : ""))
 		goto out;
-	e = srv_call(srv, "GET", url.ptr, NULL, 200, &answer, NULL, err, errlen);
-	if (!e)
-		e = osapi_decode_endpoint(answer.ptr, answer.len, scheme, out, err, errlen);
+	e = srv_call(srv, "GET", url.ptr, NULL, 200, dec_endpoint, &eo, NULL, err, errlen);
 	if (e)
 		goto out;
 	out->timeout_ms = srv->timeout_ms;
 	snprintf(out->scope, sizeof(out->scope), "%s", srv->scope ? srv->scope : "opensandbox");
 out:
 	buf_free(&url);
-	buf_free(&answer);
 	return e;
 }
 
@@ -710,14 +750,13 @@ out:
 enum sbx_err osapi_ping(const struct osapi_execd *ex, long timeout_ms, char *err, size_t errlen)
 {
 	struct osapi_execd t = *ex;
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_ERR);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	t.timeout_ms = timeout_ms;
 	if (!build_url(&url, ex->base, "/ping", NULL))
-		e = execd_call(&t, "GET", url.ptr, NULL, &out, NULL, err, errlen);
+		e = execd_call(&t, "GET", url.ptr, NULL, OSAPI_CAP_ERR, NULL, NULL, NULL, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
@@ -911,7 +950,7 @@ enum sbx_err osapi_command(const struct osapi_execd *ex, const struct osapi_cmd 
 		 * out how it ended some other way */
 		e = SBX_OK;
 	} else if (!e && !r->saw_init && !r->ended) {
-		seterr(err, errlen, "execd's command stream ended before the command started (%s)", rs.id);
+		api_seterr(err, errlen, "execd's command stream ended before the command started (%s)", rs.id);
 		e = SBX_ERR_IO;
 	}
 out:
@@ -925,24 +964,23 @@ out:
 
 enum sbx_err osapi_interrupt(const struct osapi_execd *ex, const char *id, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_ERR);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	if (!build_url(&url, ex->base, "/command", "id", id, NULL))
-		e = execd_call(ex, "DELETE", url.ptr, NULL, &out, NULL, err, errlen);
+		e = execd_call(ex, "DELETE", url.ptr, NULL, OSAPI_CAP_ERR, NULL, NULL, NULL, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_decode_status(const char *body, size_t len, struct osapi_cmd_status *st, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *ex_code = json_object_get(o, "exit_code");
+	json_t *o = api_load(body, len), *ex_code = json_object_get(o, "exit_code");
 	enum sbx_err e = SBX_OK;
 
 	memset(st, 0, sizeof(*st));
 	if (!json_is_boolean(json_object_get(o, "running")) || (ex_code && !json_is_null(ex_code) && !json_is_integer(ex_code))) {
-		seterr(err, errlen, "execd's command status lacks or mistypes running or exit_code");
+		api_seterr(err, errlen, "execd's command status lacks or mistypes running or exit_code");
 		e = SBX_ERR_IO;
 		goto out;
 	}
@@ -955,21 +993,22 @@ out:
 	return e;
 }
 
+static enum sbx_err dec_status(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	(void)status;
+	return osapi_decode_status(body, len, out, err, errlen);
+}
+
 enum sbx_err osapi_command_status(const struct osapi_execd *ex, const char *id, struct osapi_cmd_status *st,
 	bool *gone, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH), out = BUF_INIT(OSAPI_CAP_ERR);
+	struct buf url = BUF_INIT(BUF_CAP_PATH);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	memset(st, 0, sizeof(*st));
-	if (buf_adds(&url, ex->base) || buf_adds(&url, "/command/status/") || http_escape(&url, id))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (!e)
-		e = osapi_decode_status(out.ptr, out.len, st, err, errlen);
-out:
+	if (!buf_adds(&url, ex->base) && !buf_adds(&url, "/command/status/") && !http_escape(&url, id))
+		e = execd_call(ex, "GET", url.ptr, NULL, OSAPI_CAP_ERR, dec_status, st, gone, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
@@ -1033,52 +1072,61 @@ static int decode_fileinfo(json_t *o, struct osapi_fileinfo *fi)
 enum sbx_err osapi_decode_info(const char *body, size_t len, const char *path, struct osapi_fileinfo *fi, char *err,
 	size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL);
+	json_t *o = api_load(body, len);
 	enum sbx_err e = SBX_OK;
 
 	memset(fi, 0, sizeof(*fi));
 	/* keyed by the path as sent; take the one member whatever its key */
 	if (!json_is_object(o) || json_object_size(o) != 1 || decode_fileinfo(json_object_iter_value(json_object_iter(o)), fi)) {
-		seterr(err, errlen, "execd's file info for %s is malformed", path);
+		api_seterr(err, errlen, "execd's file info for %s is malformed", path);
 		e = SBX_ERR_IO;
 	}
 	json_decref(o);
 	return e;
 }
 
+struct info_out {
+	const char *path;
+	struct osapi_fileinfo *fi;
+};
+
+static enum sbx_err dec_info(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct info_out *o = out;
+
+	(void)status;
+	return osapi_decode_info(body, len, o->path, o->fi, err, errlen);
+}
+
 enum sbx_err osapi_info(const struct osapi_execd *ex, const char *path, struct osapi_fileinfo *fi, bool *gone,
 	char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_ERR);
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4);
+	struct info_out io = { .path = path, .fi = fi };
 	enum sbx_err e = SBX_ERR_NOMEM;
 
-	if (build_url(&url, ex->base, "/files/info", "path", path, NULL))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (!e)
-		e = osapi_decode_info(out.ptr, out.len, path, fi, err, errlen);
-out:
+	if (!build_url(&url, ex->base, "/files/info", "path", path, NULL))
+		e = execd_call(ex, "GET", url.ptr, NULL, OSAPI_CAP_ERR, dec_info, &io, gone, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
 enum sbx_err osapi_decode_listing(const char *body, size_t len, const char *path,
 	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, char *err, size_t errlen)
 {
-	json_t *o = json_loadb(body ? body : "", len, 0, NULL), *it;
+	json_t *o = api_load(body, len), *it;
 	enum sbx_err e = SBX_OK;
 	size_t i;
 
 	if (!json_is_array(o)) {
-		seterr(err, errlen, "execd's listing of %s is not a JSON array", path);
+		api_seterr(err, errlen, "execd's listing of %s is not a JSON array", path);
 		e = SBX_ERR_IO;
 		goto out;
 	}
 	json_array_foreach (o, i, it) {
 		struct osapi_fileinfo fi;
 		if (decode_fileinfo(it, &fi) || !fi.name[0] || !strcmp(fi.name, ".") || !strcmp(fi.name, "..")) {
-			seterr(err, errlen, "execd's listing of %s has a malformed entry", path);
+			api_seterr(err, errlen, "execd's listing of %s has a malformed entry", path);
 			e = SBX_ERR_IO;
 			goto out;
 		}
@@ -1092,20 +1140,30 @@ out:
 	return e;
 }
 
+struct listing_out {
+	const char *path;
+	int (*fn)(const struct osapi_fileinfo *fi, void *arg);
+	void *arg;
+};
+
+static enum sbx_err dec_listing(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	struct listing_out *o = out;
+
+	(void)status;
+	return osapi_decode_listing(body, len, o->path, o->fn, o->arg, err, errlen);
+}
+
 enum sbx_err osapi_list_dir(const struct osapi_execd *ex, const char *path,
 	int (*fn)(const struct osapi_fileinfo *fi, void *arg), void *arg, bool *gone, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_LIST);
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4);
+	struct listing_out lo = { .path = path, .fn = fn, .arg = arg };
 	enum sbx_err e = SBX_ERR_NOMEM;
 
-	if (build_url(&url, ex->base, "/directories/list", "path", path, "depth", "1", NULL))
-		goto out;
-	e = execd_call(ex, "GET", url.ptr, NULL, &out, gone, err, errlen);
-	if (!e)
-		e = osapi_decode_listing(out.ptr, out.len, path, fn, arg, err, errlen);
-out:
+	if (!build_url(&url, ex->base, "/directories/list", "path", path, "depth", "1", NULL))
+		e = execd_call(ex, "GET", url.ptr, NULL, OSAPI_CAP_LIST, dec_listing, &lo, gone, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 
@@ -1141,7 +1199,7 @@ enum sbx_err osapi_download(const struct osapi_execd *ex, const char *path, off_
 	} else if (rs.status != 200 && rs.status != 206) {
 		e = osapi_error(rs.status, buf_str(&errbody), errbody.len, gone, err, errlen);
 	} else if (d.werr) {
-		seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
+		api_seterr(err, errlen, "cannot write the download of %s: %s", path, strerror(d.werr));
 		e = d.werr == ENOSPC ? SBX_ERR_NOSPC : SBX_ERR_IO;
 	}
 	*got = d.got;
@@ -1206,13 +1264,12 @@ out:
 static enum sbx_err simple(const struct osapi_execd *ex, const char *method, const char *route, const char *path,
 	const json_t *body, bool *gone, char *err, size_t errlen)
 {
-	struct buf url = BUF_INIT(BUF_CAP_PATH * 4), out = BUF_INIT(OSAPI_CAP_ERR);
+	struct buf url = BUF_INIT(BUF_CAP_PATH * 4);
 	enum sbx_err e = SBX_ERR_NOMEM;
 
 	if (!(path ? build_url(&url, ex->base, route, "path", path, NULL) : build_url(&url, ex->base, route, NULL)))
-		e = execd_call(ex, method, url.ptr, body, &out, gone, err, errlen);
+		e = execd_call(ex, method, url.ptr, body, OSAPI_CAP_ERR, NULL, NULL, gone, err, errlen);
 	buf_free(&url);
-	buf_free(&out);
 	return e;
 }
 

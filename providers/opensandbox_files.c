@@ -43,6 +43,7 @@
 
 #include "../common/buf.h"
 #include "../common/log.h"
+#include "scriptfs.h"
 
 #define OS_ERRTEXT 512
 
@@ -104,19 +105,44 @@ enum sbx_err os_run(struct obox *ob, const char *script, const struct osapi_kv *
 	return SBX_OK;
 }
 
+/* ---- scriptfs: file operations as commands ---------------------------------------------------- */
+
+static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode);
+
+static enum sbx_err sfs_run(struct sbx_box *b, const char *script, const struct scriptfs_env *env, size_t n_env,
+	int *code, char *errtext, size_t errlen, struct buf *out)
+{
+	struct osapi_kv kv[4];
+	size_t n = 0;
+
+	if (out)
+		return SBX_ERR_NOTSUP; /* os_run keeps stderr only */
+	for (; n < n_env && n < 4; n++)
+		kv[n] = (struct osapi_kv){ env[n].key, env[n].value };
+	return os_run(obox(b), script, kv, n, code, errtext, errlen);
+}
+
+static const char *sfs_skills_root(struct sbx_box *b)
+{
+	return obox(b)->cfg->skills_container_path;
+}
+
+static const char *sfs_scope(struct sbx_box *b)
+{
+	return obox(b)->scope;
+}
+
+static const struct scriptfs os_sfs = {
+	.run = sfs_run,
+	.put = f_write,
+	.skills_root = sfs_skills_root,
+	.scope = sfs_scope,
+};
+
 /* A command on paths: SBX_OK when it exits 0, else the error its stderr names. */
 static enum sbx_err run_paths(struct obox *ob, const char *what, const char *script, const char *a, const char *b)
 {
-	struct osapi_kv env[2] = { { "A", a }, { "B", b ? b : "" } };
-	char errtext[OS_ERRTEXT];
-	int code;
-	enum sbx_err e = os_run(ob, script, env, b ? 2 : 1, &code, errtext, sizeof(errtext));
-
-	if (e || !code)
-		return e;
-	e = sbx_err_from_message(errtext);
-	log_debug(ob->scope, "opensandbox: %s %s: exit %d: %s", what, a, code, errtext);
-	return e;
+	return scriptfs_paths(&os_sfs, &ob->base, what, script, a, b, NULL);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------- */
@@ -322,12 +348,6 @@ static enum sbx_err f_mkdir(struct sbx_box *b, const char *path, mode_t mode)
 	return e;
 }
 
-static enum sbx_err f_rmdir(struct sbx_box *b, const char *path)
-{
-	if (!sbx_remote_path_ok(path))
-		return SBX_ERR_INVAL;
-	return run_paths(obox(b), "rmdir", "exec rmdir -- \"$A\"", path, NULL);
-}
 
 static enum sbx_err f_unlink(struct sbx_box *b, const char *path)
 {
@@ -358,8 +378,8 @@ static enum sbx_err f_rename(struct sbx_box *b, const char *from, const char *to
 	e = obox_execd(ob, &ex);
 	if (!e)
 		e = osapi_move(&ex, from, to, &gone, err, sizeof(err));
-	if (e == SBX_ERR_EXIST) /* rename(2) replaces the destination: mv -T does that */
-		return run_paths(ob, "rename", "exec mv -f -T -- \"$A\" \"$B\"", from, to);
+	if (e == SBX_ERR_EXIST) /* rename(2) replaces the destination: the command does that */
+		return scriptfs_rename(&os_sfs, b, from, to);
 	return e ? failed(ob, e, gone, "rename", from, err) : SBX_OK;
 }
 
@@ -381,30 +401,22 @@ static enum sbx_err f_chmod(struct sbx_box *b, const char *path, mode_t mode)
 	return e ? failed(ob, e, gone, "chmod", path, err) : SBX_OK;
 }
 
-static enum sbx_err f_truncate(struct sbx_box *b, const char *path, off_t size)
-{
-	char script[128];
 
-	if (!sbx_remote_path_ok(path) || size < 0)
-		return SBX_ERR_INVAL;
-	/* truncate(1) makes a missing file: truncate(2) does not */
-	snprintf(script, sizeof(script),
-		"test -e \"$A\" || { echo \"$A: No such file or directory\" >&2; exit 1; }; exec truncate -s %lld -- \"$A\"",
-		(long long)size);
-	return run_paths(obox(b), "truncate", script, path, NULL);
-}
-
-const struct sbx_files_ops os_files_ops = {
-	.stat = f_stat,
-	.list = f_list,
-	.read = f_read,
-	.write = f_write,
-	.mkdir = f_mkdir,
-	.rmdir = f_rmdir,
-	.unlink = f_unlink,
-	.rename = f_rename,
-	.chmod = f_chmod,
-	.truncate = f_truncate,
+/* rmdir and truncate: scriptfs's commands */
+const struct scriptfs_files os_files = {
+	.ops = {
+		.stat = f_stat,
+		.list = f_list,
+		.read = f_read,
+		.write = f_write,
+		.mkdir = f_mkdir,
+		.rmdir = scriptfs_f_rmdir,
+		.unlink = f_unlink,
+		.rename = f_rename,
+		.chmod = f_chmod,
+		.truncate = scriptfs_f_truncate,
+	},
+	.fs = &os_sfs,
 };
 
 /* ---- skills ops --------------------------------------------------------------------------- */
@@ -414,17 +426,6 @@ static enum sbx_err skills_path(struct obox *ob, const char *rel, struct buf *ou
 	return sbx_skills_remote_path(ob->cfg->skills_container_path, rel, out);
 }
 
-static enum sbx_err s_upload(struct sbx_box *b, const char *rel, int fd, off_t size, mode_t mode)
-{
-	struct obox *ob = obox(b);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	enum sbx_err e = skills_path(ob, rel, &p);
-
-	if (!e)
-		e = f_write(b, p.ptr, fd, size, mode);
-	buf_free(&p);
-	return e;
-}
 
 static enum sbx_err s_mkdir(struct sbx_box *b, const char *rel, mode_t mode)
 {
@@ -492,7 +493,7 @@ static enum sbx_err s_upload_many(struct sbx_box *b, const struct sbx_skill_file
 		p[k] = (struct buf)BUF_INIT(BUF_CAP_PATH);
 		e = skills_path(ob, f[i].path, &p[k]);
 		if (!e && (!plain_name(p[k].ptr) || !(f[i].mode & 07777) || f[i].size < 0)) {
-			e = s_upload(b, f[i].path, f[i].fd, f[i].size, f[i].mode); /* the careful way, alone */
+			e = scriptfs_s_upload(b, f[i].path, f[i].fd, f[i].size, f[i].mode); /* the careful way, alone */
 			buf_free(&p[k]);
 			continue;
 		}
@@ -538,10 +539,14 @@ static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file 
 	return e;
 }
 
-const struct sbx_skills_ops os_skills_ops = {
-	.upload = s_upload,
-	.mkdir = s_mkdir,
-	.remove = s_remove,
-	.upload_many = s_upload_many,
-	.mkdir_many = s_mkdir_many,
+/* upload: scriptfs's (the files ops' write under the skills root) */
+const struct scriptfs_skills os_skills = {
+	.ops = {
+		.upload = scriptfs_s_upload,
+		.mkdir = s_mkdir,
+		.remove = s_remove,
+		.upload_many = s_upload_many,
+		.mkdir_many = s_mkdir_many,
+	},
+	.fs = &os_sfs,
 };

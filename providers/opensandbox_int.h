@@ -21,6 +21,7 @@
 #include "../common/names.h"
 #include "opensandbox_api.h"
 #include "provider.h"
+#include "scriptfs.h"
 
 /* metadata keys (label names: <= 63, alphanumeric at both ends) */
 #define OS_META_PROVIDER "sbxfs-provider"
@@ -68,8 +69,8 @@ struct obox {
 	char renew_err[OSAPI_ERR_LEN];
 };
 
-extern const struct sbx_files_ops os_files_ops;
-extern const struct sbx_skills_ops os_skills_ops;
+extern const struct scriptfs_files os_files;
+extern const struct scriptfs_skills os_skills;
 
 struct obox *obox(struct sbx_box *b);
 const struct os_conf *os_conf_of(const struct sbx_config *cfg);

@@ -47,7 +47,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +58,8 @@
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "jobrun.h"
+#include "record.h"
 #include "provider_int.h"
 
 #define OJOB_RECORD "opensandbox.json"
@@ -71,29 +72,18 @@
 #define OJOB_NOTE_UNSEEN "output written while no daemon read the command's stream is missing from stdout/stderr"
 
 struct ojob {
-	struct sbx_exec base; /* first: fd is an eventfd the pump signals at the end */
+	struct jobrun run;    /* first: the handle, output files, limit, pump */
 	struct obox *ob;      /* referenced */
-	char *job_dir;
-	char name[72];
-	char scope[NAMES_SCOPE_MAX + 80];
 	char cmd_id[128];     /* set by the pump before started becomes 1 */
 	long timeout;
-	uint64_t output_max, out_bytes;
-	bool over;            /* the output passed output_max: the pump interrupts it */
 	bool staged;          /* cmd/stdin were uploaded to OS_JOBS_PATH/NAME */
 	bool watch_only;      /* reattached: only the end is ours to learn */
-	int sent_sig;         /* atomic: the last signal the daemon sent */
-	int cancel;           /* atomic: exec_free at exit stops the pump */
 	uint64_t started_ms;
-	pthread_t pump;
-	bool pumping;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	int started;          /* protected by lock: 0 waiting, 1 running, -1 did not start */
 	enum sbx_err start_err; /* protected by lock */
-	int out_fd, err_fd;
 	struct buf pend[2];   /* stdout, stderr lines parsed but not written yet (the pump's) */
-	bool werr;            /* an append failed (logged once) */
 	struct osapi_execd ex;
 	/* the request, owned */
 	char *command;
@@ -118,79 +108,17 @@ static int job_path(struct buf *p, const char *job_dir, const char *name)
 	return buf_addf(p, "%s/%s", job_dir, name);
 }
 
-static int stream_open(const char *job_dir, const char *name)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	int fd = job_path(&p, job_dir, name) ? -1 : open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-
-	buf_free(&p);
-	return fd;
-}
-
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
 
 static void ojob_save(struct ojob *j)
 {
 	json_t *o = json_pack("{s:s,s:s,s:b,s:i,s:f}", "command_id", j->cmd_id, "sandbox", j->ob->id, "staged",
 		j->staged, "timeout", (int)j->timeout, "started_at", util_wall_now());
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 
-	if (!text || job_path(&p, j->job_dir, OJOB_RECORD) || util_write_atomic(p.ptr, text, strlen(text), 0600))
-		log_warn(j->scope, "cannot record the command (a restart will not find it): %s", strerror(errno));
-	free(text);
+	if (!o || record_save(j->run.job_dir, OJOB_RECORD, o))
+		log_warn(j->run.scope, "cannot record the command (a restart will not find it): %s", strerror(errno));
 	json_decref(o);
-	buf_free(&p);
 }
 
-static bool result_exists(const char *job_dir)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	bool r = !job_path(&p, job_dir, "result") && !access(p.ptr, F_OK);
-
-	buf_free(&p);
-	return r;
-}
-
-/* job_dir/result: how the job ended. */
-static void write_result(const char *job_dir, const char *scope, const char *state, int code, int sig,
-	const char *reason, const char *error, const char *note)
-{
-	json_t *o = json_pack("{s:s,s:i,s:i,s:f}", "state", state, "exit", code, "signal", sig, "ended_at", util_wall_now());
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	char *text;
-
-	if (o && reason)
-		json_object_set_new(o, "reason", json_string(reason));
-	if (o && error)
-		json_object_set_new(o, "error", json_string_lossy(error, strlen(error)));
-	if (o && note)
-		json_object_set_new(o, "note", json_string(note));
-	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	if (!text || job_path(&p, job_dir, "result") || util_write_atomic(p.ptr, text, strlen(text), 0600))
-		log_warn(scope, "cannot record the job's result: %s", strerror(errno));
-	free(text);
-	json_decref(o);
-	buf_free(&p);
-}
-
-static void write_lost(const char *job_dir, const char *scope, const char *why)
-{
-	log_warn(scope, "job lost: %s", why);
-	write_result(job_dir, scope, "lost", 255, 0, NULL, why, NULL);
-}
 
 /* The signal Go's error text names ("signal: killed", "signal: terminated":
  * execd's traceback or status error), 0 when none: strsignal()'s words. */
@@ -214,23 +142,23 @@ static int signal_named(const char *text)
  * error names). */
 static void ojob_end(struct ojob *j, int code, const char *error, const char *note)
 {
-	int sent = __atomic_load_n(&j->sent_sig, __ATOMIC_RELAXED), named = signal_named(error);
+	int sent = __atomic_load_n(&j->run.sent_sig, __ATOMIC_RELAXED), named = signal_named(error);
 	uint64_t ran = util_now_ms() - j->started_ms;
 
-	if (j->over)
-		write_result(j->job_dir, j->scope, "killed", 128 + SIGKILL, SIGKILL, "output limit", NULL, note);
+	if (j->run.over)
+		jobrun_result(j->run.job_dir, j->run.scope, "killed", 128 + SIGKILL, SIGKILL, "output limit", NULL, note);
 	else if (code < 0 && sent) /* interrupted: by the signal that ended it (execd: TERM, then KILL) */
-		write_result(j->job_dir, j->scope, "killed", 128 + (named ? named : sent), named ? named : sent, NULL,
+		jobrun_result(j->run.job_dir, j->run.scope, "killed", 128 + (named ? named : sent), named ? named : sent, NULL,
 			NULL, note);
 	else if (code < 0 && j->timeout > 0 && ran + 1000 >= (uint64_t)j->timeout * 1000)
-		write_result(j->job_dir, j->scope, "timed_out", 128 + SIGKILL, SIGKILL, NULL, NULL, note);
+		jobrun_result(j->run.job_dir, j->run.scope, "timed_out", 128 + SIGKILL, SIGKILL, NULL, NULL, note);
 	else if (code < 0)
-		write_result(j->job_dir, j->scope, "killed", 128 + (named ? named : SIGKILL), named ? named : SIGKILL, NULL,
+		jobrun_result(j->run.job_dir, j->run.scope, "killed", 128 + (named ? named : SIGKILL), named ? named : SIGKILL, NULL,
 			"killed by a signal", note);
 	else if (sent && code > 128 && code < 128 + 65)
-		write_result(j->job_dir, j->scope, "killed", code, code - 128, NULL, NULL, note);
+		jobrun_result(j->run.job_dir, j->run.scope, "killed", code, code - 128, NULL, NULL, note);
 	else
-		write_result(j->job_dir, j->scope, "exited", code > 255 ? 255 : code, 0, NULL, NULL, note);
+		jobrun_result(j->run.job_dir, j->run.scope, "exited", code > 255 ? 255 : code, 0, NULL, NULL, note);
 }
 
 /* ---- the pump ------------------------------------------------------------------------------------- */
@@ -254,12 +182,7 @@ static void on_flush(void *arg)
 	struct ojob *j = arg;
 
 	for (int i = 0; i < 2; i++) {
-		if (!j->pend[i].len)
-			continue;
-		if (write_all(i ? j->err_fd : j->out_fd, j->pend[i].ptr, j->pend[i].len) && !j->werr) {
-			log_warn(j->scope, "cannot append the job's output: %s", strerror(errno));
-			j->werr = true;
-		}
+		jobrun_append(&j->run, i, j->pend[i].ptr, j->pend[i].len);
 		buf_reset(&j->pend[i]);
 	}
 }
@@ -267,27 +190,24 @@ static void on_flush(void *arg)
 static bool on_output(enum osapi_stream s, const char *text, size_t len, void *arg)
 {
 	struct ojob *j = arg;
-	struct buf *b = &j->pend[s == OSAPI_STDOUT ? 0 : 1];
+	bool err = s != OSAPI_STDOUT;
+	struct buf *b = &j->pend[err];
 	bool nl_only = len == 1 && text[0] == '\n'; /* execd's empty line */
 	size_t n = nl_only ? 1 : len + 1;
 
-	if (j->output_max && j->out_bytes + n > j->output_max) {
-		j->over = true;
-		log_warn(j->scope, "output limit of %llu bytes reached: interrupting the job",
-			(unsigned long long)j->output_max);
+	if (jobrun_charge(&j->run, n) < n) {
+		log_warn(j->run.scope, "output limit of %llu bytes reached: interrupting the job",
+			(unsigned long long)j->run.output_max);
 		return false;
 	}
-	j->out_bytes += n;
 	if (b->len + n > OJOB_PEND_MAX)
 		on_flush(j);
 	if ((!nl_only && buf_add(b, text, len)) || buf_add(b, "\n", 1)) {
 		/* a line longer than the batch: straight to the file */
 		buf_reset(b);
-		if (((!nl_only && write_all(s == OSAPI_STDOUT ? j->out_fd : j->err_fd, text, len)) ||
-			    write_all(s == OSAPI_STDOUT ? j->out_fd : j->err_fd, "\n", 1)) && !j->werr) {
-			log_warn(j->scope, "cannot append the job's output: %s", strerror(errno));
-			j->werr = true;
-		}
+		if (!nl_only)
+			jobrun_append(&j->run, err, text, len);
+		jobrun_append(&j->run, err, "\n", 1);
 	}
 	return true;
 }
@@ -298,7 +218,7 @@ static void ojob_watch(struct ojob *j, const char *note)
 	uint64_t failing_since = 0;
 	char err[OSAPI_ERR_LEN];
 
-	while (!__atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+	while (!jobrun_cancelled(&j->run)) {
 		struct osapi_cmd_status st;
 		bool gone = false;
 		enum sbx_err e = osapi_command_status(&j->ex, j->cmd_id, &st, &gone, err, sizeof(err));
@@ -306,17 +226,17 @@ static void ojob_watch(struct ojob *j, const char *note)
 		if (gone)
 			sbx_box_gone(&j->ob->base, "the remote sandbox %s is gone (execd: %s)", j->ob->id, err);
 		if (e == SBX_ERR_GONE) {
-			write_lost(j->job_dir, j->scope, gone ? "the sandbox is gone" :
+			jobrun_lost(j->run.job_dir, j->run.scope, gone ? "the sandbox is gone" :
 								"execd no longer knows the command (the sandbox restarted?)");
 			return;
 		}
 		if (e) {
 			if (!failing_since) {
 				failing_since = util_now_ms();
-				log_warn(j->scope, "polling the command's status: %s", err);
+				log_warn(j->run.scope, "polling the command's status: %s", err);
 			}
 			if (util_now_ms() - failing_since > OJOB_LOST_AFTER_MS) {
-				write_lost(j->job_dir, j->scope, "execd stopped answering while the job ran");
+				jobrun_lost(j->run.job_dir, j->run.scope, "execd stopped answering while the job ran");
 				return;
 			}
 		} else if (!st.running) {
@@ -344,7 +264,7 @@ static void *ojob_pump(void *arg)
 		ojob_watch(j, OJOB_NOTE_UNSEEN);
 		goto done;
 	}
-	e = osapi_command(&j->ex, &cmd, &ev, &j->cancel, &r, &gone, err, sizeof(err));
+	e = osapi_command(&j->ex, &cmd, &ev, &j->run.cancel, &r, &gone, err, sizeof(err));
 	on_flush(j); /* what the last piece brought, before any result */
 	if (gone)
 		sbx_box_gone(&j->ob->base, "the remote sandbox %s is gone (execd: %s)", j->ob->id, err);
@@ -358,34 +278,30 @@ static void *ojob_pump(void *arg)
 		j->start_err = e;
 		pthread_cond_broadcast(&j->cond);
 		pthread_mutex_unlock(&j->lock);
-		log_err(j->scope, "cannot start the job: %s", err);
+		log_err(j->run.scope, "cannot start the job: %s", err);
 		return NULL;
 	}
-	if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED))
+	if (jobrun_cancelled(&j->run))
 		return NULL; /* the daemon is exiting: the command goes on, a later daemon reattaches */
 	if (r.bad_events)
-		log_warn(j->scope, "%u events of the command's stream were not JSON: skipped", r.bad_events);
+		log_warn(j->run.scope, "%u events of the command's stream were not JSON: skipped", r.bad_events);
 	if (r.ended && r.start_failed) {
-		write_result(j->job_dir, j->scope, "failed", 255, 0, NULL, r.error, NULL);
+		jobrun_result(j->run.job_dir, j->run.scope, "failed", 255, 0, NULL, r.error, NULL);
 	} else if (r.ended) {
 		ojob_end(j, r.exit_code, r.error, NULL);
 	} else {
 		char ierr[OSAPI_ERR_LEN];
-		if (j->over && osapi_interrupt(&j->ex, j->cmd_id, ierr, sizeof(ierr)))
-			log_warn(j->scope, "interrupt after the output limit: %s", ierr);
-		if (!j->over)
-			log_warn(j->scope, "the command's stream ended before the command did%s%s: following its status",
+		if (j->run.over && osapi_interrupt(&j->ex, j->cmd_id, ierr, sizeof(ierr)))
+			log_warn(j->run.scope, "interrupt after the output limit: %s", ierr);
+		if (!j->run.over)
+			log_warn(j->run.scope, "the command's stream ended before the command did%s%s: following its status",
 				err[0] ? ": " : "", err);
-		ojob_watch(j, j->over ? NULL : "the command's stream broke: output after that point is missing");
+		ojob_watch(j, j->run.over ? NULL : "the command's stream broke: output after that point is missing");
 	}
 done:
-	if (__atomic_load_n(&j->cancel, __ATOMIC_RELAXED) && !result_exists(j->job_dir))
+	if (jobrun_cancelled(&j->run) && !jobrun_file_exists(j->run.job_dir, "result"))
 		return NULL;
-	{
-		uint64_t one = 1;
-		if (write(j->base.fd, &one, sizeof(one)) < 0)
-			log_warn(j->scope, "cannot signal the job's end: %s", strerror(errno));
-	}
+	jobrun_signal_end(&j->run);
 	return NULL;
 }
 
@@ -395,29 +311,18 @@ static struct ojob *ojob_new(struct obox *ob, const char *job_dir, const char *n
 {
 	struct ojob *j = calloc(1, sizeof(*j));
 
-	if (!j)
-		return NULL;
-	j->base.prov = &provider_opensandbox;
-	j->base.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	j->job_dir = strdup(job_dir);
-	j->out_fd = j->err_fd = -1;
-	buf_init(&j->envtext, OJOB_ENV_MAX);
-	buf_init(&j->pend[0], OJOB_PEND_MAX);
-	buf_init(&j->pend[1], OJOB_PEND_MAX);
-	if (j->base.fd < 0 || !j->job_dir) {
-		if (j->base.fd >= 0)
-			close(j->base.fd);
-		free(j->job_dir);
+	if (!j || jobrun_init(&j->run, &provider_opensandbox, job_dir, name, ob->scope)) {
 		free(j);
 		return NULL;
 	}
+	buf_init(&j->envtext, OJOB_ENV_MAX);
+	buf_init(&j->pend[0], OJOB_PEND_MAX);
+	buf_init(&j->pend[1], OJOB_PEND_MAX);
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
-	snprintf(j->name, sizeof(j->name), "%s", name);
-	snprintf(j->scope, sizeof(j->scope), "%s/jobs/%s", ob->scope, name);
 	j->ob = ob;
 	sbx_box_get(&ob->base);
-	j->output_max = ob->output_max;
+	j->run.output_max = ob->output_max;
 	j->started_ms = util_now_ms();
 	return j;
 }
@@ -426,15 +331,7 @@ static void ojob_free(struct ojob *j)
 {
 	if (!j)
 		return;
-	if (j->pumping) {
-		__atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED);
-		pthread_join(j->pump, NULL);
-	}
-	if (j->out_fd >= 0)
-		close(j->out_fd);
-	if (j->err_fd >= 0)
-		close(j->err_fd);
-	close(j->base.fd);
+	jobrun_release(&j->run); /* the pump first: it uses what follows */
 	pthread_mutex_destroy(&j->lock);
 	pthread_cond_destroy(&j->cond);
 	sbx_box_put(&j->ob->base);
@@ -444,7 +341,6 @@ static void ojob_free(struct ojob *j)
 	free(j->envs);
 	free(j->inline_cmd);
 	free(j->command);
-	free(j->job_dir);
 	free(j);
 }
 
@@ -454,7 +350,7 @@ static int ojob_env(struct ojob *j)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	size_t cap = 2;
-	int r = job_path(&p, j->job_dir, "environ") ? -1 : util_read_file(p.ptr, &j->envtext);
+	int r = job_path(&p, j->run.job_dir, "environ") ? -1 : util_read_file(p.ptr, &j->envtext);
 
 	buf_free(&p);
 	if (r && errno != ENOENT)
@@ -475,7 +371,7 @@ static int ojob_env(struct ojob *j)
 		*eq = '\0';
 		chk = json_string(eq + 1); /* JSON carries UTF-8 only */
 		if (!chk) {
-			log_warn(j->scope, "environment variable %s is not UTF-8: not passed to the sandbox", kv);
+			log_warn(j->run.scope, "environment variable %s is not UTF-8: not passed to the sandbox", kv);
 			continue;
 		}
 		json_decref(chk);
@@ -584,10 +480,7 @@ out:
 
 static enum sbx_err ojob_start_pump(struct ojob *j)
 {
-	if (pthread_create(&j->pump, NULL, ojob_pump, j))
-		return SBX_ERR_NOMEM;
-	j->pumping = true;
-	return SBX_OK;
+	return jobrun_start_pump(&j->run, ojob_pump, j);
 }
 
 enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
@@ -604,14 +497,14 @@ enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, 
 	if (!j)
 		return SBX_ERR_NOMEM;
 	if (spec->output_max > 0)
-		j->output_max = (uint64_t)spec->output_max;
+		j->run.output_max = (uint64_t)spec->output_max;
 	j->timeout = spec->timeout;
 	e = obox_execd(ob, &j->ex);
 	if (e) {
 		snprintf(err, sizeof(err), "execd of sandbox %s is not reachable", ob->id);
 		goto out;
 	}
-	snprintf(j->ex.scope, sizeof(j->ex.scope), "%s", j->scope);
+	snprintf(j->ex.scope, sizeof(j->ex.scope), "%s", j->run.scope);
 	if (ojob_env(j)) {
 		snprintf(err, sizeof(err), "cannot read the job's environment: %s", strerror(errno));
 		e = SBX_ERR_IO;
@@ -620,9 +513,7 @@ enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, 
 	e = ojob_command(j, spec, err, sizeof(err));
 	if (e)
 		goto out;
-	j->out_fd = stream_open(spec->job_dir, "stdout");
-	j->err_fd = stream_open(spec->job_dir, "stderr");
-	if (j->out_fd < 0 || j->err_fd < 0) {
+	if (jobrun_open_output(&j->run)) {
 		snprintf(err, sizeof(err), "cannot open the job's output files: %s", strerror(errno));
 		e = SBX_ERR_IO;
 		goto out;
@@ -648,7 +539,7 @@ enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, 
 			ob->cfg->request_timeout);
 	if (e)
 		goto out;
-	*out = &j->base;
+	*out = &j->run.base;
 	j = NULL;
 out:
 	if (e && err[0])
@@ -662,7 +553,6 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 	struct obox *ob = obox(b);
 	const char *slash = strrchr(job_dir, '/');
 	struct ojob *j = ojob_new(ob, job_dir, slash ? slash + 1 : job_dir);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	struct osapi_cmd_status st;
 	json_t *rec = NULL;
 	char err[OSAPI_ERR_LEN];
@@ -672,16 +562,15 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 
 	if (!j)
 		return SBX_ERR_NOMEM;
-	if (!job_path(&p, job_dir, OJOB_RECORD))
-		rec = json_read_file(p.ptr);
+	rec = record_load(job_dir, OJOB_RECORD);
 	id = json_string_value(json_object_get(rec, "command_id"));
 	sb = json_string_value(json_object_get(rec, "sandbox"));
 	if (!id || !id[0]) {
-		write_lost(job_dir, j->scope, "no record of the command in execd");
+		jobrun_lost(job_dir, j->run.scope, "no record of the command in execd");
 		goto out;
 	}
 	if (!sb || strcmp(sb, ob->id)) {
-		write_lost(job_dir, j->scope, "the command ran in another sandbox, which is gone");
+		jobrun_lost(job_dir, j->run.scope, "the command ran in another sandbox, which is gone");
 		goto out;
 	}
 	snprintf(j->cmd_id, sizeof(j->cmd_id), "%s", id);
@@ -692,15 +581,15 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 		j->started_ms = util_now_ms() - (ago > 0 && ago < 1e7 ? (uint64_t)(ago * 1000) : 0);
 	}
 	if (sbx_box_is_gone(b) || obox_execd(ob, &j->ex)) {
-		write_lost(job_dir, j->scope, "the sandbox is gone");
+		jobrun_lost(job_dir, j->run.scope, "the sandbox is gone");
 		goto out;
 	}
-	snprintf(j->ex.scope, sizeof(j->ex.scope), "%s", j->scope);
+	snprintf(j->ex.scope, sizeof(j->ex.scope), "%s", j->run.scope);
 	e = osapi_command_status(&j->ex, j->cmd_id, &st, &gone, err, sizeof(err));
 	if (gone)
 		sbx_box_gone(b, "the remote sandbox %s is gone (execd: %s)", ob->id, err);
 	if (e == SBX_ERR_GONE) {
-		write_lost(job_dir, j->scope, "execd no longer knows the command (the sandbox restarted?)");
+		jobrun_lost(job_dir, j->run.scope, "execd no longer knows the command (the sandbox restarted?)");
 		goto out;
 	}
 	if (!e && !st.running) {
@@ -713,13 +602,12 @@ enum sbx_err os_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx
 	e = ojob_start_pump(j);
 	if (e)
 		goto out;
-	log_info(j->scope, "reattached to command %s (its exit code will be real; output written meanwhile is not "
+	log_info(j->run.scope, "reattached to command %s (its exit code will be real; output written meanwhile is not "
 			   "recoverable from execd)", j->cmd_id);
-	*out = &j->base;
+	*out = &j->run.base;
 	j = NULL;
 out:
 	json_decref(rec);
-	buf_free(&p);
 	ojob_free(j);
 	return e;
 }
@@ -739,29 +627,22 @@ enum sbx_err os_jobs_signal(struct sbx_exec *x, int sig)
 	pthread_mutex_lock(&j->lock);
 	started = j->started;
 	pthread_mutex_unlock(&j->lock);
-	if ((started != 1 && !j->watch_only) || result_exists(j->job_dir))
+	if ((started != 1 && !j->watch_only) || jobrun_file_exists(j->run.job_dir, "result"))
 		return SBX_ERR_GONE;
-	__atomic_store_n(&j->sent_sig, sig, __ATOMIC_RELAXED);
+	__atomic_store_n(&j->run.sent_sig, sig, __ATOMIC_RELAXED);
 	e = osapi_interrupt(&j->ex, j->cmd_id, err, sizeof(err));
 	if (e) {
 		/* execd: "no such session" for a command that has ended */
 		if (strstr(err, "no such") || e == SBX_ERR_GONE)
 			return SBX_ERR_GONE;
-		log_warn(j->scope, "interrupt: %s", err);
+		log_warn(j->run.scope, "interrupt: %s", err);
 	}
 	return e;
 }
 
 void os_jobs_finish(struct sbx_exec *x)
 {
-	struct ojob *j = ojob(x);
-
-	if (j->pumping) {
-		pthread_join(j->pump, NULL);
-		j->pumping = false;
-	}
-	if (!result_exists(j->job_dir))
-		write_lost(j->job_dir, j->scope, "the job ended without a result");
+	jobrun_finish(&ojob(x)->run);
 }
 
 void os_jobs_free(struct sbx_exec *x)
@@ -778,8 +659,7 @@ void os_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_nam
 	char err[OSAPI_ERR_LEN];
 	bool gone = false;
 
-	if (!job_path(&p, job_dir, OJOB_RECORD))
-		rec = json_read_file(p.ptr);
+	rec = record_load(job_dir, OJOB_RECORD);
 	/* the uploaded command and stdin of the job, in the sandbox */
 	if (json_is_true(json_object_get(rec, "staged")) && !sbx_box_is_gone(b) && !obox_execd(ob, &ex)) {
 		buf_reset(&p);

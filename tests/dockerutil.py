@@ -113,9 +113,44 @@ def _remove_stale_pidfile(path="/var/run/docker.pid"):
             pass
 
 
+def _bridge_off(args):
+    """Whether dockerd arguments take Docker's default bridge away."""
+    for i, a in enumerate(args):
+        if a in ("--bridge=none", "-b=none") or (a in ("--bridge", "-b") and args[i + 1:i + 2] == ["none"]):
+            return True
+    return False
+
+
+def _start(argv, timeout):
+    """Start dockerd with argv; (proc, log, answered)."""
+    fd, log = tempfile.mkstemp(prefix="sbxfs-dockerd-", suffix=".log")
+    with os.fdopen(fd, "wb") as logf:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ping():
+            return proc, log, True
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    return proc, log, False
+
+
 def ensure_dockerd(timeout=30.0):
     """Make sure dockerd answers on its socket; start it (log in a temporary
-    file) when it does not.  Returns True when this call started it."""
+    file) when it does not.  Returns True when this call started it.
+
+    A dockerd started here keeps Docker's default bridge network (the docker
+    provider's open mode runs on it; tests/test_docker.py tests that on every
+    run): SBXFS_DOCKERD_ARGS may add arguments but "--bridge none" is refused
+    (such a dockerd also deletes the host's docker0, moby's
+    removeDefaultBridgeInterface: no test may start one, see test_docker's
+    PrivateDockerd).
+    Where dockerd cannot program iptables (a nested CI container, a kernel
+    without the legacy or nf_tables iptables modules) it is started again
+    with --iptables=false: the bridge stays, only Docker's NAT rules go (open
+    mode's own egress rules are sbxfs's nftables in the container)."""
     global _started
     if ping(timeout=10.0):  # a loaded host's dockerd can be slow to answer, not absent
         return False
@@ -125,28 +160,53 @@ def ensure_dockerd(timeout=30.0):
         raise DockerUnavailable("docker.io is not installed (docker and dockerd)")
     if os.geteuid() != 0:
         raise DockerUnavailable("starting dockerd needs root")
+    extra = shlex.split(os.environ.get("SBXFS_DOCKERD_ARGS", ""))
+    if _bridge_off(extra):
+        raise DockerUnavailable("SBXFS_DOCKERD_ARGS takes the default bridge away (--bridge none): "
+                                "the docker provider's open mode needs it")
     argv = [shutil.which("dockerd")]
     if docker_socket() != "/var/run/docker.sock":
         argv += ["-H", "unix://" + docker_socket()]
-    argv += shlex.split(os.environ.get("SBXFS_DOCKERD_ARGS", ""))
+    argv += extra
     if "--pidfile" not in " ".join(argv) and "-p" not in argv:
         _remove_stale_pidfile()
-    fd, log = tempfile.mkstemp(prefix="sbxfs-dockerd-", suffix=".log")
-    with os.fdopen(fd, "wb") as logf:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    _started = {"proc": proc, "log": log}
-    atexit.register(stop_dockerd_if_started)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ping():
+    attempts = [argv]
+    if not any(a.startswith("--iptables") for a in argv):
+        attempts.append(argv + ["--iptables=false", "--ip-masq=false"])
+    tail = ""
+    for i, a in enumerate(attempts):
+        proc, log, ok = _start(a, timeout)
+        _started = {"proc": proc, "log": log}
+        if ok:
+            atexit.register(stop_dockerd_if_started)
             return True
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    tail = Path(log).read_text(errors="replace")[-3000:]
-    stop_dockerd_if_started()
-    raise DockerUnavailable(f"dockerd did not answer within {timeout} s (log {log}):\n{tail}")
+        tail = Path(log).read_text(errors="replace")[-3000:]
+        stop_dockerd_if_started()
+        if i + 1 < len(attempts) and "iptables" not in tail:
+            break   # not an iptables failure: starting without them changes nothing
+    raise DockerUnavailable(f"dockerd did not answer within {timeout} s:\n{tail}")
+
+
+def bridge_problem(env=None):
+    """Why the dockerd the docker CLI reaches (env's DOCKER_HOST) cannot put a
+    container on Docker's default bridge network, or None when it can."""
+    r = subprocess.run([docker_bin(), "network", "inspect", "bridge", "--format", "{{json .}}"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    if r.returncode:
+        return f"it has no network named bridge (started with --bridge none?): {r.stderr.strip()}"
+    try:
+        net = json.loads(r.stdout or "null") or {}
+    except ValueError:
+        net = {}
+    cfg = (net.get("IPAM") or {}).get("Config") or []
+    if not cfg or not cfg[0].get("Subnet"):
+        return "its bridge network has no subnet"
+    # its interface: a dockerd started with --bridge none anywhere on the
+    # host deletes docker0 (moby's removeDefaultBridgeInterface)
+    iface = (net.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    if not os.path.exists(f"/sys/class/net/{iface}"):
+        return f"its bridge interface {iface} is gone (a dockerd started with --bridge none deletes docker0)"
+    return None
 
 
 def started_dockerd():

@@ -296,13 +296,26 @@ def test_workspace_mounted_into_a_second_container(sbxfs, case_label):
 
 
 class PrivateDockerd:
-    """A dockerd of this test only: own socket, data and exec roots, no
-    bridge, no iptables; stopped and started by its pid."""
+    """A dockerd of this test only: own socket, data and exec roots, a
+    default bridge of its own (a bridge interface this test makes, a free
+    10.213.N.0/24), no iptables of its own (the suite's dockerd owns Docker's
+    chains); stopped and started by its pid.
+
+    Never "--bridge none": a dockerd started so deletes the host's docker0
+    (moby's removeDefaultBridgeInterface), the bridge of the suite's dockerd,
+    whose containers then cannot start on Docker's default network ("could
+    not find bridge docker0") until it is made again."""
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix=f"sbxfs-dockerd-{os.getpid()}-", dir="/tmp"))
         self.sock = self.dir / "docker.sock"
         self.proc = None
+        self.bridge = f"sbxbr{os.getpid() % 1000000}"
+        used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, timeout=30).stdout
+        free = [n for n in range(1, 255) if f" 10.213.{n}." not in used]
+        assert free, "no free 10.213.N.0/24 for a test bridge"
+        self.addr = f"10.213.{random.choice(free)}.1/24"
+        self.made = False
 
     def env(self):
         return {**os.environ, "DOCKER_HOST": f"unix://{self.sock}"}
@@ -314,12 +327,25 @@ class PrivateDockerd:
             raise RuntimeError(f"docker {args}: {r.stderr}")
         return r
 
+    def net_args(self):
+        if not self.made:
+            for cmd in (["link", "add", self.bridge, "type", "bridge"], ["addr", "add", self.addr, "dev", self.bridge],
+                        ["link", "set", self.bridge, "up"]):
+                subprocess.run(["ip", *cmd], check=True, capture_output=True, timeout=30)
+                self.made = True
+        return ["--bridge", self.bridge, "--iptables=false", "--ip-masq=false"]
+
+    def remove_bridge(self):
+        if self.made:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+            self.made = False
+
     def start(self):
         log = open(self.dir / "dockerd.log", "ab")
         self.proc = subprocess.Popen(
             [shutil.which("dockerd"), "-H", f"unix://{self.sock}", "--data-root", str(self.dir / "data"),
              "--exec-root", str(self.dir / "exec"), "--pidfile", str(self.dir / "docker.pid"),
-             "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+             *self.net_args()],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         assert wait_until(lambda: self.docker("version", check=False, timeout=10).returncode == 0, 40), \
@@ -345,22 +371,34 @@ class PrivateDockerd:
         return r.stdout.split()
 
 
+def dockerd_fixture(d, case_label):
+    """Start d, load the busybox image into it; after the test remove the
+    test's containers, stop it, remove its files and its bridge, and check
+    that the suite's dockerd still has its bridge."""
+    before = dockerutil.bridge_problem()
+    try:
+        d.start()
+        d.load(dockerutil.IMAGES["busybox"])
+        yield d
+    finally:
+        try:
+            if d.proc and d.proc.poll() is None:
+                ids = d.containers(f"{CASE_LABEL}={case_label}")
+                if ids:
+                    d.docker("rm", "-f", *ids, check=False, timeout=120)
+        finally:
+            d.stop()
+            d.remove_bridge()
+            subprocess.run(["rm", "-rf", str(d.dir)], capture_output=True, timeout=120)
+    if before is None:
+        assert dockerutil.bridge_problem() is None, "a private dockerd took the suite's bridge away"
+
+
 @pytest.fixture
 def private_dockerd(docker_images, case_label):
     if not shutil.which("dockerd"):
         pytest.skip("dockerd is not installed")
-    d = PrivateDockerd()
-    d.start()
-    d.load(dockerutil.IMAGES["busybox"])
-    yield d
-    try:
-        if d.proc.poll() is None:
-            ids = d.containers(f"{CASE_LABEL}={case_label}")
-            if ids:
-                d.docker("rm", "-f", *ids, check=False, timeout=120)
-    finally:
-        d.stop()
-        subprocess.run(["rm", "-rf", str(d.dir)], capture_output=True, timeout=120)
+    yield from dockerd_fixture(PrivateDockerd(), case_label)
 
 
 @pytest.mark.timeout_s(240)
@@ -468,23 +506,46 @@ def test_allowlist_through_the_approval_proxy(sbxfs, servers, case_label):
     assert m.stop() == 0
 
 
-@pytest.mark.timeout_s(60)
-def test_open_mode_on_the_bridge(sbxfs, case_label):
-    o = sbxfs(config={"network": {"mode": "open"}})
-    try:
-        os.makedirs(o.mnt / "alice" / "t")
-    except OSError:
-        if "bridge" in o.log:
-            pytest.skip("this dockerd has no usable default bridge network (open mode needs one)")
-        raise
+def open_mode_checks(o, inspect_fn):
+    """A sandbox of o (network.mode open) is on the bridge, and its egress
+    rules (in the container's namespace) refuse the bridge's gateway (a
+    private address: the host) at once."""
     t = o.mnt / "alice" / "t"
+    os.makedirs(t)
     st = sbxutil.status(t)
-    assert inspect(st["container"])["HostConfig"]["NetworkMode"] == "bridge"
-    # the egress rules are in the container's namespace: the bridge's
-    # gateway (a private address, the host) refuses at once
-    gw = inspect(st["container"])["NetworkSettings"]["Gateway"]
+    c = inspect_fn(st["container"])
+    assert c["HostConfig"]["NetworkMode"] == "bridge", c["HostConfig"]
+    gw = c["NetworkSettings"]["Gateway"]
+    assert gw, c["NetworkSettings"]
     code, out, _ = J.run_job(t, "gw", f"wget -q -T 3 -O- http://{gw}:1/ 2>&1; echo \" rc=$?\"")
-    assert "rc=0" not in out, out
+    assert "rc=0" not in out and "rc=" in out, out
+    assert o.stop() == 0
+
+
+@pytest.mark.timeout_s(120)
+def test_open_mode_on_the_bridge(sbxfs, case_label, request):
+    """Open mode runs on every run: on the suite's dockerd (one the suite
+    starts always has its default bridge: dockerutil.ensure_dockerd), or,
+    where a dockerd the suite did not start has none, on a private one with
+    a bridge of its own."""
+    problem = dockerutil.bridge_problem()
+    assert not (problem and dockerutil.started_dockerd()), f"the suite's own dockerd has no bridge: {problem}"
+    if problem is None:
+        open_mode_checks(sbxfs(config={"network": {"mode": "open"}}), inspect)
+        return
+    d = request.getfixturevalue("private_dockerd")
+    o = sbxfs(config={"network": {"mode": "open"}, "docker": {"socket": str(d.sock)}})
+    open_mode_checks(o, lambda c: json.loads(d.docker("inspect", c).stdout)[0])
+
+
+@pytest.mark.timeout_s(180)
+def test_open_mode_on_a_dockerd_with_a_bridge_of_its_own(sbxfs, private_dockerd, case_label):
+    """dockerd --bridge IFACE (a bridge made for it, no iptables of its
+    own): open mode's container is on it and the gateway is refused."""
+    d = private_dockerd
+    o = sbxfs(config={"network": {"mode": "open"}, "docker": {"socket": str(d.sock)}})
+    open_mode_checks(o, lambda c: json.loads(d.docker("inspect", c).stdout)[0])
+    assert d.containers(f"{CASE_LABEL}={case_label}") == [], "containers left behind"
 
 
 def test_configuration_shown_and_refused(sbxfs, case_label):

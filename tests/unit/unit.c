@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * unit.c - unit tests of the common layer (buffers, names and the scope
- * token, configuration, the descriptor budget) and of the command line
- * (fs/args.c), run by
+ * token, configuration, the descriptor budget), of the command line
+ * (fs/args.c) and of the parts providers share (providers/api.c: the
+ * call's status and decode steps; jobrun.c: output limit and records;
+ * record.c), run by
  * `make test` before the black-box suite.
  * Each check prints only on failure; the last line is "N passed, N failed".
  */
@@ -22,7 +24,10 @@
 #include "../../common/log.h"
 #include "../../common/names.h"
 #include "../../fs/args.h"
+#include "../../providers/api.h"
+#include "../../providers/jobrun.h"
 #include "../../providers/provider.h"
+#include "../../providers/record.h"
 #include "check.h"
 
 static void test_buf(void)
@@ -438,6 +443,150 @@ static void test_budget(void)
 	CHECK(u.fds > 2 && u.fds < u.fds_limit && u.fds_limit == c.limit);
 }
 
+/* ---- providers/api.c: a client made up here (no network) ---- */
+
+struct fake_api {
+	enum sbx_err send_err; /* what send returns */
+	long status;           /* the status it answers */
+	const char *body;
+	int sends, errors, decodes;
+};
+
+static enum sbx_err fake_send(void *ctx, const struct api_req *q, struct buf *out, long *status, char *err,
+	size_t errlen)
+{
+	struct fake_api *f = ctx;
+
+	(void)q;
+	f->sends++;
+	*status = 0;
+	if (f->send_err) {
+		api_seterr(err, errlen, "transport");
+		return f->send_err;
+	}
+	*status = f->status;
+	return buf_adds(out, f->body) ? SBX_ERR_NOMEM : SBX_OK;
+}
+
+static enum sbx_err fake_error(void *ctx, long status, const char *body, size_t len, const char *what, char *err,
+	size_t errlen)
+{
+	struct fake_api *f = ctx;
+
+	(void)body;
+	(void)len;
+	f->errors++;
+	api_seterr(err, errlen, "%s: %ld", what, status);
+	return status == 404 ? SBX_ERR_GONE : SBX_OK; /* a 2xx read as OK must still fail */
+}
+
+static enum sbx_err fake_decode(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
+{
+	json_t *o = api_load(body, len);
+	long long *v = out;
+
+	(void)status;
+	if (!json_is_integer(json_object_get(o, "n"))) {
+		api_seterr(err, errlen, "no n");
+		json_decref(o);
+		return SBX_ERR_IO;
+	}
+	*v = json_integer_value(json_object_get(o, "n"));
+	json_decref(o);
+	return SBX_OK;
+}
+
+static void test_api(void)
+{
+	struct fake_api f = { .status = 200, .body = "{\"n\": 7}" };
+	struct api_client cl = { .send = fake_send, .error = fake_error, .ctx = &f };
+	long long n = 0;
+	struct api_req q = { .method = "GET", .path = "/x", .what = "get x", .want = 200, .decode = fake_decode, .out = &n };
+	char err[64] = "";
+
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_OK && n == 7 && f.errors == 0);
+	f.status = 404;
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_ERR_GONE && f.errors == 1 && !strcmp(err, "get x: 404"));
+	f.status = 201; /* a 2xx that is not the one wanted: never a success */
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_ERR_IO && f.errors == 2);
+	f.status = 200;
+	f.body = "{\"m\": 1}"; /* the decoder's refusal is the call's */
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_ERR_IO && !strcmp(err, "no n"));
+	f.send_err = SBX_ERR_TIMEOUT; /* a transport error passes through, no decode */
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_ERR_TIMEOUT && !strcmp(err, "transport"));
+	f.send_err = SBX_OK;
+	q.want = API_ANY_2XX;
+	q.also = 304;
+	q.decode = NULL;
+	f.status = 304;
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_OK);
+	f.status = 409;
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_ERR_IO && f.errors == 3);
+	q.want = API_ANY_STATUS; /* the decoder reads every status */
+	q.decode = fake_decode;
+	f.body = "{\"n\": 9}";
+	CHECK(api_call(&cl, &q, err, sizeof(err)) == SBX_OK && n == 9 && f.errors == 3);
+	CHECK(api_load(NULL, 0) == NULL);
+	api_seterr(NULL, 0, "nowhere %d", 1); /* no buffer: nothing written, no crash */
+}
+
+/* ---- providers/jobrun.c and record.c ---- */
+
+static void test_jobrun(void)
+{
+	char dir[] = "/tmp/sbxfs-unit-jobrun-XXXXXX";
+	struct jobrun r;
+	json_t *o;
+
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK(jobrun_init(&r, NULL, dir, "j", "alice/t") == 0 && r.base.fd >= 0 && !strcmp(r.scope, "alice/t/jobs/j"));
+	r.output_max = 10;
+	CHECK(jobrun_charge(&r, 4) == 4 && !r.over);
+	CHECK(jobrun_charge(&r, 8) == 6 && r.over && r.out_bytes == 10);
+	CHECK(jobrun_charge(&r, 1) == 0);
+	CHECK(jobrun_open_output(&r) == 0);
+	jobrun_append(&r, false, "out", 3);
+	jobrun_append(&r, true, "err!", 4);
+	CHECK(!jobrun_file_exists(dir, "result"));
+	jobrun_finish(&r); /* no pump, no result: lost */
+	o = record_load(dir, "result");
+	CHECK(o && !strcmp(json_string_value(json_object_get(o, "state")), "lost") &&
+	      json_integer_value(json_object_get(o, "exit")) == 255);
+	json_decref(o);
+	jobrun_release(&r);
+	CHECK(r.job_dir == NULL && r.base.fd == -1);
+	/* "exited" by a signal the daemon asked for is "killed" */
+	CHECK(!strcmp(jobrun_killed_state(dir, "exited", 9), "exited"));
+	CHECK(jobrun_file_write(dir, "kill-requested", "KILL") == 0);
+	CHECK(!strcmp(jobrun_killed_state(dir, "exited", 9), "killed"));
+	CHECK(!strcmp(jobrun_killed_state(dir, "exited", 0), "exited"));
+	CHECK(jobrun_result_at(dir, "t", "exited", 3, 0, 12.5, NULL));
+	o = record_load(dir, "result");
+	CHECK(o && json_integer_value(json_object_get(o, "exit")) == 3 &&
+	      json_real_value(json_object_get(o, "ended_at")) == 12.5 && !json_object_get(o, "reason"));
+	json_decref(o);
+	/* records: round trip, removal, a missing one */
+	o = json_pack("{s:s}", "id", "x");
+	CHECK(record_save(dir, "rec.json", o) == 0);
+	json_decref(o);
+	o = record_load(dir, "rec.json");
+	CHECK(o && !strcmp(json_string_value(json_object_get(o, "id")), "x"));
+	json_decref(o);
+	record_remove(dir, "rec.json");
+	CHECK(record_load(dir, "rec.json") == NULL);
+	record_remove(dir, "rec.json"); /* again: nothing there, no error */
+	o = json_object();
+	CHECK(record_save("/nonexistent-sbxfs-dir", "r.json", o) == -1);
+	json_decref(o);
+	for (const char *const *n = (const char *const[]){ "stdout", "stderr", "result", "kill-requested", NULL }; *n;
+	     n++) {
+		char p[128];
+		snprintf(p, sizeof(p), "%s/%s", dir, *n);
+		unlink(p);
+	}
+	CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
 	log_open(0, 0);
@@ -450,6 +599,8 @@ int main(void)
 	test_config();
 	test_args();
 	test_budget();
+	test_api();
+	test_jobrun();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

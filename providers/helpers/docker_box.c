@@ -858,6 +858,6 @@ int main(int argc, char **argv)
 		return main_init();
 	if (argc == 3 && !strcmp(argv[1], "connect"))
 		return main_connect(argv[2]);
-	say("usage: sbxfs-box init | connect NAME (see providers/docker_box.c)");
+	say("usage: sbxfs-box init | connect NAME (see providers/helpers/docker_box.c)");
 	return 2;
 }
