@@ -16,7 +16,7 @@
  * release build pays nothing.  The owner field is an atomic: reading it
  * from another thread (not_held) is not a data race.
  *
- * lock_mutex() gives the underlying pthread mutex for condition variables:
+ * lock_acquire()/lock_release() take and let go of it; lock_mutex() gives the underlying pthread mutex for condition variables:
  * wait with lock_cond_wait() so the owner is cleared while the thread
  * sleeps and set again when it wakes.
  */
@@ -69,7 +69,7 @@ static inline void lock_fail(const char *what, const char *file, int line)
 	abort();
 }
 
-static inline void lock_take(struct lock *l, const char *file, int line)
+static inline void lock_acquire_at(struct lock *l, const char *file, int line)
 {
 	if (atomic_load(&l->owner) == pthread_self())
 		lock_fail("taken twice by one thread", file, line);
@@ -77,7 +77,7 @@ static inline void lock_take(struct lock *l, const char *file, int line)
 	atomic_store(&l->owner, pthread_self());
 }
 
-static inline void lock_give(struct lock *l, const char *file, int line)
+static inline void lock_release_at(struct lock *l, const char *file, int line)
 {
 	if (atomic_load(&l->owner) != pthread_self())
 		lock_fail("released by a thread that does not hold it", file, line);
@@ -110,8 +110,8 @@ static inline int lock_cond_timedwait_at(pthread_cond_t *c, struct lock *l, cons
 	return rc;
 }
 
-#define lock(l) lock_take((l), __FILE__, __LINE__)
-#define unlock(l) lock_give((l), __FILE__, __LINE__)
+#define lock_acquire(l) lock_acquire_at((l), __FILE__, __LINE__)
+#define lock_release(l) lock_release_at((l), __FILE__, __LINE__)
 #define lock_cond_wait(c, l) lock_cond_wait_at((c), (l), __FILE__, __LINE__)
 #define lock_cond_timedwait(c, l, ts) lock_cond_timedwait_at((c), (l), (ts), __FILE__, __LINE__)
 #define lock_assert_held(l) \
@@ -125,8 +125,8 @@ static inline int lock_cond_timedwait_at(pthread_cond_t *c, struct lock *l, cons
 			lock_fail("held by this thread: " #l, __FILE__, __LINE__); \
 	} while (0)
 #else
-#define lock(l) pthread_mutex_lock(&(l)->m)
-#define unlock(l) pthread_mutex_unlock(&(l)->m)
+#define lock_acquire(l) pthread_mutex_lock(&(l)->m)
+#define lock_release(l) pthread_mutex_unlock(&(l)->m)
 #define lock_cond_wait(c, l) pthread_cond_wait((c), &(l)->m)
 #define lock_cond_timedwait(c, l, ts) pthread_cond_timedwait((c), &(l)->m, (ts))
 #define lock_assert_held(l) ((void)(l))

@@ -26,7 +26,7 @@ int cmdbuf_append(struct cmdbuf *c, const void *p, size_t n)
 {
 	int err = 0;
 
-	lock(&c->lock);
+	lock_acquire(&c->lock);
 	if (c->closed) {
 		err = EBUSY;
 	} else if (buf_add(&c->bytes, p, n)) {
@@ -34,7 +34,7 @@ int cmdbuf_append(struct cmdbuf *c, const void *p, size_t n)
 		c->closed = true;                   /* a truncated command must never run */
 		err = EFBIG;
 	}
-	unlock(&c->lock);
+	lock_release(&c->lock);
 	return err;
 }
 
@@ -43,11 +43,11 @@ char *cmdbuf_take(struct cmdbuf *c, size_t *len)
 	char *bytes = NULL;
 
 	*len = 0;
-	lock(&c->lock);
+	lock_acquire(&c->lock);
 	if (!c->closed && c->bytes.len) {
 		c->closed = true;
 		bytes = buf_take(&c->bytes, len);
 	}
-	unlock(&c->lock);
+	lock_release(&c->lock);
 	return bytes;
 }

@@ -54,9 +54,9 @@ static void dwait_free(void *arg)
 
 	close(w->fd);
 	free(w);
-	lock(&dl.lock);
+	lock_acquire(&dl.lock);
 	dl.waiters--;
-	unlock(&dl.lock);
+	lock_release(&dl.lock);
 }
 
 /* Park thread (or the parker's): take the lock if it is free now. */
@@ -79,7 +79,7 @@ static void *dlock_tick(void *arg)
 	struct timespec ts;
 
 	(void)arg;
-	lock(&dl.lock);
+	lock_acquire(&dl.lock);
 	while (!dl.stop) {
 		if (!dl.waiters) {
 			lock_cond_wait(&dl.cond, &dl.lock);
@@ -94,11 +94,11 @@ static void *dlock_tick(void *arg)
 		lock_cond_timedwait(&dl.cond, &dl.lock, &ts);
 		if (dl.stop || !dl.waiters)
 			continue;
-		unlock(&dl.lock);
+		lock_release(&dl.lock);
 		park_wake(&flock_q);
-		lock(&dl.lock);
+		lock_acquire(&dl.lock);
 	}
-	unlock(&dl.lock);
+	lock_release(&dl.lock);
 	return NULL;
 }
 
@@ -116,11 +116,11 @@ void dlock_flock(fuse_req_t req, int fd, int op, const char *scope)
 	err = errno;
 	if (err != EWOULDBLOCK || (op & LOCK_NB))
 		return (void)fuse_reply_err(req, err);
-	lock(&dl.lock);
+	lock_acquire(&dl.lock);
 	full = dl.waiters >= DLOCK_WAITERS_MAX;
 	if (!full && dl.waiters++ == 0)
 		pthread_cond_signal(&dl.cond);
-	unlock(&dl.lock);
+	lock_release(&dl.lock);
 	if (full) {
 		log_warn(scope, "flock: %d callers already wait for locks: ENOLCK", DLOCK_WAITERS_MAX);
 		return (void)fuse_reply_err(req, ENOLCK);
@@ -131,9 +131,9 @@ void dlock_flock(fuse_req_t req, int fd, int op, const char *scope)
 	if (!w || w->fd < 0) {
 		err = w ? errno : ENOMEM;
 		free(w);
-		lock(&dl.lock);
+		lock_acquire(&dl.lock);
 		dl.waiters--;
-		unlock(&dl.lock);
+		lock_release(&dl.lock);
 		log_warn(scope, "flock: cannot wait for the lock: %s", strerror(err));
 		return (void)fuse_reply_err(req, err == EMFILE || err == ENFILE ? ENOLCK : err);
 	}
@@ -145,9 +145,9 @@ void dlock_released(void)
 {
 	bool any;
 
-	lock(&dl.lock);
+	lock_acquire(&dl.lock);
 	any = dl.waiters > 0;
-	unlock(&dl.lock);
+	lock_release(&dl.lock);
 	if (any)
 		park_wake(&flock_q);
 }
@@ -171,10 +171,10 @@ void dlock_shutdown(void)
 {
 	if (!dl.running)
 		return;
-	lock(&dl.lock);
+	lock_acquire(&dl.lock);
 	dl.stop = true;
 	pthread_cond_signal(&dl.cond);
-	unlock(&dl.lock);
+	lock_release(&dl.lock);
 	pthread_join(dl.ticker, NULL);
 	dl.running = false;
 	park_drain(&flock_q, EINTR);

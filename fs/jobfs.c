@@ -73,6 +73,7 @@ static struct node *job_node_locked(struct view *v, struct job *j, int which)
 {
 	struct node *n;
 
+	lock_assert_held(&fs_lock);
 	if (v->dead)
 		return NULL;
 	for (n = v->vnodes; n; n = n->hnext)
@@ -92,7 +93,7 @@ static void job_nodes_drop(struct view *v, struct job *j)
 	struct node **pp, *n;
 	int nput = 0;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	for (pp = &v->vnodes; (n = *pp);) {
 		if (n->job != j) {
 			pp = &n->hnext;
@@ -101,7 +102,7 @@ static void job_nodes_drop(struct view *v, struct job *j)
 		*pp = n->hnext;
 		nput += vnode_unlink_locked(n);
 	}
-	pthread_mutex_unlock(&fs_lock);
+	lock_release(&fs_lock);
 	while (nput-- > 0)
 		view_put(v);
 }
@@ -187,9 +188,9 @@ static void jobfs_reply_entry(fuse_req_t req, struct node *n, struct fuse_entry_
 	struct stat st;
 
 	jobfs_attr(n, &st); /* outside fs_lock: sizes read files */
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	vnode_entry_locked(n, st.st_mode, st.st_size, n->kind == N_JOBFILE ? 0 : JOBFS_DIR_TIMEOUT, e);
-	pthread_mutex_unlock(&fs_lock);
+	lock_release(&fs_lock);
 	fuse_reply_entry(req, e);
 }
 
@@ -206,9 +207,9 @@ static int jobs_node_lookup(struct node *p, const char *name, int which, struct 
 	j = job_get(v->sbx, v->jobs_dir, name);
 	if (!j)
 		return ENOENT;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	n = job_node_locked(v, j, which);
-	pthread_mutex_unlock(&fs_lock);
+	lock_release(&fs_lock);
 	job_put(j);
 	*out = n;
 	return n ? 0 : ENOMEM;
@@ -298,10 +299,10 @@ static void job_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (i < 0 || p->view->dead)
 		return node_reply_entry(req, ENOENT, &e);
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (p->job && p->linked)
 		n = job_node_locked(p->view, p->job, i);
-	pthread_mutex_unlock(&fs_lock);
+	lock_release(&fs_lock);
 	if (!n)
 		return node_reply_entry(req, ENOENT, &e);
 	jobfs_reply_entry(req, n, &e);

@@ -26,8 +26,9 @@
  * exactly one view (a link or rename between two sandboxes is EXDEV by
  * construction).
  *
- * Lock order: fs_lock and view->lock are never held together; the module
- * locks (jobs, park queues) are taken under neither.  view refs are atomic
+ * Locks: fs_lock and view->lock, ordered in docs/architecture.md ("Lock
+ * order", the one place it is written); fs_lock is a struct lock (lock.h),
+ * asserted held by the _locked helpers in debug builds.  view refs are atomic
  * and taken without fs_lock on the data path.
  */
 #ifndef SBX_NODE_H
@@ -42,6 +43,7 @@
 
 #include "../common/buf.h"
 #include "../common/config.h"
+#include "../common/lock.h"
 #include "../common/names.h"
 #include "../providers/pool.h"
 
@@ -147,7 +149,7 @@ struct fs {
 };
 
 extern struct fs fs;
-extern pthread_mutex_t fs_lock;
+extern struct lock fs_lock;
 
 /* ---- kinds and dispatch ---------------------------------------------------- */
 

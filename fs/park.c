@@ -299,6 +299,10 @@ bool park_has_waiters(struct park_queue *q)
 	return any;
 }
 
+/* The dirty list is taken whole, but each queue stays dirty (so a wake
+ * leaves it alone) until its next pointer has been read under park_lock:
+ * a wake after that links q into the new list through q->dirty_next, which
+ * the walk no longer reads. */
 static void park_service_dirty(void)
 {
 	struct park_queue *list, *q;
@@ -306,11 +310,12 @@ static void park_service_dirty(void)
 	pthread_mutex_lock(&park_lock);
 	list = dirty_head;
 	dirty_head = NULL;
-	for (q = list; q; q = q->dirty_next)
-		q->dirty = false; /* a wake from now on queues it again */
 	pthread_mutex_unlock(&park_lock);
 	while ((q = list)) {
+		pthread_mutex_lock(&park_lock);
 		list = q->dirty_next;
+		q->dirty = false; /* a wake from now on queues it again */
+		pthread_mutex_unlock(&park_lock);
 		queue_service(q);
 		if (q->put)
 			q->put(q->owner);

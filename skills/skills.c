@@ -20,7 +20,8 @@
  * gets synced.  fsync skips the wait.  A failed sync is retried with a
  * back-off (1 s doubling to 60 s) while changes are unsynced.
  *
- * Lock order: pool.lock (the status hook) -> eng.lock; eng.lock is a leaf.
+ * Locks: eng.lock, a leaf (its place in the order: docs/architecture.md,
+ * "Lock order").
  */
 #define _GNU_SOURCE
 #include "skills.h"

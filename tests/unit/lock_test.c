@@ -60,24 +60,24 @@ static void held_without_lock(void)
 
 static void not_held_with_lock(void)
 {
-	lock(&tl);
+	lock_acquire(&tl);
 	lock_assert_not_held(&tl);
 }
 
 static void unlock_unowned(void)
 {
-	unlock(&tl);
+	lock_release(&tl);
 }
 
 static void test_lock(void)
 {
 	pthread_t t;
 
-	lock(&tl);
+	lock_acquire(&tl);
 	lock_assert_held(&tl);
 	CHECK(pthread_create(&t, NULL, holds_not, NULL) == 0);
 	pthread_join(t, NULL);
-	unlock(&tl);
+	lock_release(&tl);
 	lock_assert_not_held(&tl);
 	CHECK(aborts(held_without_lock));
 	CHECK(aborts(not_held_with_lock));
