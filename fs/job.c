@@ -54,13 +54,12 @@ struct job {
 	enum job_state state;
 	bool reattaching;          /* a work item is looking for it after a restart */
 	int cmd_writers;           /* open cmd handles */
-	struct sbx_exec *exec;     /* while running (and until a pending kill escalation) */
+	struct sbx_exec *exec;     /* while running (and until a pending kill escalation); the job's
+	                            * reference: a ctl writer or the escalation takes its own
+	                            * (sbx_exec_get) to signal it outside the lock */
 	bool watched;              /* exec->fd in the epoll set (holds a ref) */
 	int wd[2];                 /* inotify watches on stdout, stderr */
 	uint64_t kill_deadline_ms; /* escalate to SIGKILL then; 0 = none */
-	int signalling;            /* ctl writes inside sbx_exec_signal() on exec; while any is,
-	                            * exec is never freed (a provider's signal may take a while) */
-	struct sbx_exec *retired;  /* an exec that ended while signalled: the last signaller frees it */
 	bool removed;
 	/* protected by jobs_lock: */
 	struct job *next;     /* registry */
@@ -87,8 +86,7 @@ void job_put(struct job *j)
 {
 	if (!j || __atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
-	sbx_exec_free(j->exec);
-	sbx_exec_free(j->retired);
+	sbx_exec_put(j->exec);
 	park_queue_destroy(&j->q);
 	pthread_mutex_destroy(&j->lock);
 	pool_put(j->sbx);
@@ -197,17 +195,6 @@ static void job_set_state_locked(struct job *j, enum job_state st)
 	else if (st != J_RUNNING && j->state == J_RUNNING)
 		__atomic_sub_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
 	j->state = st;
-}
-
-/* Caller holds j->lock and has taken x out of j->exec: x, or NULL when a
- * ctl writer is still signalling it (that writer frees it, job_signal_done). */
-static struct sbx_exec *job_retire_locked(struct job *j, struct sbx_exec *x)
-{
-	if (x && j->signalling) {
-		j->retired = x;
-		return NULL;
-	}
-	return x;
 }
 
 /* ---- the result --------------------------------------------------------------------- */
@@ -351,10 +338,7 @@ static void job_fail_unwatched(struct job *j, int err)
 	if (x) {
 		sbx_exec_signal(x, SIGKILL);
 		sbx_exec_finish(x);
-		pthread_mutex_lock(&j->lock);
-		x = job_retire_locked(j, x);
-		pthread_mutex_unlock(&j->lock);
-		sbx_exec_free(x);
+		sbx_exec_put(x);
 	}
 	snprintf(why, sizeof(why), "the daemon could not watch the job: %s", strerror(err));
 	job_record_end(j, "failed", why);
@@ -399,15 +383,14 @@ static void job_on_exit(struct job *j)
 	job_unwatch_locked(j);
 	job_take_result_locked(j);
 	if (!j->kill_deadline_ms) {
-		j->exec = NULL; /* freed below, outside the lock */
-		x = job_retire_locked(j, x);
+		j->exec = NULL; /* its reference is put below, outside the lock */
 	} else {
 		x = NULL; /* kept: the escalation still ends what the job left behind */
 	}
 	pthread_mutex_unlock(&j->lock);
 	pthread_mutex_unlock(&jobs_lock);
 	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
-	sbx_exec_free(x);
+	sbx_exec_put(x);
 	park_wake(&j->q);
 	if (drop)
 		job_put(j);
@@ -475,8 +458,10 @@ static void job_escalate(uint64_t now, int *timeout_ms)
 
 		pthread_mutex_lock(&j->lock);
 		x = j->exec;
+		if (x)
+			sbx_exec_get(x); /* signalled below, outside the lock */
 		if (x && job_state_ended(j->state)) {
-			done = job_retire_locked(j, x); /* the job ended during the grace period */
+			done = x; /* the job ended during the grace period: its reference goes */
 			j->exec = NULL;
 		}
 		pthread_mutex_unlock(&j->lock);
@@ -485,7 +470,8 @@ static void job_escalate(uint64_t now, int *timeout_ms)
 				JOB_KILL_GRACE_MS);
 			sbx_exec_signal(x, SIGKILL);
 		}
-		sbx_exec_free(done);
+		sbx_exec_put(x);
+		sbx_exec_put(done);
 		job_put(j);
 	}
 }
@@ -572,7 +558,7 @@ void job_shutdown(void)
 		j->watched = false;
 		pthread_mutex_unlock(&j->lock);
 		park_drain(&j->q, EINTR);
-		sbx_exec_free(x);
+		sbx_exec_put(x);
 		if (watched)
 			job_put(j);
 		job_put(j); /* the registry's */
@@ -1163,21 +1149,6 @@ static int job_parse_signal(const char *s, int *sig)
 	return -1;
 }
 
-/* A ctl writer is out of sbx_exec_signal(): the last one frees an exec
- * that ended meanwhile. */
-static void job_signal_done(struct job *j)
-{
-	struct sbx_exec *x = NULL;
-
-	pthread_mutex_lock(&j->lock);
-	if (--j->signalling == 0) {
-		x = j->retired;
-		j->retired = NULL;
-	}
-	pthread_mutex_unlock(&j->lock);
-	sbx_exec_free(x);
-}
-
 int job_ctl(struct job *j, const char *data, size_t len)
 {
 	char text[128], *arg;
@@ -1204,18 +1175,18 @@ int job_ctl(struct job *j, const char *data, size_t len)
 	pthread_mutex_lock(&j->lock);
 	x = j->state == J_RUNNING && !j->reattaching ? j->exec : NULL;
 	if (x)
-		j->signalling++; /* x stays allocated until job_signal_done() */
+		sbx_exec_get(x); /* x stays allocated while it is signalled, even if the job ends */
 	pthread_mutex_unlock(&j->lock);
 	if (!x) {
 		log_warn(j->scope, "ctl: kill refused: the job is %s", job_state_name(job_state(j)));
 		return ESRCH;
 	}
 	if (job_write_file(j, "kill-requested", arg, strlen(arg))) {
-		job_signal_done(j);
+		sbx_exec_put(x);
 		return EIO;
 	}
 	e = sbx_exec_signal(x, sig);
-	job_signal_done(j);
+	sbx_exec_put(x);
 	err = sbx_err_errno(e);
 	if (err == ENOENT)
 		err = ESRCH;

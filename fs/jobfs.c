@@ -102,14 +102,15 @@ static void job_nodes_drop(struct view *v, struct job *j)
 		*pp = n->hnext;
 		nput += vnode_unlink_locked(n);
 	}
-	lock_release(&fs_lock);
+	fs_unlock();
 	while (nput-- > 0)
 		view_put(v);
 }
 
 static void job_node_free(struct node *n)
 {
-	job_put(n->job); /* never takes fs_lock */
+	lock_assert_not_held(&fs_lock); /* the last job_put may free an exec handle (fs_unlock) */
+	job_put(n->job);
 }
 
 static off_t jobfile_size(struct job *j, int which)
@@ -190,7 +191,7 @@ static void jobfs_reply_entry(fuse_req_t req, struct node *n, struct fuse_entry_
 	jobfs_attr(n, &st); /* outside fs_lock: sizes read files */
 	lock_acquire(&fs_lock);
 	vnode_entry_locked(n, st.st_mode, st.st_size, n->kind == N_JOBFILE ? 0 : JOBFS_DIR_TIMEOUT, e);
-	lock_release(&fs_lock);
+	fs_unlock();
 	fuse_reply_entry(req, e);
 }
 
@@ -209,7 +210,7 @@ static int jobs_node_lookup(struct node *p, const char *name, int which, struct 
 		return ENOENT;
 	lock_acquire(&fs_lock);
 	n = job_node_locked(v, j, which);
-	lock_release(&fs_lock);
+	fs_unlock();
 	job_put(j);
 	*out = n;
 	return n ? 0 : ENOMEM;
@@ -302,7 +303,7 @@ static void job_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	lock_acquire(&fs_lock);
 	if (p->job && p->linked)
 		n = job_node_locked(p->view, p->job, i);
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (!n)
 		return node_reply_entry(req, ENOENT, &e);
 	jobfs_reply_entry(req, n, &e);

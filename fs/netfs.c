@@ -110,7 +110,7 @@ static bool view_dead(struct view *v)
 
 	lock_acquire(&fs_lock);
 	dead = v->dead;
-	lock_release(&fs_lock);
+	fs_unlock();
 	return dead;
 }
 

@@ -33,6 +33,7 @@
 
 struct lock fs_lock = LOCK_INIT;
 static struct user_ent *users; /* fs_lock */
+static struct node *freed_nodes; /* fs_lock: on_free and free due (fs_unlock) */
 static struct node root_node = { .kind = N_ROOT, .nlookup = 1, .linked = true, .fd = -1 };
 /* Everything the daemon allocated stays reachable until exit (so a leak
  * check at exit finds only real leaks): nodes the kernel still knows after
@@ -177,7 +178,7 @@ static void view_free(struct view *v)
 	lock_acquire(&fs_lock);
 	v->vprev->vnext = v->vnext;
 	v->vnext->vprev = v->vprev;
-	lock_release(&fs_lock);
+	fs_unlock();
 	pthread_mutex_destroy(&v->lock);
 	budget_acct_put(v->fds);
 	free(v->jobs_dir);
@@ -196,8 +197,6 @@ void view_put(struct view *v)
  * reference must be dropped). */
 static bool vnode_maybe_free_locked(struct node *n)
 {
-	const struct node_kind_ops *k;
-
 	lock_assert_held(&fs_lock);
 	if (n == &root_node || n->linked)
 		return false;
@@ -206,11 +205,25 @@ static bool vnode_maybe_free_locked(struct node *n)
 		return false;
 	}
 	orphan_del_locked(n);
-	k = kinds[n->kind];
-	if (k && k->on_free)
-		k->on_free(n);
-	free(n);
+	n->fnext = freed_nodes; /* on_free and free after fs_lock (fs_unlock) */
+	freed_nodes = n;
 	return true;
+}
+
+void fs_unlock(void)
+{
+	struct node *n = freed_nodes, *next;
+	const struct node_kind_ops *k;
+
+	freed_nodes = NULL;
+	lock_release(&fs_lock);
+	for (; n; n = next) {
+		next = n->fnext;
+		k = kinds[n->kind];
+		if (k && k->on_free)
+			k->on_free(n);
+		free(n);
+	}
 }
 
 void node_forget(struct node *n, uint64_t count)
@@ -224,7 +237,7 @@ void node_forget(struct node *n, uint64_t count)
 	lock_acquire(&fs_lock);
 	n->nlookup = n->nlookup > count ? n->nlookup - count : 0;
 	freed = vnode_maybe_free_locked(n);
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (freed && v)
 		view_put(v);
 }
@@ -293,7 +306,7 @@ struct view *view_current(struct sbx *s)
 	}
 	if (v)
 		view_get(v);
-	lock_release(&fs_lock);
+	fs_unlock();
 	return v;
 }
 
@@ -307,7 +320,7 @@ struct view *view_of_sbx(struct sbx *s)
 		view_get(v);
 	else
 		v = NULL;
-	lock_release(&fs_lock);
+	fs_unlock();
 	return v;
 }
 
@@ -331,7 +344,7 @@ void view_kill(struct sbx *s)
 		}
 		nput++; /* the sbx's reference */
 	}
-	lock_release(&fs_lock);
+	fs_unlock();
 	while (nput-- > 0)
 		view_put(v);
 }
@@ -358,7 +371,7 @@ bool user_name_of(struct node *n, char out[NAME_MAX_LEN + 1], uid_t *owner)
 			*owner = n->user->uid;
 		ok = true;
 	}
-	lock_release(&fs_lock);
+	fs_unlock();
 	return ok;
 }
 
@@ -373,13 +386,13 @@ static int user_insert(const char *name, uid_t uid, gid_t gid)
 
 	lock_acquire(&fs_lock);
 	if (user_find_locked(name)) {
-		lock_release(&fs_lock);
+		fs_unlock();
 		return EEXIST;
 	}
 	u = calloc(1, sizeof(*u));
 	if (!u || !(u->node = vnode_new(N_USER, 0))) {
 		free(u);
-		lock_release(&fs_lock);
+		fs_unlock();
 		return ENOMEM;
 	}
 	memcpy(u->name, name, strlen(name) + 1);
@@ -388,7 +401,7 @@ static int user_insert(const char *name, uid_t uid, gid_t gid)
 	u->node->user = u;
 	u->next = users;
 	users = u;
-	lock_release(&fs_lock);
+	fs_unlock();
 	return 0;
 }
 
@@ -430,7 +443,7 @@ int user_add(const char *name, uid_t uid, gid_t gid)
 	}
 	lock_acquire(&fs_lock);
 	err = user_find_locked(name) ? EEXIST : 0;
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (!err) {
 		char *slash = strrchr(m.ptr, '/');
 		*slash = '\0';
@@ -468,7 +481,7 @@ int user_remove(const char *name)
 		vnode_unlink_locked(u->node);
 		free(u);
 	}
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (!err && !user_marker(name, &m)) {
 		unlink(m.ptr);
 		char *slash = strrchr(m.ptr, '/');
@@ -484,5 +497,5 @@ void users_each(void (*fn)(struct user_ent *u, void *arg), void *arg)
 	lock_acquire(&fs_lock);
 	for (struct user_ent *u = users; u; u = u->next)
 		fn(u, arg);
-	lock_release(&fs_lock);
+	fs_unlock();
 }

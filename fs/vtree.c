@@ -138,7 +138,7 @@ static void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		vtree_entry_locked(u->node, 0, &e);
 	else
 		err = ENOENT;
-	lock_release(&fs_lock);
+	fs_unlock();
 	node_reply_entry(req, err, &e);
 }
 
@@ -155,7 +155,7 @@ static int sandbox_entry(struct sbx *s, struct fuse_entry_param *e)
 		vtree_entry_locked(v->dir, 0, e);
 		err = 0;
 	}
-	lock_release(&fs_lock);
+	fs_unlock();
 	view_put(v);
 	return err;
 }
@@ -193,7 +193,7 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (i >= 0) {
 		lock_acquire(&fs_lock);
 		n = v->dead ? NULL : v->ctl[i];
-		lock_release(&fs_lock);
+		fs_unlock();
 	}
 	off_t size = n ? vtree_size(n, fuse_req_ctx(req)->uid) : 0; /* rendered outside fs_lock */
 	lock_acquire(&fs_lock);
@@ -205,7 +205,7 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		vnode_entry_locked(v->jobs, S_IFDIR | 0700, 0, VDIR_TIMEOUT, &e);
 	else if (strcmp(name, "snapshots"))
 		err = ENOENT;
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (!err && !strcmp(name, "snapshots"))
 		err = snapfs_lookup_root(v, &e); /* snapfs.c's node */
 	node_reply_entry(req, err, &e);
@@ -248,7 +248,7 @@ static void root_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	struct user_ent *u = user_find_locked(name);
 	if (u)
 		vtree_entry_locked(u->node, 0, &e);
-	lock_release(&fs_lock);
+	fs_unlock();
 	if (!u)
 		return (void)fuse_reply_err(req, ENOENT);
 	log_info(name, "user directory created");
