@@ -57,9 +57,9 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
+      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
-NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
+NET_POLICY := net/policy.o net/netpol.o net/httpreader.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
 # skills/: the skill projection (manifest, diff, the upload sync)
 SKILLS_PURE := skills/manifest.o skills/library.o
@@ -271,7 +271,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
 FUZZ_API_OBJS := $(COMMON) providers/providers.o
-FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
+FUZZ_OBJS_http := net/httpreader.o net/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o
 FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o

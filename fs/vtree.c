@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "ctl.h"
+#include "reports.h"
 #include "data.h"
 #include "handle.h"
 #include "netfs.h"
@@ -76,7 +76,7 @@ static off_t vtree_size(struct node *n, uid_t reader)
 	struct buf b = BUF_INIT(BUF_CAP_JSON);
 	off_t size = 0;
 
-	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !netfs_owns(n) && !ctl_render(n, &b, reader))
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !netfs_owns(n) && !reports_render(n, &b, reader))
 		size = (off_t)b.len;
 	buf_free(&b);
 	return size;
@@ -387,7 +387,7 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!b)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(b, BUF_CAP_JSON);
-	if (ctl_render(n, b, fuse_req_ctx(req)->uid)) {
+	if (reports_render(n, b, fuse_req_ctx(req)->uid)) {
 		handle_discard(b);
 		return (void)fuse_reply_err(req, EIO);
 	}

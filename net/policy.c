@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * policy.c - host names and addresses as the egress policy sees them (see
- * policy.h).  Why the IP-literal test is so wide: getaddrinfo() and
+ * policy.h): pure functions, no state, shared by every sandbox (one
+ * sandbox's policy, events and grants are netpol.c's; their wiring to the
+ * pool and the proxy is net.c's).  Why the IP-literal test is so wide: getaddrinfo() and
  * inet_aton() accept "2130706433", "0x7f.1" and "127.1" as 127.0.0.1, so a
  * host that merely "looks like a name" to a naive check would skip the
  * decide-on-a-name rule and reach an address chosen by the sandbox.
