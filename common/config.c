@@ -711,67 +711,27 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 	}
 }
 
-
+/* allow_domains: an exact domain (a.b) or a leading wildcard (*.b.c): a
+ * host name of names_host_canon's grammar, the proxy's, with two labels at
+ * least (no bare top-level domain).  d is lower case, without a trailing dot. */
 static bool domain_valid(const char *d)
 {
-	size_t n = strlen(d), label = 0;
-	const char *s = d;
-	int labels = 1;
+	char out[NAMES_HOST_MAX + 1];
+	const char *s = strncmp(d, "*.", 2) ? d : d + 2;
 
-	if (!strncmp(s, "*.", 2))
-		s += 2;
-	if (n == 0 || n > 253 || strchr(s, '*') || strstr(d, "://") || strchr(d, '/') || strchr(d, ':'))
-		return false;
-	for (const char *p = s; *p; p++) {
-		if (*p == '.') {
-			if (label == 0 || p[-1] == '-')
-				return false;
-			labels++;
-			label = 0;
-			continue;
-		}
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-')
-			return false;
-		if (label == 0 && *p == '-')
-			return false;
-		if (++label > 63)
-			return false;
-	}
-	if (label == 0 || labels < 2)
-		return false;
-	/* no IP literals: the last label must not be all digits */
-	const char *last = strrchr(s, '.');
-	return strspn(last + 1, "0123456789") != strlen(last + 1);
+	return names_host_canon(s, strlen(s), out) == NAMES_HOST_OK && strchr(out, '.') && !strcmp(out, s);
 }
 
-/* A host name for network.hosts: letters, digits, '-' and '_' in labels of
- * 1..63 characters, at most 253 in all, not an IP literal (the last label is
- * not all digits).  Lower-cased in place, a trailing dot removed. */
+/* A host name for network.hosts (names_host_canon's grammar: not an IP
+ * literal).  Lower-cased in place, a trailing dot removed. */
 static bool host_name_valid(char *h)
 {
-	size_t n = strlen(h), label = 0;
-	char *last = h;
+	char out[NAMES_HOST_MAX + 1];
 
-	if (n && h[n - 1] == '.')
-		h[--n] = '\0';
-	if (n == 0 || n > 253)
+	if (names_host_canon(h, strlen(h), out) != NAMES_HOST_OK)
 		return false;
-	for (char *p = h; *p; p++) {
-		if (*p >= 'A' && *p <= 'Z')
-			*p = (char)(*p + 32);
-		if (*p == '.') {
-			if (label == 0)
-				return false;
-			label = 0;
-			last = p + 1;
-			continue;
-		}
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_')
-			return false;
-		if (++label > 63)
-			return false;
-	}
-	return label > 0 && strspn(last, "0123456789") != strlen(last);
+	memcpy(h, out, strlen(out) + 1); /* never longer than h */
+	return true;
 }
 
 static int add_host_addr(struct cfg_ctx *x, const char *key, struct config_host *h, const char *a)
