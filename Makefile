@@ -57,7 +57,7 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
+      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/httpreader.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
@@ -130,7 +130,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/park.o fs/work.o
+	fs/job.o fs/jobwatch.o fs/park.o fs/work.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
