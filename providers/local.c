@@ -656,36 +656,105 @@ out_moved:
 	return pid;
 }
 
+/* The sandbox's uid and its data directories (owned by it). */
+static enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
+{
+	int err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, uid, gid);
+
+	if (!err && layout_make_data_dirs(s->dirs.thread_dir, *uid, *gid))
+		err = errno == ENOSPC ? ENOSPC : EIO;
+	if (!err)
+		return SBX_OK;
+	log_err(scope, "local: cannot prepare the sandbox's files: %s", strerror(err));
+	return sbx_err_from_errno(err);
+}
+
+/* bubblewrap's --info-fd: the init's pid, once it has started it. */
+static enum sbx_err local_read_init_pid(int fd, uint64_t deadline, pid_t *init)
+{
+	struct buf info = BUF_INIT(64 * 1024);
+	json_t *j = NULL;
+
+	*init = 0;
+	if (!local_read_until_eof(fd, &info, deadline) && (j = json_loadb(info.ptr ? info.ptr : "", info.len, 0, NULL)))
+		*init = (pid_t)json_integer_value(json_object_get(j, "child-pid"));
+	json_decref(j);
+	buf_free(&info);
+	if (*init > 0)
+		return SBX_OK;
+	return errno == ETIMEDOUT ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+}
+
+/* The init says "ready" on fd; the daemon answers "go" (the sandbox is
+ * recorded by then).  SBX_OK, TIMEOUT past deadline, IO when it exited. */
+static enum sbx_err local_wait_ready(int fd, uint64_t deadline, const char *scope)
+{
+	char ch;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = util_now_ms();
+		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r == 1 && read(fd, &ch, 1) == 1 && write(fd, "g", 1) == 1)
+			return SBX_OK;
+		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
+		return r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+	}
+}
+
+/* lb describes the sandbox whose init is init (bubblewrap: bwrap). */
+static void local_box_fill(struct local_box *lb, const struct sbx_spec *s, uid_t uid, gid_t gid, pid_t bwrap,
+	pid_t init)
+{
+	sbx_box_init(&lb->base, &provider_local);
+	lb->base.uid = uid;
+	lb->base.gid = gid;
+	lb->init_pid = init;
+	lb->init_start = util_proc_starttime(init);
+	lb->mntns = local_ns_ino(init, "mnt");
+	lb->bwrap_pid = bwrap;
+	lb->uid = uid;
+	lb->gid = gid;
+	lb->output_max = s->cfg->res.output;
+	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	lb->thread_dir = strdup(s->dirs.thread_dir);
+	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+}
+
+static void local_close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0) {
+			close(fds[i]);
+			fds[i] = -1;
+		}
+}
+
 static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
-	struct buf info = BUF_INIT(64 * 1024), logpath = BUF_INIT(BUF_CAP_PATH);
+	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
 	int info_p[2] = { -1, -1 }, ready_p[2] = { -1, -1 }, log_fd = -1, filter_fd = -1;
 	enum sbx_err result = SBX_ERR_IO;
 	pid_t bwrap = -1, init = 0;
-	json_t *j = NULL;
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
-	char scope[NAMES_SCOPE_MAX], ch;
+	char scope[NAMES_SCOPE_MAX];
 	struct cgroup_join join = { 0 };
 	bool made_cgroup = false, recorded = false;
 	uid_t uid;
 	gid_t gid;
-	int err;
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	if (!a || !lb) {
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
-	err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
-	if (!err && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
-		err = errno == ENOSPC ? ENOSPC : EIO;
-	if (err) {
-		log_err(scope, "local: cannot prepare the sandbox's files: %s", strerror(err));
-		result = sbx_err_from_errno(err);
+	if ((result = local_prepare_files(s, scope, &uid, &gid)))
 		goto out;
-	}
+	result = SBX_ERR_IO;
 	{
 		const struct cgroup_limits lim = { s->cfg->res.memory, s->cfg->res.cpus, s->cfg->res.pids };
 		made_cgroup = true;
@@ -727,30 +796,15 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
 		goto out;
 	}
-	close(info_p[1]);
-	close(ready_p[1]);
+	local_close_fds((int[]){ info_p[1], ready_p[1] }, 2);
 	info_p[1] = ready_p[1] = -1;
-	if (local_read_until_eof(info_p[0], &info, deadline) ||
-	    !(j = json_loadb(info.ptr ? info.ptr : "", info.len, 0, NULL)) ||
-	    (init = (pid_t)json_integer_value(json_object_get(j, "child-pid"))) <= 0) {
-		result = errno == ETIMEDOUT ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
+	if ((result = local_read_init_pid(info_p[0], deadline, &init))) {
 		log_err(scope, "local: bubblewrap did not start the sandbox");
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
-	sbx_box_init(&lb->base, &provider_local);
-	lb->base.uid = uid;
-	lb->base.gid = gid;
-	lb->init_pid = init;
-	lb->init_start = util_proc_starttime(init);
-	lb->mntns = local_ns_ino(init, "mnt");
-	lb->bwrap_pid = bwrap;
-	lb->uid = uid;
-	lb->gid = gid;
-	lb->output_max = s->cfg->res.output;
-	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
-	lb->thread_dir = strdup(s->dirs.thread_dir);
-	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)init);
+	result = SBX_ERR_IO;
+	local_box_fill(lb, s, uid, gid, bwrap, init);
 	/* record the init as soon as it is known, before it is ready and before
 	 * its network is set up (and pasta as soon as it runs): a daemon killed
 	 * meanwhile leaves a record the next start cleans up */
@@ -759,16 +813,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		goto out;
 	}
 	recorded = true;
-	for (;;) {
-		struct pollfd p = { .fd = ready_p[0], .events = POLLIN };
-		uint64_t now = util_now_ms();
-		int r = now < deadline ? poll(&p, 1, (int)(deadline - now)) : 0;
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r == 1 && read(ready_p[0], &ch, 1) == 1 && write(ready_p[0], "g", 1) == 1)
-			break;
-		result = r == 0 ? SBX_ERR_TIMEOUT : SBX_ERR_IO;
-		log_err(scope, "local: sandbox not ready %s", r == 0 ? "before ready_timeout" : "(init exited)");
+	if ((result = local_wait_ready(ready_p[0], deadline, scope))) {
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
@@ -799,22 +844,11 @@ out:
 		if (!layout_file(&logpath, lb->thread_dir, "local.json"))
 			unlink(logpath.ptr);
 	}
-	for (int i = 0; i < 2; i++) {
-		if (info_p[i] >= 0)
-			close(info_p[i]);
-		if (ready_p[i] >= 0)
-			close(ready_p[i]);
-	}
-	if (log_fd >= 0)
-		close(log_fd);
-	if (filter_fd >= 0)
-		close(filter_fd);
+	local_close_fds((int[]){ info_p[0], info_p[1], ready_p[0], ready_p[1], log_fd, filter_fd }, 6);
 	if (a) {
 		av_free(a);
 		free(a);
 	}
-	json_decref(j);
-	buf_free(&info);
 	buf_free(&logpath);
 	local_box_free(lb);
 	return result;
