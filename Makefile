@@ -50,7 +50,7 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
-	  common/idrange.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
+	  common/idrange.o common/cfgread.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
