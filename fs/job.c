@@ -34,7 +34,7 @@ static const char *job_state_names[] = { "created", "starting", "running", "exit
 	"failed" };
 const char *const job_stream_files[2] = { "stdout", "stderr" };
 
-pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
+struct lock jobs_lock = LOCK_INIT;
 struct job *jobs; /* protected by jobs_lock */
 
 /* ---- small helpers ---------------------------------------------------------------- */
@@ -222,7 +222,7 @@ void job_shutdown(void)
 	jobwatch_stop();
 	/* Answer every parked request: the session is ending.  Jobs still
 	 * running go on (their provider records the result). */
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	while ((j = jobs)) {
 		struct sbx_exec *x;
 		bool watched;
@@ -241,7 +241,7 @@ void job_shutdown(void)
 			job_put(j);
 		job_put(j); /* the registry's */
 	}
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	jobwatch_release();
 }
 
@@ -249,6 +249,7 @@ void job_shutdown(void)
 
 static struct job *job_find_locked(const char *dir)
 {
+	lock_assert_held(&jobs_lock);
 	for (struct job *j = jobs; j; j = j->next)
 		if (!strcmp(j->dir, dir))
 			return j;
@@ -301,6 +302,7 @@ static void job_reattach_work(void *arg)
 /* Caller holds j->lock (jobs_lock too): a job directory seen the first time. */
 static void job_load_locked(struct job *j)
 {
+	lock_assert_held(&jobs_lock);
 	if (job_file_exists(j, "result")) {
 		job_take_result_locked(j);
 	} else if (job_file_exists(j, "cmd")) {
@@ -326,7 +328,7 @@ struct job *job_get(struct sbx *s, const char *jobs_dir, const char *name)
 
 	if (!names_valid(name) || buf_addf(&dir, "%s/%s", jobs_dir, name))
 		goto out;
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	j = job_find_locked(dir.ptr);
 	if (!j && lstat(dir.ptr, &st) == 0 && S_ISDIR(st.st_mode) && (j = job_new(s, name, dir.ptr))) {
 		pthread_mutex_lock(&j->lock);
@@ -337,7 +339,7 @@ struct job *job_get(struct sbx *s, const char *jobs_dir, const char *name)
 	}
 	if (j)
 		job_ref(j);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 out:
 	buf_free(&dir);
 	return j;
@@ -365,7 +367,7 @@ int job_rmdir(struct job *j)
 	struct job **pp;
 	int err = 0;
 
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	if (j->removed) {
 		err = ENOENT;
@@ -383,7 +385,7 @@ int job_rmdir(struct job *j)
 			j->state = J_FAILED; /* an open handle sees an ended job */
 	}
 	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	if (err)
 		return err;
 	park_drain(&j->q, ENOENT); /* nobody waits for a removed job */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "../common/buf.h"
+#include "../common/lock.h"
 #include "../common/names.h"
 #include "job.h"
 
@@ -45,7 +46,7 @@ struct job {
 	struct job *wd_next[2]; /* wd map chains */
 };
 
-extern pthread_mutex_t jobs_lock;
+extern struct lock jobs_lock; /* asserted held by the _locked helpers (lock.h) */
 extern struct job *jobs; /* protected by jobs_lock: the registry */
 
 /* job.c */

@@ -55,6 +55,7 @@ static void wd_map_add_locked(struct job *j, int i)
 {
 	unsigned h = wd_hash(j->wd[i]);
 
+	lock_assert_held(&jobs_lock);
 	j->wd_next[i] = wd_map[h][i];
 	wd_map[h][i] = j;
 }
@@ -62,6 +63,7 @@ static void wd_map_add_locked(struct job *j, int i)
 /* Caller holds jobs_lock. */
 static void wd_map_del_locked(struct job *j, int i)
 {
+	lock_assert_held(&jobs_lock);
 	for (struct job **pp = &wd_map[wd_hash(j->wd[i])][i]; *pp; pp = &(*pp)->wd_next[i])
 		if (*pp == j) {
 			*pp = j->wd_next[i];
@@ -74,7 +76,7 @@ int jobwatch_add(struct job *j)
 	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = j };
 	int err = 0;
 
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	for (int i = 0; i < 2; i++) {
 		struct buf p = BUF_INIT(BUF_CAP_PATH);
@@ -96,7 +98,7 @@ int jobwatch_add(struct job *j)
 		j->watched = true;
 	}
 	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	return err;
 }
 
@@ -106,13 +108,13 @@ void jobwatch_fail(struct job *j, int err)
 	char why[128];
 
 	log_err(j->scope, "cannot watch the job (%s): ending it", strerror(err));
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	jobwatch_unwatch_locked(j);
 	x = j->exec;
 	j->exec = NULL;
 	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	if (x) {
 		sbx_exec_signal(x, SIGKILL);
 		sbx_exec_finish(x);
@@ -127,6 +129,7 @@ void jobwatch_fail(struct job *j, int err)
 
 void jobwatch_unwatch_locked(struct job *j)
 {
+	lock_assert_held(&jobs_lock);
 	for (int i = 0; i < 2; i++)
 		if (j->wd[i] >= 0) {
 			wd_map_del_locked(j, i);
@@ -155,7 +158,7 @@ static void job_on_exit(struct job *j)
 	 * from then on), not only before the waiting readers are woken */
 	if (job_on_end)
 		job_on_end(j->sbx);
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	jobwatch_unwatch_locked(j);
 	job_take_result_locked(j);
@@ -165,7 +168,7 @@ static void job_on_exit(struct job *j)
 		x = NULL; /* kept: the escalation still ends what the job left behind */
 	}
 	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
 	sbx_exec_put(x);
 	park_wake(&j->q);
@@ -182,7 +185,7 @@ static void job_on_inotify(void)
 	ssize_t len;
 
 	while ((len = read(ev_inotify, ibuf, sizeof(ibuf))) > 0) {
-		pthread_mutex_lock(&jobs_lock);
+		lock_acquire(&jobs_lock);
 		for (char *p = ibuf; p < ibuf + len;) {
 			struct inotify_event *e = (struct inotify_event *)p;
 			for (int i = 0; i < 2 && n < 64; i++)
@@ -198,7 +201,7 @@ static void job_on_inotify(void)
 					}
 			p += sizeof(*e) + e->len;
 		}
-		pthread_mutex_unlock(&jobs_lock);
+		lock_release(&jobs_lock);
 		for (int k = 0; k < n; k++) {
 			park_wake(&woken[k]->q);
 			job_put(woken[k]);
@@ -214,7 +217,7 @@ static void job_escalate(uint64_t now, int *timeout_ms)
 	struct job *due[64];
 	int n = 0;
 
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	for (struct job *j = jobs; j && n < 64; j = j->next) {
 		pthread_mutex_lock(&j->lock);
 		if (j->kill_deadline_ms && j->kill_deadline_ms <= now) {
@@ -228,7 +231,7 @@ static void job_escalate(uint64_t now, int *timeout_ms)
 		}
 		pthread_mutex_unlock(&j->lock);
 	}
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	for (int i = 0; i < n; i++) {
 		struct job *j = due[i];
 		struct sbx_exec *x, *done = NULL;
