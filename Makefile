@@ -3,7 +3,8 @@
 #   make            build ./sbxfs and its helpers sbxfs-exec, sbxfs-init, sbxfs-box (with -Werror)
 #   make run        install missing packages, build, mount /sbx with mount.conf (foreground)
 #   make test       install missing packages, build, run the pytest suite
-#   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer
+#   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer (and lock assertions)
+#   make tsan-unit  the threaded C unit tests under ThreadSanitizer (build/tsan/, lock assertions on)
 #   make bench      benchmarks side by side with native I/O and bindfs
 #   make bench-remote  the remote providers against curl and against re-uploading every skill
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
@@ -49,16 +50,16 @@ ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
-	  common/idrange.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
+	  common/idrange.o common/cfgread.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
-      fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
+      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
-NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
+NET_POLICY := net/policy.o net/netpol.o net/httpreader.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
 # skills/: the skill projection (manifest, diff, the upload sync)
 SKILLS_PURE := skills/manifest.o skills/library.o
@@ -73,7 +74,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
 	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
 
-.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
+.PHONY: all run test unit asan tsan-unit bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
 	fuzz fuzz-ci fuzz-build fuzz-deps
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
@@ -121,7 +122,7 @@ run: deps all
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
-	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	providers/docker_freeze.o net/egress.o net/policy.o
@@ -130,7 +131,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/park.o fs/work.o
+	fs/job.o fs/jobwatch.o fs/park.o fs/work.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
@@ -169,8 +170,41 @@ tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 tests/unit/filter_test: tests/unit/filter_test.c tests/unit/check.h providers/filter.o $(COMMON) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< providers/filter.o $(COMMON) $(LDFLAGS) $(LDLIBS)
 
+# common/lock.h's assertions and fs/cmdbuf.c's writers against a taker; built
+# from sources with SBXFS_LOCK_DEBUG (a struct lock has an owner field then,
+# so its users are compiled here, not linked from the release objects)
+LOCK_TEST_SRCS := tests/unit/lock_test.c fs/cmdbuf.c common/buf.c
+
+tests/unit/lock_test: $(LOCK_TEST_SRCS) common/lock.h fs/cmdbuf.h tests/unit/check.h
+	$(CC) $(ALL_CFLAGS) -DSBXFS_LOCK_DEBUG -o $@ $(LOCK_TEST_SRCS) -pthread
+
+# ThreadSanitizer: the unit tests that run threads, each compiled from its
+# sources in one command into build/tsan/ (the release objects stay as they
+# are), with lock assertions on.  A report fails the run (halt_on_error).
+TSAN_FLAGS := -O1 -g -fsanitize=thread -fno-omit-frame-pointer -DSBXFS_LOCK_DEBUG
+TSAN_CC = $(CC) $(filter-out -O2,$(ALL_CFLAGS)) $(TSAN_FLAGS)
+TSAN_BINS := build/tsan/lock_test build/tsan/pool_test build/tsan/skills_test build/tsan/net_glue_test
+
+build/tsan/lock_test: $(LOCK_TEST_SRCS) $(HDRS) tests/unit/check.h
+	@mkdir -p build/tsan
+	$(TSAN_CC) -o $@ $(LOCK_TEST_SRCS)
+build/tsan/pool_test: tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS:.o=.c) $(HDRS) $(LIBFUSE_MK)
+	@mkdir -p build/tsan
+	$(TSAN_CC) -o $@ tests/unit/pool_test.c tests/unit/fault.c $(POOL_TEST_OBJS:.o=.c) $(WRAP_ALLOC) $(LDFLAGS) $(LDLIBS)
+build/tsan/skills_test: tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS:.o=.c) $(HDRS) $(LIBFUSE_MK)
+	@mkdir -p build/tsan
+	$(TSAN_CC) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS:.o=.c) $(LDFLAGS) $(LDLIBS)
+build/tsan/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS:.o=.c) $(HDRS) $(LIBFUSE_MK)
+	@mkdir -p build/tsan
+	$(TSAN_CC) -o $@ tests/unit/net_glue_test.c $(NET_GLUE_OBJS:.o=.c) $(LDFLAGS) $(LDLIBS)
+
+tsan-unit: $(TSAN_BINS)
+	set -e; for t in $(TSAN_BINS); do echo "== $$t"; \
+		TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" ./$$t; done
+
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test
+	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test
+	./tests/unit/lock_test
 	./tests/unit/filter_test
 	./tests/unit/skills_test
 	./tests/unit/unit
@@ -185,7 +219,7 @@ test: deps all unit
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test CFLAGS="-O1 -g -DSBXFS_LOCK_DEBUG" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -238,7 +272,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
 FUZZ_API_OBJS := $(COMMON) providers/providers.o providers/api.o
-FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
+FUZZ_OBJS_http := net/httpreader.o net/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o
 FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o
@@ -312,7 +346,7 @@ install: all $(GENERATED)
 	rm -rf build/python && mkdir -p build && cp -r python build/python
 	$(PYTHON) -m pip install --quiet --no-deps --no-index --no-build-isolation --upgrade --root-user-action=ignore \
 		--target $(DESTDIR)$(PYSITE) build/python
-	rm -rf build/python
+	rm -rf build/python build/tsan
 	@$(if $(DESTDIR),:,echo "installed; for systemd: systemctl daemon-reload && systemctl enable --now sbxfs")
 
 # Configuration and sandbox data stay: remove them by hand if wanted.
@@ -344,9 +378,9 @@ check-style:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/lock_test sbxfs-slow $(OBJS) \
 		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
-	rm -rf build/python
+	rm -rf build/python build/tsan
 	rm -rf build/fuzz/obj build/fuzz/bin
 
 distclean: clean

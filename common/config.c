@@ -6,7 +6,8 @@
  *
  * Why a node walk and not an event parser: the file is small, and a tree
  * lets the DeerFlow `sandbox:` section and the top level be read by the same
- * code.
+ * code.  This file is the schema (which keys exist, what they mean, how
+ * they check each other); how a value is read is cfgread.c's.
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -27,333 +28,14 @@
 #include "layout.h"
 #include "log.h"
 #include "names.h"
+#include "cfgread.h"
 
-struct cfg_ctx {
-	yaml_document_t *doc;
-	char *err;
-	size_t errlen;
-	int failed;
-};
 
 static const struct config_hooks *hooks;
 
 void config_set_hooks(const struct config_hooks *h)
 {
 	hooks = h;
-}
-
-void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...)
-{
-	char rule[512];
-	va_list ap;
-
-	if (x->failed)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(rule, sizeof(rule), fmt, ap);
-	va_end(ap);
-	snprintf(x->err, x->errlen, "%s: %s", key, rule);
-	/* one line: a key or a value quoted in it may hold a line break (a
-	 * quoted YAML scalar) or other control bytes */
-	for (char *p = x->err; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
-	x->failed = 1;
-}
-
-static const char *scalar(yaml_node_t *n)
-{
-	return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
-
-static bool scalar_is_null(yaml_node_t *n)
-{
-	const char *s = scalar(n);
-
-	return s && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
-	       (!*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL"));
-}
-
-static int get_long(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min, long max, long *out)
-{
-	const char *s = scalar(n);
-	char *end;
-	long v;
-
-	if (!s || !*s) {
-		cfg_fail(x, key, "must be an integer between %ld and %ld", min, max);
-		return -1;
-	}
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		cfg_fail(x, key, "must be an integer between %ld and %ld (got '%s')", min, max, s);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-/* Seconds, as DeerFlow's config.yaml gives them: an integer or a decimal
- * number ("30", "30.0", "2.5").  DeerFlow reads ready_timeout,
- * request_timeout and sandbox_timeout as floats (its OpenSandbox provider:
- * finite, positive) and bash_command_timeout and idle_timeout as pydantic
- * ints (30.0 is accepted, 30.5 refused): whole says which.  A fraction is
- * rounded up to whole seconds, the unit of every timeout in sbxfs, so a
- * wait is never shorter than asked for. */
-static int get_seconds(struct cfg_ctx *x, const char *key, yaml_node_t *n, long min, long max, bool whole,
-	long *out)
-{
-	const char *s = scalar(n);
-	char *end = NULL;
-	double v = 0;
-
-	if (s && *s && strspn(s, "0123456789.eE+-") == strlen(s)) {
-		errno = 0;
-		v = strtod(s, &end);
-	}
-	/* 0 <= v <= max before the casts: no overflow; v != v is NaN.  A
-	 * fraction counts by its rounded-up value (ready_timeout: 0.5 is 1 s) */
-	if (!s || !end || *end || errno || v != v || v < 0 || v > (double)max || (whole && (double)(long)v != v) ||
-	    (long)v + ((double)(long)v < v) < min) {
-		cfg_fail(x, key, "must be %s between %ld and %ld seconds (got '%s')",
-			whole ? "a whole number" : "a number (decimals allowed)", min, max, s ? s : "a non-scalar");
-		return -1;
-	}
-	*out = (long)v + ((double)(long)v < v);
-	return 0;
-}
-
-/* A size: bytes, or a number with K, M, G or T (powers of 1024; "Ki",
- * "KiB" and "KB" spell the same).  0 is always allowed (no limit); anything
- * else must be at least min. */
-static int get_size(struct cfg_ctx *x, const char *key, yaml_node_t *n, uint64_t min, uint64_t *out)
-{
-	static const char units[] = "KMGT";
-	const char *s = scalar(n), *u;
-	uint64_t v, mult = 1;
-	char *end;
-
-	if (!s || !*s || *s == '-')
-		goto bad;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		goto bad;
-	if (*end && (u = strchr(units, end[0] & ~0x20))) {
-		for (const char *p = units; p <= u; p++)
-			mult *= 1024;
-		end++;
-		if (!strcmp(end, "i") || !strcmp(end, "iB") || !strcmp(end, "B"))
-			end += strlen(end);
-	}
-	if (*end || (v && v * mult / mult != v) || (v && v * mult < min))
-		goto bad;
-	*out = v * mult;
-	return 0;
-bad:
-	cfg_fail(x, key, "must be 0 (no limit) or a size of at least %llu bytes, like 512M or 2G (got '%s')",
-		(unsigned long long)min, s ? s : "a non-scalar");
-	return -1;
-}
-
-/* CPUs: 0 (no limit) or 0.01 .. 1024, decimals allowed. */
-static int get_cpus(struct cfg_ctx *x, const char *key, yaml_node_t *n, double *out)
-{
-	const char *s = scalar(n);
-	char *end;
-	double v;
-
-	errno = 0;
-	v = s && *s ? strtod(s, &end) : -1;
-	if (!s || !*s || errno || *end || v != v || (v != 0 && (v < 0.01 || v > 1024))) {
-		cfg_fail(x, key, "must be 0 (no limit) or a number of CPUs from 0.01 to 1024 (got '%s')",
-			s ? s : "a non-scalar");
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int get_bool(struct cfg_ctx *x, const char *key, yaml_node_t *n, bool *out)
-{
-	const char *s = scalar(n);
-
-	if (s && (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "yes") || !strcmp(s, "on"))) {
-		*out = true;
-		return 0;
-	}
-	if (s && (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "no") || !strcmp(s, "off"))) {
-		*out = false;
-		return 0;
-	}
-	cfg_fail(x, key, "must be true or false (got '%s')", s ? s : "a non-scalar");
-	return -1;
-}
-
-static int get_str(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
-{
-	const char *s = scalar(n);
-
-	if (!s) {
-		cfg_fail(x, key, "must be a string");
-		return -1;
-	}
-	free(*out);
-	*out = strdup(s);
-	if (!*out) {
-		cfg_fail(x, key, "out of memory");
-		return -1;
-	}
-	return 0;
-}
-
-/* s is a canonical absolute path: 0, or -1 after cfg_fail. */
-static int check_abs_path(struct cfg_ctx *x, const char *key, const char *s)
-{
-	if (!s || s[0] != '/') {
-		cfg_fail(x, key, "must be an absolute path (got '%s')", s ? s : "a non-scalar");
-		return -1;
-	}
-	if (strstr(s, "/../") || (strlen(s) >= 3 && !strcmp(s + strlen(s) - 3, "/..")) || strstr(s, "/./")) {
-		cfg_fail(x, key, "must be a canonical absolute path (got '%s')", s);
-		return -1;
-	}
-	return 0;
-}
-
-static int get_abs_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
-{
-	if (check_abs_path(x, key, scalar(n)))
-		return -1;
-	return get_str(x, key, n, out);
-}
-
-/* ---- the readers the providers use (struct cfg_node is a yaml_node_t) ---- */
-
-static yaml_node_t *ynode(struct cfg_node *n)
-{
-	return (yaml_node_t *)n;
-}
-
-bool cfg_failed(struct cfg_ctx *x)
-{
-	return x->failed;
-}
-
-bool cfg_is_null(struct cfg_node *n)
-{
-	return scalar_is_null(ynode(n));
-}
-
-int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, long max, long *out)
-{
-	return get_long(x, key, ynode(n), min, max, out);
-}
-
-int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out)
-{
-	return get_bool(x, key, ynode(n), out);
-}
-
-int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out)
-{
-	return get_str(x, key, ynode(n), out);
-}
-
-int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out)
-{
-	return get_abs_path(x, key, ynode(n), out);
-}
-
-static int strv_add(struct cfg_ctx *x, const char *key, const char *s, char ***out, size_t *count)
-{
-	char **v = realloc(*out, (*count + 1) * sizeof(*v));
-
-	if (v)
-		*out = v;
-	if (!v || !(v[*count] = strdup(s))) {
-		cfg_fail(x, key, "out of memory");
-		return -1;
-	}
-	(*count)++;
-	return 0;
-}
-
-int cfg_strv(struct cfg_ctx *x, const char *key, struct cfg_node *node, char ***out, size_t *count)
-{
-	yaml_node_t *n = ynode(node);
-
-	if (scalar_is_null(n))
-		return 0;
-	if (scalar(n))
-		return strv_add(x, key, scalar(n), out, count);
-	if (n->type != YAML_SEQUENCE_NODE) {
-		cfg_fail(x, key, "must be a list of strings");
-		return -1;
-	}
-	for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
-		const char *s = scalar(yaml_document_get_node(x->doc, *it));
-
-		if (!s) {
-			cfg_fail(x, key, "must be a list of strings");
-			return -1;
-		}
-		if (strv_add(x, key, s, out, count))
-			return -1;
-	}
-	return 0;
-}
-
-/* Fail on the first key given twice in mapping n (named sect; NULL at the
- * top level). */
-static int mapping_check_dups(struct cfg_ctx *x, const char *sect, yaml_node_t *n)
-{
-	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
-		yaml_node_t *kn = yaml_document_get_node(x->doc, p->key);
-		const char *k = scalar(kn);
-
-		for (yaml_node_pair_t *q = n->data.mapping.pairs.start; k && q < p; q++) {
-			yaml_node_t *qn = yaml_document_get_node(x->doc, q->key);
-			char key[300];
-
-			if (!scalar(qn) || strcmp(k, scalar(qn)))
-				continue;
-			snprintf(key, sizeof(key), "%s%s%s", sect ? sect : "", sect ? "." : "", k);
-			cfg_fail(x, key, "given twice (lines %zu and %zu): a key may appear once",
-				qn->start_mark.line + 1, kn->start_mark.line + 1);
-			return -1;
-		}
-	}
-	return 0;
-}
-
-int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,
-	int (*fn)(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v), void *arg)
-{
-	yaml_node_t *n = ynode(map);
-
-	if (scalar_is_null(n))
-		return 0;
-	if (n->type != YAML_MAPPING_NODE) {
-		cfg_fail(x, sect, "must be a mapping");
-		return -1;
-	}
-	if (mapping_check_dups(x, sect, n))
-		return -1;
-	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
-		char full[300];
-
-		if (!k) {
-			cfg_fail(x, sect, "keys must be strings");
-			return -1;
-		}
-		snprintf(full, sizeof(full), "%s.%s", sect, k);
-		if (fn(x, arg, k, full, (struct cfg_node *)yaml_document_get_node(x->doc, p->value)))
-			return -1;
-	}
-	return x->failed ? -1 : 0;
 }
 
 /* $VAR or ${VAR} resolves from the daemon's environment; a missing
@@ -387,18 +69,18 @@ static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node
 {
 	yaml_node_pair_t *p;
 
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, "environment", "must be a mapping of NAME: value");
 		return;
 	}
-	if (mapping_check_dups(x, "environment", n))
+	if (cfgr_mapping_check_dups(x, "environment", n))
 		return;
 	for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *vn = yaml_document_get_node(x->doc, p->value);
-		const char *v = scalar(vn);
+		const char *v = cfgr_scalar(vn);
 		struct config_kv *kv;
 		bool resolved;
 		char key[300];
@@ -435,7 +117,7 @@ static void parse_environment(struct cfg_ctx *x, struct sbx_config *c, yaml_node
  * mounts and environment alike, reference §5.1), then the path rules. */
 static int get_mount_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, char **out)
 {
-	const char *s = scalar(n);
+	const char *s = cfgr_scalar(n);
 	bool resolved;
 	char *r;
 
@@ -450,7 +132,7 @@ static int get_mount_path(struct cfg_ctx *x, const char *key, yaml_node_t *n, ch
 	}
 	if (resolved && r[0] != '/')
 		cfg_fail(x, key, "must be an absolute path (got '%s' from %s)", r, s);
-	if (x->failed || check_abs_path(x, key, r)) {
+	if (x->failed || cfgr_check_abs_path(x, key, r)) {
 		free(r);
 		return -1;
 	}
@@ -550,7 +232,7 @@ static void check_mounts(struct cfg_ctx *x, const struct sbx_config *c)
 
 static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_SEQUENCE_NODE) {
 		cfg_fail(x, "mounts", "must be a list of {host_path, container_path, read_only}");
@@ -567,7 +249,7 @@ static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n
 			return;
 		}
 		for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top && !x->failed; p++) {
-			const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+			const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 			yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 			char sub[128];
 
@@ -577,7 +259,7 @@ static void parse_mounts(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n
 			else if (k && !strcmp(k, "container_path"))
 				get_mount_path(x, sub, v, &cm.container_path);
 			else if (k && !strcmp(k, "read_only"))
-				get_bool(x, sub, v, &cm.read_only);
+				cfgr_get_bool(x, sub, v, &cm.read_only);
 			else
 				log_warn("config", "%s: unknown key, ignored", sub);
 		}
@@ -605,16 +287,16 @@ static int parse_user(struct cfg_ctx *x, const char *key, yaml_node_t *v, long *
 	bool have_uid = false;
 
 	if (v->type != YAML_MAPPING_NODE)
-		return get_long(x, key, v, 1, 4294967294L, uid);
+		return cfgr_get_long(x, key, v, 1, 4294967294L, uid);
 	for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *val = yaml_document_get_node(x->doc, p->value);
 
 		snprintf(sub, sizeof(sub), "%s.%s", key, k ? k : "?");
 		if (k && !strcmp(k, "uid"))
-			have_uid = !get_long(x, sub, val, 1, 4294967294L, uid);
+			have_uid = !cfgr_get_long(x, sub, val, 1, 4294967294L, uid);
 		else if (k && !strcmp(k, "max_sandboxes"))
-			get_long(x, sub, val, 0, 100000, max);
+			cfgr_get_long(x, sub, val, 0, 100000, max);
 		else
 			log_warn("config", "%s: unknown key, ignored", sub);
 	}
@@ -627,32 +309,32 @@ static void parse_resources(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t
 {
 	struct config_resources *r = &c->res;
 
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, "resources", "must be a mapping {memory, cpus, pids, tmp_size, output}");
 		return;
 	}
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 		char key[128];
 		long l;
 
 		snprintf(key, sizeof(key), "resources.%s", k ? k : "?");
 		if (k && !strcmp(k, "memory"))
-			get_size(x, key, v, 16 << 20, &r->memory);
+			cfgr_get_size(x, key, v, 16 << 20, &r->memory);
 		else if (k && !strcmp(k, "tmp_size"))
-			get_size(x, key, v, 1 << 20, &r->tmp_size);
+			cfgr_get_size(x, key, v, 1 << 20, &r->tmp_size);
 		else if (k && !strcmp(k, "output"))
-			get_size(x, key, v, 1024, &r->output);
+			cfgr_get_size(x, key, v, 1024, &r->output);
 		else if (k && !strcmp(k, "pids")) {
-			if (!scalar_is_null(v) && scalar(v) && !strcmp(scalar(v), "0"))
+			if (!cfgr_scalar_is_null(v) && cfgr_scalar(v) && !strcmp(cfgr_scalar(v), "0"))
 				r->pids = 0;
-			else if (!get_long(x, key, v, 16, 4194304, &l))
+			else if (!cfgr_get_long(x, key, v, 16, 4194304, &l))
 				r->pids = (uint64_t)l;
 		} else if (k && !strcmp(k, "cpus"))
-			get_cpus(x, key, v, &r->cpus);
+			cfgr_get_cpus(x, key, v, &r->cpus);
 		else
 			log_warn("config", "%s: unknown key, ignored", key);
 	}
@@ -660,9 +342,9 @@ static void parse_resources(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t
 
 static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
-	const char *s = scalar(n);
+	const char *s = cfgr_scalar(n);
 
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (s) {
 		if (strcmp(s, "passwd")) {
@@ -676,10 +358,10 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 		cfg_fail(x, "users", "must be 'passwd' or a mapping of name: uid");
 		return;
 	}
-	if (mapping_check_dups(x, "users", n))
+	if (cfgr_mapping_check_dups(x, "users", n))
 		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 		char key[128];
 		long uid;
@@ -711,67 +393,27 @@ static void parse_users(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 	}
 }
 
-
+/* allow_domains: an exact domain (a.b) or a leading wildcard (*.b.c): a
+ * host name of names_host_canon's grammar, the proxy's, with two labels at
+ * least (no bare top-level domain).  d is lower case, without a trailing dot. */
 static bool domain_valid(const char *d)
 {
-	size_t n = strlen(d), label = 0;
-	const char *s = d;
-	int labels = 1;
+	char out[NAMES_HOST_MAX + 1];
+	const char *s = strncmp(d, "*.", 2) ? d : d + 2;
 
-	if (!strncmp(s, "*.", 2))
-		s += 2;
-	if (n == 0 || n > 253 || strchr(s, '*') || strstr(d, "://") || strchr(d, '/') || strchr(d, ':'))
-		return false;
-	for (const char *p = s; *p; p++) {
-		if (*p == '.') {
-			if (label == 0 || p[-1] == '-')
-				return false;
-			labels++;
-			label = 0;
-			continue;
-		}
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-')
-			return false;
-		if (label == 0 && *p == '-')
-			return false;
-		if (++label > 63)
-			return false;
-	}
-	if (label == 0 || labels < 2)
-		return false;
-	/* no IP literals: the last label must not be all digits */
-	const char *last = strrchr(s, '.');
-	return strspn(last + 1, "0123456789") != strlen(last + 1);
+	return names_host_canon(s, strlen(s), out) == NAMES_HOST_OK && strchr(out, '.') && !strcmp(out, s);
 }
 
-/* A host name for network.hosts: letters, digits, '-' and '_' in labels of
- * 1..63 characters, at most 253 in all, not an IP literal (the last label is
- * not all digits).  Lower-cased in place, a trailing dot removed. */
+/* A host name for network.hosts (names_host_canon's grammar: not an IP
+ * literal).  Lower-cased in place, a trailing dot removed. */
 static bool host_name_valid(char *h)
 {
-	size_t n = strlen(h), label = 0;
-	char *last = h;
+	char out[NAMES_HOST_MAX + 1];
 
-	if (n && h[n - 1] == '.')
-		h[--n] = '\0';
-	if (n == 0 || n > 253)
+	if (names_host_canon(h, strlen(h), out) != NAMES_HOST_OK)
 		return false;
-	for (char *p = h; *p; p++) {
-		if (*p >= 'A' && *p <= 'Z')
-			*p = (char)(*p + 32);
-		if (*p == '.') {
-			if (label == 0)
-				return false;
-			label = 0;
-			last = p + 1;
-			continue;
-		}
-		if (!(*p >= 'a' && *p <= 'z') && !(*p >= '0' && *p <= '9') && *p != '-' && *p != '_')
-			return false;
-		if (++label > 63)
-			return false;
-	}
-	return label > 0 && strspn(last, "0123456789") != strlen(last);
+	memcpy(h, out, strlen(out) + 1); /* never longer than h */
+	return true;
 }
 
 static int add_host_addr(struct cfg_ctx *x, const char *key, struct config_host *h, const char *a)
@@ -799,16 +441,16 @@ static int add_host_addr(struct cfg_ctx *x, const char *key, struct config_host 
 /* network.hosts: {name: address | [address, ...]} */
 static void parse_net_hosts(struct cfg_ctx *x, struct sbx_config *c, const char *key, yaml_node_t *n)
 {
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, key, "must be a mapping of host name: address (or a list of addresses)");
 		return;
 	}
-	if (mapping_check_dups(x, key, n))
+	if (cfgr_mapping_check_dups(x, key, n))
 		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 		struct config_host *hs, *h;
 		char name[256], sub[300];
@@ -838,30 +480,30 @@ static void parse_net_hosts(struct cfg_ctx *x, struct sbx_config *c, const char 
 		c->n_net_hosts++;
 		if (v->type == YAML_SEQUENCE_NODE) {
 			for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++)
-				if (add_host_addr(x, sub, h, scalar(yaml_document_get_node(x->doc, *it))))
+				if (add_host_addr(x, sub, h, cfgr_scalar(yaml_document_get_node(x->doc, *it))))
 					return;
 			if (!h->n_addrs)
 				cfg_fail(x, sub, "needs at least one address");
 		} else {
-			add_host_addr(x, sub, h, scalar(v));
+			add_host_addr(x, sub, h, cfgr_scalar(v));
 		}
 	}
 }
 
 static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, "network", "must be a mapping");
 		return;
 	}
-	if (mapping_check_dups(x, "network", n))
+	if (cfgr_mapping_check_dups(x, "network", n))
 		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
-		const char *s = scalar(v);
+		const char *s = cfgr_scalar(v);
 		char key[128];
 
 		snprintf(key, sizeof(key), "network.%s", k ? k : "?");
@@ -884,18 +526,18 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 			else
 				cfg_fail(x, key, "must be prompt or deny (got '%s')", s ? s : "?");
 		} else if (!strcmp(k, "temporary_grant_ttl")) {
-			get_long(x, key, v, 30, 3600, &c->temporary_grant_ttl);
+			cfgr_get_long(x, key, v, 30, 3600, &c->temporary_grant_ttl);
 		} else if (!strcmp(k, "approval_wait")) {
-			get_long(x, key, v, 0, 3600, &c->approval_wait);
+			cfgr_get_long(x, key, v, 0, 3600, &c->approval_wait);
 		} else if (!strcmp(k, "allow_domains")) {
-			if (scalar_is_null(v))
+			if (cfgr_scalar_is_null(v))
 				continue;
 			if (v->type != YAML_SEQUENCE_NODE) {
 				cfg_fail(x, key, "must be a list of domains");
 				continue;
 			}
 			for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
-				const char *d = scalar(yaml_document_get_node(x->doc, *it));
+				const char *d = cfgr_scalar(yaml_document_get_node(x->doc, *it));
 				char low[256];
 				size_t i;
 
@@ -930,7 +572,7 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 		} else if (!strcmp(k, "hosts")) {
 			parse_net_hosts(x, c, key, v);
 		} else if (!strcmp(k, "allow_private_destinations")) {
-			get_bool(x, key, v, &c->allow_private);
+			cfgr_get_bool(x, key, v, &c->allow_private);
 		} else if (!strcmp(k, "proxy_image")) {
 			/* DeerFlow's sidecar image: sbxfs serves the proxy itself */
 		} else {
@@ -941,16 +583,16 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 
 static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *sect, yaml_node_t *n)
 {
-	if (scalar_is_null(n))
+	if (cfgr_scalar_is_null(n))
 		return;
 	if (n->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, sect, "must be a mapping");
 		return;
 	}
-	if (mapping_check_dups(x, sect, n))
+	if (cfgr_mapping_check_dups(x, sect, n))
 		return;
 	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
 		char key[128];
 
@@ -958,26 +600,26 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 		if (!k)
 			cfg_fail(x, sect, "keys must be strings");
 		else if (!strcmp(sect, "skills") && !strcmp(k, "container_path")) {
-			if (!get_abs_path(x, key, v, &c->skills_container_path) &&
+			if (!cfgr_get_abs_path(x, key, v, &c->skills_container_path) &&
 			    (!strcmp(c->skills_container_path, "/") ||
 				    !strncmp(c->skills_container_path, "/mnt/user-data", 14)))
 				cfg_fail(x, key, "must not be / or overlap /mnt/user-data (got '%s')",
 					c->skills_container_path);
 		} else if (!strcmp(sect, "skills") && !strcmp(k, "path"))
-			get_abs_path(x, key, v, &c->skills_path);
+			cfgr_get_abs_path(x, key, v, &c->skills_path);
 		else if (!strcmp(sect, "skills") && !strcmp(k, "max_file_size"))
-			get_size(x, key, v, 1, &c->skills_max_file_size);
+			cfgr_get_size(x, key, v, 1, &c->skills_max_file_size);
 		else if (!strcmp(sect, "skills") && !strcmp(k, "max_total_size"))
-			get_size(x, key, v, 1, &c->skills_max_total_size);
+			cfgr_get_size(x, key, v, 1, &c->skills_max_total_size);
 		else if (!strcmp(sect, "remote_files") && !strcmp(k, "cache_size"))
-			get_size(x, key, v, 16ULL << 20, &c->rfiles_cache_max);
+			cfgr_get_size(x, key, v, 16ULL << 20, &c->rfiles_cache_max);
 		else if (!strcmp(sect, "snapshots") && !strcmp(k, "max_per_thread")) {
 			long n;
-			if (!get_long(x, key, v, 1, 4096, &n))
+			if (!cfgr_get_long(x, key, v, 1, 4096, &n))
 				c->snapshots_max = (unsigned)n;
 		} else if (!strcmp(sect, "skills") && !strcmp(k, "max_files")) {
 			long n;
-			if (!get_long(x, key, v, 0, 1000000, &n))
+			if (!cfgr_get_long(x, key, v, 0, 1000000, &n))
 				c->skills_max_files = (uint64_t)n;
 		}
 		else
@@ -988,7 +630,7 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 /* `use`: a provider built into this binary, by name or DeerFlow class path. */
 static void parse_use(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *v)
 {
-	const char *s = scalar(v), *canon = s && hooks ? hooks->canonical(s) : s;
+	const char *s = cfgr_scalar(v), *canon = s && hooks ? hooks->canonical(s) : s;
 
 	if (!canon) {
 		cfg_fail(x, "use", "must name a provider built into this sbxfs: %s, or a DeerFlow class path (got '%s')",
@@ -1015,40 +657,40 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 	if (hooks && hooks->key(x, c, k, (struct cfg_node *)v))
 		return; /* the selected provider's own key */
 	if (!strcmp(k, "state_dir"))
-		get_abs_path(x, k, v, &c->state_dir);
+		cfgr_get_abs_path(x, k, v, &c->state_dir);
 	else if (!strcmp(k, "replicas")) {
-		if (!get_long(x, k, v, 1, 100000, &l))
+		if (!cfgr_get_long(x, k, v, 1, 100000, &l))
 			c->replicas = (int)l;
 	} else if (!strcmp(k, "idle_timeout")) {
-		if (!scalar_is_null(v)) /* null: DeerFlow's default, 600 */
-			get_seconds(x, k, v, 0, 365L * 86400, true, &c->idle_timeout);
+		if (!cfgr_scalar_is_null(v)) /* null: DeerFlow's default, 600 */
+			cfgr_get_seconds(x, k, v, 0, 365L * 86400, true, &c->idle_timeout);
 	} else if (!strcmp(k, "idle_check_interval"))
-		get_seconds(x, k, v, 1, 86400, false, &c->idle_check_interval);
+		cfgr_get_seconds(x, k, v, 1, 86400, false, &c->idle_check_interval);
 	else if (!strcmp(k, "bash_command_timeout"))
-		get_seconds(x, k, v, 1, 7L * 86400, true, &c->bash_command_timeout);
+		cfgr_get_seconds(x, k, v, 1, 7L * 86400, true, &c->bash_command_timeout);
 	else if (!strcmp(k, "ready_timeout"))
-		get_seconds(x, k, v, 1, 3600, false, &c->ready_timeout);
+		cfgr_get_seconds(x, k, v, 1, 3600, false, &c->ready_timeout);
 	else if (!strcmp(k, "request_timeout"))
-		get_seconds(x, k, v, 1, 3600, false, &c->request_timeout);
+		cfgr_get_seconds(x, k, v, 1, 3600, false, &c->request_timeout);
 	else if (!strcmp(k, "sandbox_timeout"))
-		get_seconds(x, k, v, 0, 30L * 86400, false, &c->sandbox_timeout);
+		cfgr_get_seconds(x, k, v, 0, 30L * 86400, false, &c->sandbox_timeout);
 	else if (!strcmp(k, "auto_start")) {
-		if (!scalar_is_null(v))
-			get_bool(x, k, v, &c->auto_start);
+		if (!cfgr_scalar_is_null(v))
+			cfgr_get_bool(x, k, v, &c->auto_start);
 	} else if (!strcmp(k, "port")) {
 		/* DeerFlow's AioSandboxProvider publishes each container's API on
 		 * a host port counted from `port`; sbxfs publishes none */
-		if (!scalar_is_null(v))
+		if (!cfgr_scalar_is_null(v))
 			cfg_fail(x, k, "sbxfs publishes no host port for a sandbox: it reaches each container's API "
 				       "inside the container's network namespace, so DeerFlow's base port has no use "
 				       "here; remove it (aio.port is the port the AIO server listens on inside its container)");
 	}
 	else if (!strcmp(k, "allow_other"))
-		get_bool(x, k, v, &c->allow_other);
+		cfgr_get_bool(x, k, v, &c->allow_other);
 	else if (!strcmp(k, "keep_on_exit"))
-		get_bool(x, k, v, &c->keep_on_exit);
+		cfgr_get_bool(x, k, v, &c->keep_on_exit);
 	else if (!strcmp(k, "use_server_proxy"))
-		get_bool(x, k, v, &c->use_server_proxy);
+		cfgr_get_bool(x, k, v, &c->use_server_proxy);
 	else if (!strcmp(k, "environment"))
 		parse_environment(x, c, v);
 	else if (!strcmp(k, "mounts"))
@@ -1062,23 +704,23 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files") || !strcmp(k, "snapshots"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
-		get_str(x, k, v, &c->image);
+		cfgr_get_str(x, k, v, &c->image);
 	else if (!strcmp(k, "container_prefix")) {
-		if (!get_str(x, k, v, &c->container_prefix) && !names_valid(c->container_prefix))
+		if (!cfgr_get_str(x, k, v, &c->container_prefix) && !names_valid(c->container_prefix))
 			cfg_fail(x, k, "must match ^[A-Za-z0-9_-]{1,64}$");
 	} else if (!strcmp(k, "base_url"))
-		get_str(x, k, v, &c->base_url);
+		cfgr_get_str(x, k, v, &c->base_url);
 	else if (!strcmp(k, "api_key")) {
-		if (!get_str(x, k, v, &c->api_key)) {
+		if (!cfgr_get_str(x, k, v, &c->api_key)) {
 			bool resolved;
 			char *r = resolve_var(c->api_key, &resolved);
 			free(c->api_key);
 			c->api_key = r;
 		}
 	} else if (!strcmp(k, "domain"))
-		get_str(x, k, v, &c->domain);
+		cfgr_get_str(x, k, v, &c->domain);
 	else if (!strcmp(k, "protocol")) {
-		if (!get_str(x, k, v, &c->protocol) && strcmp(c->protocol, "http") && strcmp(c->protocol, "https"))
+		if (!cfgr_get_str(x, k, v, &c->protocol) && strcmp(c->protocol, "http") && strcmp(c->protocol, "https"))
 			cfg_fail(x, k, "must be http or https (got '%s')", c->protocol);
 	} else if (hooks && hooks->known(k)) {
 		log_debug("config", "%s: a key of another provider, not used by %s", k, c->use);
@@ -1126,7 +768,7 @@ static void config_defaults(struct sbx_config *c)
 static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char *key)
 {
 	for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		if (k && !strcmp(k, key))
 			return yaml_document_get_node(x->doc, p->value);
 	}
@@ -1150,20 +792,20 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 {
 	yaml_node_t *sandbox, *use;
 
-	if (mapping_check_dups(x, NULL, root))
+	if (cfgr_mapping_check_dups(x, NULL, root))
 		return;
 	sandbox = mapping_get(x, root, "sandbox");
 	if (sandbox && sandbox->type != YAML_MAPPING_NODE) {
 		cfg_fail(x, "sandbox", "must be a mapping");
 		return;
 	}
-	if (sandbox && mapping_check_dups(x, "sandbox", sandbox))
+	if (sandbox && cfgr_mapping_check_dups(x, "sandbox", sandbox))
 		return;
 	/* the provider first: its own keys may come before `use` */
 	use = sandbox ? mapping_get(x, sandbox, "use") : NULL;
 	if (!use)
 		use = mapping_get(x, root, "use");
-	if (use && scalar(use) && !strcmp(scalar(use), CONFIG_DEERFLOW_PACKAGE_CLASS))
+	if (use && cfgr_scalar(use) && !strcmp(cfgr_scalar(use), CONFIG_DEERFLOW_PACKAGE_CLASS))
 		/* DeerFlow runs on this mount through the package (python/): the
 		 * one config.yaml serves both, and sbxfs's own provider is
 		 * `provider` beside it (local when absent) */
@@ -1171,7 +813,7 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 	if (use)
 		parse_use(x, c, use);
 	for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 
 		if (!k) {
 			cfg_fail(x, "(top level)", "keys must be strings");
@@ -1183,7 +825,7 @@ static void walk_top(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *root)
 	}
 	for (yaml_node_pair_t *p = sandbox ? sandbox->data.mapping.pairs.start : NULL;
 		sandbox && p < sandbox->data.mapping.pairs.top && !x->failed; p++) {
-		const char *k = scalar(yaml_document_get_node(x->doc, p->key));
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
 		if (k)
 			parse_key(x, c, k, yaml_document_get_node(x->doc, p->value));
 	}
@@ -1224,7 +866,7 @@ struct sbx_config *config_parse(const char *name, const char *text, size_t len, 
 	have_doc = 1;
 	x.doc = &doc;
 	root = yaml_document_get_root_node(&doc);
-	if (root && !(root->type == YAML_SCALAR_NODE && scalar_is_null(root))) {
+	if (root && !(root->type == YAML_SCALAR_NODE && cfgr_scalar_is_null(root))) {
 		if (root->type != YAML_MAPPING_NODE) {
 			snprintf(err, errlen, "%s: the top level must be a mapping", name);
 			goto fail;

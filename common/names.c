@@ -5,7 +5,9 @@
  */
 #include "names.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <fnmatch.h>
 #include <string.h>
 
@@ -97,4 +99,58 @@ bool names_secret_like(const char *key)
 		if (!fnmatch(globs[i], up, 0))
 			return true;
 	return false;
+}
+
+/* ---- host names ------------------------------------------------------------------ */
+
+static bool label_numeric(const char *s, size_t n)
+{
+	if (n >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		return true; /* hex, as inet_aton reads it */
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	return n > 0;
+}
+
+enum names_host names_host_canon(const char *in, size_t len, char out[NAMES_HOST_MAX + 1])
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+	size_t label = 0, last = 0;
+
+	if (len && in[len - 1] == '.')
+		len--;
+	if (len == 0 || len > NAMES_HOST_MAX)
+		return NAMES_HOST_INVALID;
+	if (in[0] == '[' || memchr(in, ':', len))
+		return NAMES_HOST_IP_LITERAL; /* an IPv6 literal, bracketed or not */
+	for (size_t i = 0; i < len; i++) {
+		char c = in[i];
+
+		if (c >= 'A' && c <= 'Z')
+			c = (char)(c + 32);
+		out[i] = c;
+		if (c == '.') {
+			if (label == 0)
+				return NAMES_HOST_INVALID;
+			label = 0;
+			last = i + 1;
+			continue;
+		}
+		if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '-' && c != '_')
+			return NAMES_HOST_INVALID;
+		if (++label > 63)
+			return NAMES_HOST_INVALID;
+	}
+	out[len] = '\0';
+	if (label == 0)
+		return NAMES_HOST_INVALID;
+	if (inet_aton(out, &a4) || inet_pton(AF_INET6, out, &a6) == 1 || label_numeric(out + last, len - last))
+		return NAMES_HOST_IP_LITERAL;
+	/* no label may start or end with '-' */
+	for (size_t i = 0; i < len; i++)
+		if (out[i] == '-' && (i == 0 || out[i - 1] == '.' || i + 1 == len || out[i + 1] == '.'))
+			return NAMES_HOST_INVALID;
+	return NAMES_HOST_OK;
 }

@@ -8,6 +8,10 @@
  * contract: container names, state directories and remote metadata derive
  * from it, so changing it orphans every sandbox.
  * names_env_key_valid(): ^[A-Za-z_][A-Za-z0-9_]*$ (POSIX environment names).
+ * names_host_canon(): the one grammar of a DNS host name, used by the
+ * configuration (network.hosts, allow_domains) and by the approval proxy
+ * (net/policy.c), so what the configuration accepts is what the proxy
+ * matches.
  */
 #ifndef SBX_NAMES_H
 #define SBX_NAMES_H
@@ -19,6 +23,20 @@
 #define SCOPE_TOKEN_LEN 16
 /* "<user>/<thread>" and a NUL */
 #define NAMES_SCOPE_MAX (2 * NAME_MAX_LEN + 2)
+#define NAMES_HOST_MAX 253
+
+enum names_host {
+	NAMES_HOST_OK = 0,
+	NAMES_HOST_INVALID,    /* not a DNS name */
+	NAMES_HOST_IP_LITERAL, /* an address, in any spelling inet_aton or inet_pton reads */
+};
+
+/* Canonicalise the len bytes at in into out (lower case, a trailing dot
+ * removed): labels of 1..63 letters, digits, '-' (not first or last) and
+ * '_', 253 bytes in all.  NAMES_HOST_OK, or why the host is refused (an IPv6
+ * literal, bracketed or not, "127.1", "0x7f.1" and "2130706433" are
+ * IP literals). */
+enum names_host names_host_canon(const char *in, size_t len, char out[NAMES_HOST_MAX + 1]);
 
 bool names_valid(const char *name);
 bool names_env_key_valid(const char *key);

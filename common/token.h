@@ -29,7 +29,7 @@
  *
  * Thread-safe: token_cancel may be called from any thread (libfuse calls
  * interrupt callbacks with the request's lock held: token_cancel takes
- * t->lock after it, so the order is the FUSE request's lock -> t->lock).
+ * t->lock after it; the order is in docs/architecture.md, "Lock order").
  */
 #ifndef SBX_TOKEN_H
 #define SBX_TOKEN_H

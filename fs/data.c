@@ -53,6 +53,7 @@
 #include "../common/layout.h"
 #include "../skills/skills.h"
 #include "data.h"
+#include "dlock.h"
 #include "handle.h"
 #include "nodefd.h"
 
@@ -1310,6 +1311,7 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if ((fi->flags & O_ACCMODE) != O_RDONLY)
 		data_skills_changed(n, 0); /* a closed written file */
 	data_handle_close(req, n, fi);
+	dlock_released(); /* the file's flock, if it held one, is gone */
 	fuse_reply_err(req, 0);
 }
 
@@ -1558,51 +1560,12 @@ static void data_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, 
 	fuse_reply_err(req, fallocate(data_fd(fi), mode, off, len) ? errno : 0);
 }
 
-/* flock(2) on a data file is the host's flock, shared with the sandbox.  A
- * blocking flock must not hold a worker for as long as a job keeps the lock
- * (32 callers waiting on a job's lock would wedge the mount), so the lock
- * is tried without blocking and then polled every 10 ms by at most
- * DATA_LOCK_WAITERS workers at once (more waiters: ENOLCK), each ending when
- * the lock is taken, the caller is interrupted (EINTR) or the session ends.
- * (POSIX fcntl locks are not implemented here: the kernel keeps them for the
- * mount alone.) */
-#define DATA_LOCK_WAITERS 16
-#define DATA_LOCK_POLL_US 10000
-static int data_lock_waiters; /* atomic */
-
+/* flock(2) on a data file is the host's flock, shared with the sandbox; a
+ * wait is parked, holding no worker (dlock.c).  (POSIX fcntl locks are not
+ * implemented here: the kernel keeps them for the mount alone.) */
 static void data_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
 {
-	int fd = data_fd(fi), err;
-
-	(void)ino;
-	if (!flock(fd, op | LOCK_NB))
-		return (void)fuse_reply_err(req, 0);
-	err = errno;
-	if (err != EWOULDBLOCK || (op & LOCK_NB))
-		return (void)fuse_reply_err(req, err);
-	if (__atomic_add_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED) > DATA_LOCK_WAITERS) {
-		__atomic_sub_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED);
-		log_warn(dnode(ino)->view->sbx->token, "flock: %d callers already wait for locks: ENOLCK",
-			DATA_LOCK_WAITERS);
-		return (void)fuse_reply_err(req, ENOLCK);
-	}
-	for (;;) {
-		usleep(DATA_LOCK_POLL_US);
-		if (fuse_req_interrupted(req) || fuse_session_exited(fs.se)) {
-			err = EINTR;
-			break;
-		}
-		if (!flock(fd, op | LOCK_NB)) {
-			err = 0;
-			break;
-		}
-		if (errno != EWOULDBLOCK) {
-			err = errno;
-			break;
-		}
-	}
-	__atomic_sub_fetch(&data_lock_waiters, 1, __ATOMIC_RELAXED);
-	fuse_reply_err(req, err);
+	dlock_flock(req, data_fd(fi), op, dnode(ino)->view->sbx->token);
 }
 
 /* xattrs go through /proc/self/fd/N of the node's O_PATH fd; symlinks

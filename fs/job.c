@@ -1,19 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * job.c - the job state machine (see job.h): files on the host, start
- * through the provider, supervision, result decoding, kill escalation,
- * reattachment after a restart.
+ * job.c - the job state machine (see job.h): files on the host, the
+ * registry, start through the provider, result decoding, signals,
+ * reattachment after a restart.  Supervision (the event thread: exits,
+ * output growth, kill escalation) is jobwatch.c's.
  *
  * Why the provider, not the daemon, records the result: a job outlives a
  * crashed daemon (the local supervisor, a remote exec) and still reports its
  * end; the daemon only watches the provider's pollable handle and decodes
  * job_dir/result in one checked decoder (job_decode_result).
- *
- * Why one event thread: it only waits (epoll) and does short work per
- * event; the slow calls (start, reattach) run on work threads.
- */
+ * */
 #define _GNU_SOURCE
 #include "job.h"
+#include "job_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,9 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,47 +30,12 @@
 #include "../common/util.h"
 #include "work.h"
 
-#define JOB_KILL_GRACE_MS 2000
-#define JOB_SCOPE_MAX (3 * NAME_MAX_LEN + sizeof("//jobs/"))
-#define WD_BUCKETS 256
-
 static const char *job_state_names[] = { "created", "starting", "running", "exited", "killed", "timed_out", "lost",
 	"failed" };
-static const char *stream_files[] = { "stdout", "stderr" };
+const char *const job_stream_files[2] = { "stdout", "stderr" };
 
-struct job {
-	int refs; /* atomic: registry + nodes + handles + work items + the event thread */
-	char name[NAME_MAX_LEN + 1];
-	char *dir;
-	char scope[JOB_SCOPE_MAX];
-	struct sbx *sbx; /* referenced */
-	struct park_queue q;
-	pthread_mutex_t lock;
-	/* protected by lock: */
-	enum job_state state;
-	bool reattaching;          /* a work item is looking for it after a restart */
-	int cmd_writers;           /* open cmd handles */
-	struct sbx_exec *exec;     /* while running (and until a pending kill escalation) */
-	bool watched;              /* exec->fd in the epoll set (holds a ref) */
-	int wd[2];                 /* inotify watches on stdout, stderr */
-	uint64_t kill_deadline_ms; /* escalate to SIGKILL then; 0 = none */
-	int signalling;            /* ctl writes inside sbx_exec_signal() on exec; while any is,
-	                            * exec is never freed (a provider's signal may take a while) */
-	struct sbx_exec *retired;  /* an exec that ended while signalled: the last signaller frees it */
-	bool removed;
-	/* protected by jobs_lock: */
-	struct job *next;     /* registry */
-	struct job *wd_next[2]; /* wd map chains */
-};
-
-static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct job *jobs;                  /* protected by jobs_lock */
-static struct job *wd_map[WD_BUCKETS][2]; /* protected by jobs_lock: inotify wd -> job */
-static int ev_epoll = -1, ev_inotify = -1, ev_kick = -1;
-static pthread_t ev_thread;
-static bool ev_running;
-static volatile int ev_stop;
-static void (*job_on_end)(struct sbx *s);
+struct lock jobs_lock = LOCK_INIT;
+struct job *jobs; /* protected by jobs_lock */
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
@@ -87,8 +48,7 @@ void job_put(struct job *j)
 {
 	if (!j || __atomic_sub_fetch(&j->refs, 1, __ATOMIC_ACQ_REL) > 0)
 		return;
-	sbx_exec_free(j->exec);
-	sbx_exec_free(j->retired);
+	sbx_exec_put(j->exec);
 	park_queue_destroy(&j->q);
 	pthread_mutex_destroy(&j->lock);
 	pool_put(j->sbx);
@@ -106,15 +66,7 @@ static void job_put_void(void *j)
 	job_put(j);
 }
 
-static void kick(void)
-{
-	uint64_t one = 1;
-
-	if (write(ev_kick, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_warn("jobs", "cannot wake the event thread: %s", strerror(errno));
-}
-
-static int job_path(struct job *j, const char *file, struct buf *b)
+int job_path(struct job *j, const char *file, struct buf *b)
 {
 	return buf_addf(b, "%s/%s", j->dir, file);
 }
@@ -199,17 +151,6 @@ static void job_set_state_locked(struct job *j, enum job_state st)
 	j->state = st;
 }
 
-/* Caller holds j->lock and has taken x out of j->exec: x, or NULL when a
- * ctl writer is still signalling it (that writer frees it, job_signal_done). */
-static struct sbx_exec *job_retire_locked(struct job *j, struct sbx_exec *x)
-{
-	if (x && j->signalling) {
-		j->retired = x;
-		return NULL;
-	}
-	return x;
-}
-
 /* ---- the result --------------------------------------------------------------------- */
 
 struct job_result {
@@ -246,9 +187,7 @@ static bool job_decode_result(struct job *j, struct job_result *r)
 	return ok;
 }
 
-/* Record how a job ended when its provider could not (state "lost" or
- * "failed", exit 255, the cause). */
-static void job_record_end(struct job *j, const char *state, const char *why)
+void job_record_end(struct job *j, const char *state, const char *why)
 {
 	json_t *o = json_pack("{s:s,s:i,s:i,s:f,s:s}", "state", state, "exit", 255, "signal", 0, "ended_at",
 		util_wall_now(), "error", why);
@@ -260,8 +199,7 @@ static void job_record_end(struct job *j, const char *state, const char *why)
 	json_decref(o);
 }
 
-/* Caller holds j->lock.  Take the recorded result as the final state. */
-static void job_take_result_locked(struct job *j)
+void job_take_result_locked(struct job *j)
 {
 	struct job_result r;
 
@@ -272,322 +210,46 @@ static void job_take_result_locked(struct job *j)
 	job_set_state_locked(j, r.state);
 }
 
-/* ---- watching ---------------------------------------------------------------------------- */
-
-static unsigned wd_hash(int wd)
-{
-	return (unsigned)wd % WD_BUCKETS;
-}
-
-/* Caller holds jobs_lock. */
-static void wd_map_add_locked(struct job *j, int i)
-{
-	unsigned h = wd_hash(j->wd[i]);
-
-	j->wd_next[i] = wd_map[h][i];
-	wd_map[h][i] = j;
-}
-
-/* Caller holds jobs_lock. */
-static void wd_map_del_locked(struct job *j, int i)
-{
-	for (struct job **pp = &wd_map[wd_hash(j->wd[i])][i]; *pp; pp = &(*pp)->wd_next[i])
-		if (*pp == j) {
-			*pp = j->wd_next[i];
-			return;
-		}
-}
-
-/* Watch a running job: its exec fd and its output files. */
-static int job_watch(struct job *j)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = j };
-	int err = 0;
-
-	pthread_mutex_lock(&jobs_lock);
-	pthread_mutex_lock(&j->lock);
-	for (int i = 0; i < 2; i++) {
-		struct buf p = BUF_INIT(BUF_CAP_PATH);
-		if (!job_path(j, stream_files[i], &p)) {
-			int fd = open(p.ptr, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-			if (fd >= 0)
-				close(fd);
-			j->wd[i] = inotify_add_watch(ev_inotify, p.ptr, IN_MODIFY | IN_CLOSE_WRITE);
-			if (j->wd[i] >= 0)
-				wd_map_add_locked(j, i);
-		}
-		buf_free(&p);
-	}
-	job_ref(j); /* the epoll set's */
-	if (!j->exec || epoll_ctl(ev_epoll, EPOLL_CTL_ADD, j->exec->fd, &ev)) {
-		err = j->exec ? errno : ESRCH;
-		__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED); /* cannot be the last */
-	} else {
-		j->watched = true;
-	}
-	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
-	return err;
-}
-
-/* Caller holds jobs_lock and j->lock. */
-static void job_unwatch_locked(struct job *j);
-
-/* A started job nobody can watch would run unseen and never end for its
- * readers: end it now, with the cause as its result. */
-static void job_fail_unwatched(struct job *j, int err)
-{
-	struct sbx_exec *x;
-	char why[128];
-
-	log_err(j->scope, "cannot watch the job (%s): ending it", strerror(err));
-	pthread_mutex_lock(&jobs_lock);
-	pthread_mutex_lock(&j->lock);
-	job_unwatch_locked(j);
-	x = j->exec;
-	j->exec = NULL;
-	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
-	if (x) {
-		sbx_exec_signal(x, SIGKILL);
-		sbx_exec_finish(x);
-		pthread_mutex_lock(&j->lock);
-		x = job_retire_locked(j, x);
-		pthread_mutex_unlock(&j->lock);
-		sbx_exec_free(x);
-	}
-	snprintf(why, sizeof(why), "the daemon could not watch the job: %s", strerror(err));
-	job_record_end(j, "failed", why);
-	pthread_mutex_lock(&j->lock);
-	job_take_result_locked(j);
-	pthread_mutex_unlock(&j->lock);
-}
-
-/* Caller holds jobs_lock and j->lock. */
-static void job_unwatch_locked(struct job *j)
-{
-	for (int i = 0; i < 2; i++)
-		if (j->wd[i] >= 0) {
-			wd_map_del_locked(j, i);
-			inotify_rm_watch(ev_inotify, j->wd[i]);
-			j->wd[i] = -1;
-		}
-}
-
-/* Event thread: the job's exec fd is readable: it has ended. */
-static void job_on_exit(struct job *j)
-{
-	struct sbx_exec *x;
-	bool drop;
-
-	pthread_mutex_lock(&j->lock);
-	x = j->exec;
-	drop = j->watched;
-	j->watched = false;
-	if (x)
-		epoll_ctl(ev_epoll, EPOLL_CTL_DEL, x->fd, NULL);
-	pthread_mutex_unlock(&j->lock);
-	if (x)
-		sbx_exec_finish(x); /* reap, make sure a result exists */
-	/* what the job changed must show before anyone can learn it has ended:
-	 * before the result is taken (a read of exit that does not wait sees it
-	 * from then on), not only before the waiting readers are woken */
-	if (job_on_end)
-		job_on_end(j->sbx);
-	pthread_mutex_lock(&jobs_lock);
-	pthread_mutex_lock(&j->lock);
-	job_unwatch_locked(j);
-	job_take_result_locked(j);
-	if (!j->kill_deadline_ms) {
-		j->exec = NULL; /* freed below, outside the lock */
-		x = job_retire_locked(j, x);
-	} else {
-		x = NULL; /* kept: the escalation still ends what the job left behind */
-	}
-	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
-	log_info(j->scope, "job ended: %s", job_state_name(job_state(j)));
-	sbx_exec_free(x);
-	park_wake(&j->q);
-	if (drop)
-		job_put(j);
-}
-
-/* Event thread: output of one of the watched jobs grew. */
-static void job_on_inotify(void)
-{
-	char ibuf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-	struct job *woken[64];
-	int n = 0;
-	ssize_t len;
-
-	while ((len = read(ev_inotify, ibuf, sizeof(ibuf))) > 0) {
-		pthread_mutex_lock(&jobs_lock);
-		for (char *p = ibuf; p < ibuf + len;) {
-			struct inotify_event *e = (struct inotify_event *)p;
-			for (int i = 0; i < 2 && n < 64; i++)
-				for (struct job *j = wd_map[wd_hash(e->wd)][i]; j; j = j->wd_next[i])
-					if (j->wd[i] == e->wd) {
-						bool seen = false;
-						for (int k = 0; k < n; k++)
-							seen |= woken[k] == j;
-						if (!seen) {
-							job_ref(j);
-							woken[n++] = j;
-						}
-					}
-			p += sizeof(*e) + e->len;
-		}
-		pthread_mutex_unlock(&jobs_lock);
-		for (int k = 0; k < n; k++) {
-			park_wake(&woken[k]->q);
-			job_put(woken[k]);
-		}
-		n = 0;
-	}
-}
-
-/* Event thread: send SIGKILL to jobs whose grace period is over; *timeout_ms
- * becomes the wait until the next deadline. */
-static void job_escalate(uint64_t now, int *timeout_ms)
-{
-	struct job *due[64];
-	int n = 0;
-
-	pthread_mutex_lock(&jobs_lock);
-	for (struct job *j = jobs; j && n < 64; j = j->next) {
-		pthread_mutex_lock(&j->lock);
-		if (j->kill_deadline_ms && j->kill_deadline_ms <= now) {
-			j->kill_deadline_ms = 0;
-			job_ref(j);
-			due[n++] = j;
-		} else if (j->kill_deadline_ms) {
-			int left = (int)(j->kill_deadline_ms - now);
-			if (*timeout_ms < 0 || left < *timeout_ms)
-				*timeout_ms = left;
-		}
-		pthread_mutex_unlock(&j->lock);
-	}
-	pthread_mutex_unlock(&jobs_lock);
-	for (int i = 0; i < n; i++) {
-		struct job *j = due[i];
-		struct sbx_exec *x, *done = NULL;
-
-		pthread_mutex_lock(&j->lock);
-		x = j->exec;
-		if (x && job_state_ended(j->state)) {
-			done = job_retire_locked(j, x); /* the job ended during the grace period */
-			j->exec = NULL;
-		}
-		pthread_mutex_unlock(&j->lock);
-		if (x) {
-			log_info(j->scope, "kill: SIGKILL to whatever of the job runs %d ms after SIGTERM",
-				JOB_KILL_GRACE_MS);
-			sbx_exec_signal(x, SIGKILL);
-		}
-		sbx_exec_free(done);
-		job_put(j);
-	}
-}
-
-static void *job_main(void *arg)
-{
-	struct epoll_event evs[32];
-
-	(void)arg;
-	while (!ev_stop) {
-		int timeout = -1, n;
-
-		job_escalate(util_now_ms(), &timeout);
-		n = epoll_wait(ev_epoll, evs, 32, timeout);
-		for (int i = 0; i < n; i++) {
-			if (evs[i].data.ptr == &ev_kick) {
-				uint64_t v;
-				if (read(ev_kick, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					log_warn("jobs", "eventfd: %s", strerror(errno));
-			} else if (evs[i].data.ptr == &ev_inotify) {
-				job_on_inotify();
-			} else {
-				job_on_exit(evs[i].data.ptr);
-			}
-		}
-	}
-	return NULL;
-}
-
 int job_init(void (*on_end)(struct sbx *s))
 {
-	struct epoll_event ev = { .events = EPOLLIN };
-
-	job_on_end = on_end;
-	ev_epoll = epoll_create1(EPOLL_CLOEXEC);
-	ev_inotify = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-	if (ev_inotify < 0 && errno == EMFILE) {
-		/* per-user, not per-process: every pasta of an open sandbox
-		 * holds one of root's (docs/network.md) */
-		log_err("job", "inotify_init1: %s: the user's inotify instances are used up "
-			"(sysctl fs.inotify.max_user_instances)", strerror(errno));
-		errno = EMFILE;
-	}
-	ev_kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (ev_epoll < 0 || ev_inotify < 0 || ev_kick < 0)
-		return errno;
-	ev.data.ptr = &ev_kick;
-	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, ev_kick, &ev))
-		return errno;
-	ev.data.ptr = &ev_inotify;
-	if (epoll_ctl(ev_epoll, EPOLL_CTL_ADD, ev_inotify, &ev))
-		return errno;
-	int err = pthread_create(&ev_thread, NULL, job_main, NULL);
-	if (err)
-		return err;
-	ev_running = true;
-	return 0;
+	return jobwatch_start(on_end);
 }
 
 void job_shutdown(void)
 {
 	struct job *j;
 
-	if (ev_running) {
-		ev_stop = 1;
-		kick();
-		pthread_join(ev_thread, NULL);
-		ev_running = false;
-		ev_stop = 0;
-	}
+	jobwatch_stop();
 	/* Answer every parked request: the session is ending.  Jobs still
 	 * running go on (their provider records the result). */
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	while ((j = jobs)) {
 		struct sbx_exec *x;
 		bool watched;
 
 		jobs = j->next;
 		pthread_mutex_lock(&j->lock);
-		job_unwatch_locked(j);
+		jobwatch_unwatch_locked(j);
 		x = j->exec;
 		j->exec = NULL;
 		watched = j->watched;
 		j->watched = false;
 		pthread_mutex_unlock(&j->lock);
 		park_drain(&j->q, EINTR);
-		sbx_exec_free(x);
+		sbx_exec_put(x);
 		if (watched)
 			job_put(j);
 		job_put(j); /* the registry's */
 	}
-	pthread_mutex_unlock(&jobs_lock);
-	for (int *fd = (int[]){ ev_epoll, ev_inotify, ev_kick }, i = 0; i < 3; i++)
-		if (fd[i] >= 0)
-			close(fd[i]);
-	ev_epoll = ev_inotify = ev_kick = -1;
+	lock_release(&jobs_lock);
+	jobwatch_release();
 }
 
 /* ---- registry and loading ---------------------------------------------------------------- */
 
 static struct job *job_find_locked(const char *dir)
 {
+	lock_assert_held(&jobs_lock);
 	for (struct job *j = jobs; j; j = j->next)
 		if (!strcmp(j->dir, dir))
 			return j;
@@ -629,8 +291,8 @@ static void job_reattach_work(void *arg)
 	else
 		job_take_result_locked(j); /* it has ended (or was lost) meanwhile */
 	pthread_mutex_unlock(&j->lock);
-	if (!err && (err = job_watch(j)))
-		job_fail_unwatched(j, err);
+	if (!err && (err = jobwatch_add(j)))
+		jobwatch_fail(j, err);
 	else if (!err)
 		log_info(j->scope, "reattached to the running job");
 	park_wake(&j->q);
@@ -640,6 +302,7 @@ static void job_reattach_work(void *arg)
 /* Caller holds j->lock (jobs_lock too): a job directory seen the first time. */
 static void job_load_locked(struct job *j)
 {
+	lock_assert_held(&jobs_lock);
 	if (job_file_exists(j, "result")) {
 		job_take_result_locked(j);
 	} else if (job_file_exists(j, "cmd")) {
@@ -665,7 +328,7 @@ struct job *job_get(struct sbx *s, const char *jobs_dir, const char *name)
 
 	if (!names_valid(name) || buf_addf(&dir, "%s/%s", jobs_dir, name))
 		goto out;
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	j = job_find_locked(dir.ptr);
 	if (!j && lstat(dir.ptr, &st) == 0 && S_ISDIR(st.st_mode) && (j = job_new(s, name, dir.ptr))) {
 		pthread_mutex_lock(&j->lock);
@@ -676,7 +339,7 @@ struct job *job_get(struct sbx *s, const char *jobs_dir, const char *name)
 	}
 	if (j)
 		job_ref(j);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 out:
 	buf_free(&dir);
 	return j;
@@ -704,7 +367,7 @@ int job_rmdir(struct job *j)
 	struct job **pp;
 	int err = 0;
 
-	pthread_mutex_lock(&jobs_lock);
+	lock_acquire(&jobs_lock);
 	pthread_mutex_lock(&j->lock);
 	if (j->removed) {
 		err = ENOENT;
@@ -722,7 +385,7 @@ int job_rmdir(struct job *j)
 			j->state = J_FAILED; /* an open handle sees an ended job */
 	}
 	pthread_mutex_unlock(&j->lock);
-	pthread_mutex_unlock(&jobs_lock);
+	lock_release(&jobs_lock);
 	if (err)
 		return err;
 	park_drain(&j->q, ENOENT); /* nobody waits for a removed job */
@@ -1124,9 +787,9 @@ int job_start(struct job *j, const char *cmd, size_t len)
 	j->exec = x;
 	job_set_state_locked(j, J_RUNNING);
 	pthread_mutex_unlock(&j->lock);
-	err = job_watch(j);
+	err = jobwatch_add(j);
 	if (err)
-		job_fail_unwatched(j, err);
+		jobwatch_fail(j, err);
 	else
 		log_info(j->scope, "job started");
 	park_wake(&j->q);
@@ -1163,21 +826,6 @@ static int job_parse_signal(const char *s, int *sig)
 	return -1;
 }
 
-/* A ctl writer is out of sbx_exec_signal(): the last one frees an exec
- * that ended meanwhile. */
-static void job_signal_done(struct job *j)
-{
-	struct sbx_exec *x = NULL;
-
-	pthread_mutex_lock(&j->lock);
-	if (--j->signalling == 0) {
-		x = j->retired;
-		j->retired = NULL;
-	}
-	pthread_mutex_unlock(&j->lock);
-	sbx_exec_free(x);
-}
-
 int job_ctl(struct job *j, const char *data, size_t len)
 {
 	char text[128], *arg;
@@ -1204,18 +852,18 @@ int job_ctl(struct job *j, const char *data, size_t len)
 	pthread_mutex_lock(&j->lock);
 	x = j->state == J_RUNNING && !j->reattaching ? j->exec : NULL;
 	if (x)
-		j->signalling++; /* x stays allocated until job_signal_done() */
+		sbx_exec_get(x); /* x stays allocated while it is signalled, even if the job ends */
 	pthread_mutex_unlock(&j->lock);
 	if (!x) {
 		log_warn(j->scope, "ctl: kill refused: the job is %s", job_state_name(job_state(j)));
 		return ESRCH;
 	}
 	if (job_write_file(j, "kill-requested", arg, strlen(arg))) {
-		job_signal_done(j);
+		sbx_exec_put(x);
 		return EIO;
 	}
 	e = sbx_exec_signal(x, sig);
-	job_signal_done(j);
+	sbx_exec_put(x);
 	err = sbx_err_errno(e);
 	if (err == ENOENT)
 		err = ESRCH;
@@ -1229,7 +877,7 @@ int job_ctl(struct job *j, const char *data, size_t len)
 		pthread_mutex_lock(&j->lock);
 		j->kill_deadline_ms = util_now_ms() + JOB_KILL_GRACE_MS;
 		pthread_mutex_unlock(&j->lock);
-		kick();
+		jobwatch_kick();
 	}
 	return 0;
 }
@@ -1241,7 +889,7 @@ int job_open_stream(struct job *j, enum job_stream which)
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	int fd = -1;
 
-	if (!job_path(j, stream_files[which], &p))
+	if (!job_path(j, job_stream_files[which], &p))
 		fd = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	buf_free(&p);
 	return fd;
@@ -1261,7 +909,7 @@ static off_t job_file_size(struct job *j, const char *file)
 
 off_t job_stream_size(struct job *j, enum job_stream which)
 {
-	return job_file_size(j, stream_files[which]);
+	return job_file_size(j, job_stream_files[which]);
 }
 
 off_t job_input_size(struct job *j, enum job_input which)

@@ -26,8 +26,9 @@
  * job_start() and a reattachment call the provider and may block: they run
  * on work threads (work.h), never on a FUSE worker.
  *
- * Locks: jobs_lock (the registry) -> job->lock.  Neither is held across a
- * provider call, a park_wake or a FUSE reply.
+ * Locks: jobs_lock (the registry) and job->lock, ordered in
+ * docs/architecture.md ("Lock order"); neither is held across a provider
+ * call, a park_wake or a FUSE reply.
  */
 #ifndef SBX_JOB_H
 #define SBX_JOB_H

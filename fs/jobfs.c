@@ -22,12 +22,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "cmdbuf.h"
 #include "data.h"
 #include "rfiles.h"
 #include "handle.h"
@@ -46,13 +48,14 @@ static const mode_t job_file_modes[JF_COUNT] = { 0600, 0200, 0200, 0400, 0400, 0
 #define JOBFS_DIR_TIMEOUT 1.0
 #define JOBFS_STDIN_WRITE_MAX (2 * 1024 * 1024)
 
-/* Per-open handle of a job file. */
+/* Per-open handle of a job file.  One open file may be used from several
+ * threads at once: the command's bytes are a cmdbuf (its own lock); pos is
+ * written by READ and read by POLL: an atomic; the rest is set at open. */
 struct jh {
-	off_t pos;         /* stdout/stderr: how far this open has read (poll readiness) */
-	struct buf snap;   /* status/cmd: the snapshot taken at open */
-	struct buf cmd;    /* cmd opened for writing: the bytes written so far */
+	_Atomic off_t pos; /* stdout/stderr: how far this open has read (poll readiness) */
+	struct buf snap;   /* status/cmd: the snapshot taken at open (read-only after) */
+	struct cmdbuf cmd; /* cmd opened for writing: the bytes written so far */
 	bool cmd_writer;   /* counted in job_cmd_writer */
-	bool started;      /* this handle started the job (or failed to: nothing to retry) */
 };
 
 static int name_index(const char *const *names, int count, const char *name)
@@ -70,6 +73,7 @@ static struct node *job_node_locked(struct view *v, struct job *j, int which)
 {
 	struct node *n;
 
+	lock_assert_held(&fs_lock);
 	if (v->dead)
 		return NULL;
 	for (n = v->vnodes; n; n = n->hnext)
@@ -89,7 +93,7 @@ static void job_nodes_drop(struct view *v, struct job *j)
 	struct node **pp, *n;
 	int nput = 0;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	for (pp = &v->vnodes; (n = *pp);) {
 		if (n->job != j) {
 			pp = &n->hnext;
@@ -98,14 +102,15 @@ static void job_nodes_drop(struct view *v, struct job *j)
 		*pp = n->hnext;
 		nput += vnode_unlink_locked(n);
 	}
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	while (nput-- > 0)
 		view_put(v);
 }
 
 static void job_node_free(struct node *n)
 {
-	job_put(n->job); /* never takes fs_lock */
+	lock_assert_not_held(&fs_lock); /* the last job_put may free an exec handle (fs_unlock) */
+	job_put(n->job);
 }
 
 static off_t jobfile_size(struct job *j, int which)
@@ -184,9 +189,9 @@ static void jobfs_reply_entry(fuse_req_t req, struct node *n, struct fuse_entry_
 	struct stat st;
 
 	jobfs_attr(n, &st); /* outside fs_lock: sizes read files */
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	vnode_entry_locked(n, st.st_mode, st.st_size, n->kind == N_JOBFILE ? 0 : JOBFS_DIR_TIMEOUT, e);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	fuse_reply_entry(req, e);
 }
 
@@ -203,9 +208,9 @@ static int jobs_node_lookup(struct node *p, const char *name, int which, struct 
 	j = job_get(v->sbx, v->jobs_dir, name);
 	if (!j)
 		return ENOENT;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	n = job_node_locked(v, j, which);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	job_put(j);
 	*out = n;
 	return n ? 0 : ENOMEM;
@@ -295,10 +300,10 @@ static void job_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	if (i < 0 || p->view->dead)
 		return node_reply_entry(req, ENOENT, &e);
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (p->job && p->linked)
 		n = job_node_locked(p->view, p->job, i);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (!n)
 		return node_reply_entry(req, ENOENT, &e);
 	jobfs_reply_entry(req, n, &e);
@@ -311,7 +316,7 @@ static void jh_clean(void *p)
 	struct jh *h = p;
 
 	buf_free(&h->snap);
-	buf_free(&h->cmd);
+	cmdbuf_release(&h->cmd);
 }
 
 static void jobfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -330,7 +335,7 @@ static void jobfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!h)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(&h->snap, BUF_CAP_JSON);
-	buf_init(&h->cmd, JOB_CMD_MAX);
+	cmdbuf_init(&h->cmd, JOB_CMD_MAX);
 	if ((n->which == JF_STATUS && job_status_json(j, &h->snap)) ||
 	    (n->which == JF_CMD && acc == O_RDONLY && job_cmd_text(j, &h->snap))) {
 		handle_discard(h);
@@ -373,15 +378,17 @@ static void cmd_start_work(void *arg)
  * handle wrote (once).  req is answered here or by the work item. */
 static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 {
-	struct cmd_start *cs;
+	struct cmd_start *cs = NULL;
+	char *cmd = NULL;
+	size_t len = 0;
 	int err;
 
-	if (h->started || !h->cmd.len) {
+	cmd = cmdbuf_take(&h->cmd, &len); /* the first commit takes the bytes; later writes get EBUSY */
+	if (!cmd) {
 		if (req)
 			fuse_reply_err(req, 0);
 		return;
 	}
-	h->started = true;
 	err = job_claim(n->job);
 	cs = err ? NULL : calloc(1, sizeof(*cs));
 	if (!err && !cs)
@@ -390,8 +397,9 @@ static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 		cs->req = req;
 		cs->j = n->job;
 		job_ref(cs->j);
-		cs->len = h->cmd.len;
-		cs->cmd = buf_take(&h->cmd, NULL);
+		cs->len = len;
+		cs->cmd = cmd;
+		cmd = NULL;
 		err = work_submit(cmd_start_work, cs);
 		if (err) {
 			job_put(cs->j);
@@ -399,6 +407,7 @@ static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 			free(cs);
 		}
 	}
+	free(cmd);
 	if (err) {
 		if (err != EBUSY && err != ENOENT) /* claimed: give it back */
 			job_unclaim(n->job);
@@ -438,6 +447,25 @@ static void jobfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 
 /* ---- job files: writes --------------------------------------------------------------- */
 
+/* WRITE of cmd: append to the handle's bytes unless it was committed. */
+static int cmd_append(struct node *n, struct jh *h, const char *mem, size_t len)
+{
+	int err = job_state(n->job) != J_CREATED ? EBUSY : 0;
+
+	if (!err && memchr(mem, '\0', len)) {
+		log_warn(job_scope(n->job), "cmd: the command contains a NUL byte");
+		return EINVAL;
+	}
+	if (!err)
+		err = cmdbuf_append(&h->cmd, mem, len);
+	if (err == EBUSY)
+		log_warn(job_scope(n->job), "cmd: the job has already been started (%s)",
+			job_state_name(job_state(n->job)));
+	else if (err == EFBIG)
+		log_warn(job_scope(n->job), "cmd: longer than %d bytes", JOB_CMD_MAX);
+	return err;
+}
+
 static void jobfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in, off_t off,
 	struct fuse_file_info *fi)
 {
@@ -466,19 +494,7 @@ static void jobfile_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec
 	}
 	switch (n->which) {
 	case JF_CMD:
-		if (job_state(n->job) != J_CREATED || h->started) {
-			log_warn(job_scope(n->job), "cmd: the job has already been started (%s)",
-				job_state_name(job_state(n->job)));
-			err = EBUSY;
-		} else if (memchr(mem, '\0', (size_t)got)) {
-			log_warn(job_scope(n->job), "cmd: the command contains a NUL byte");
-			err = EINVAL;
-		} else if (buf_add(&h->cmd, mem, (size_t)got)) {
-			log_warn(job_scope(n->job), "cmd: longer than %d bytes", JOB_CMD_MAX);
-			buf_init(&h->cmd, JOB_CMD_MAX);
-			h->started = true; /* a truncated command must never run */
-			err = EFBIG;
-		}
+		err = cmd_append(n, h, mem, (size_t)got);
 		break;
 	case JF_ENV:
 		err = job_add_env(n->job, mem, (size_t)got);

@@ -7,8 +7,9 @@
  * come and go under a sequential load - a new thread, a /dev/fuse clone and a
  * splice pipe are made for nearly every request (measured: ~10 clone3 per
  * create+write+close, a third of the daemon's time).  Our handlers never
- * block for long (waits are parked, see jobs.c), so a fixed pool is enough:
- * a thread per request in flight up to LOOP_THREADS.
+ * block for long (waits are parked, see park.h; slow work goes to work.h),
+ * so a fixed pool is enough: a thread per request in flight up to
+ * LOOP_THREADS.
  *
  * Shutdown: unmounting makes every read fail (ENODEV); a signal handled by
  * libfuse (SIGTERM/SIGINT/SIGHUP... see main.c) marks the session exited and

@@ -55,6 +55,7 @@
 #include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
+#include "dlock.h"
 #include "handle.h"
 #include "import.h"
 #include "jobfs.h"
@@ -558,6 +559,10 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the park thread: %s\n", strerror(e));
 		return -1;
 	}
+	if ((e = dlock_init())) {
+		fprintf(stderr, "sbxfs: cannot start the flock waits' ticker: %s\n", strerror(e));
+		return -1;
+	}
 	/* before the pool: adopted allowlist sandboxes get their proxy back */
 	if ((e = net_init())) {
 		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
@@ -670,6 +675,7 @@ int main(int argc, char **argv)
 		skills_shutdown();
 		net_shutdown();
 		jobfs_shutdown();
+		dlock_shutdown();
 		park_shutdown();
 		goto out_signals;
 	}
@@ -692,6 +698,7 @@ int main(int argc, char **argv)
 	rfiles_shutdown();
 	net_shutdown();
 	jobfs_shutdown();
+	dlock_shutdown();
 	park_shutdown();
 out_signals:
 	fuse_remove_signal_handlers(fs.se);

@@ -108,9 +108,9 @@ static bool view_dead(struct view *v)
 {
 	bool dead;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	dead = v->dead;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	return dead;
 }
 

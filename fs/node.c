@@ -31,8 +31,9 @@
 #include "../common/log.h"
 #include "../common/util.h"
 
-pthread_mutex_t fs_lock = PTHREAD_MUTEX_INITIALIZER;
+struct lock fs_lock = LOCK_INIT;
 static struct user_ent *users; /* fs_lock */
+static struct node *freed_nodes; /* fs_lock: on_free and free due (fs_unlock) */
 static struct node root_node = { .kind = N_ROOT, .nlookup = 1, .linked = true, .fd = -1 };
 /* Everything the daemon allocated stays reachable until exit (so a leak
  * check at exit finds only real leaks): nodes the kernel still knows after
@@ -53,6 +54,7 @@ const struct node_kind_ops *node_kind(enum node_kind kind)
 
 static void orphan_add_locked(struct node *n)
 {
+	lock_assert_held(&fs_lock);
 	if (n->onext)
 		return;
 	n->oprev = orphans.oprev;
@@ -63,6 +65,7 @@ static void orphan_add_locked(struct node *n)
 
 static void orphan_del_locked(struct node *n)
 {
+	lock_assert_held(&fs_lock);
 	if (!n->onext)
 		return;
 	n->oprev->onext = n->onext;
@@ -102,6 +105,7 @@ struct node *view_vnode_new_locked(struct view *v, enum node_kind kind, int whic
 {
 	struct node *n = vnode_new(kind, which);
 
+	lock_assert_held(&fs_lock);
 	if (!n)
 		return NULL;
 	n->view = v;
@@ -113,6 +117,7 @@ struct node *view_vnode_new_locked(struct view *v, enum node_kind kind, int whic
 
 void node_lookup_ref_locked(struct node *n)
 {
+	lock_assert_held(&fs_lock);
 	n->nlookup++;
 }
 
@@ -152,6 +157,7 @@ void vnode_attr(struct node *n, mode_t mode, off_t size, struct stat *st)
 
 void vnode_entry_locked(struct node *n, mode_t mode, off_t size, double attr_timeout, struct fuse_entry_param *e)
 {
+	lock_assert_held(&fs_lock);
 	memset(e, 0, sizeof(*e));
 	n->nlookup++;
 	e->ino = node_ino(n);
@@ -169,10 +175,10 @@ void view_get(struct view *v)
 
 static void view_free(struct view *v)
 {
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	v->vprev->vnext = v->vnext;
 	v->vnext->vprev = v->vprev;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	pthread_mutex_destroy(&v->lock);
 	budget_acct_put(v->fds);
 	free(v->jobs_dir);
@@ -191,8 +197,7 @@ void view_put(struct view *v)
  * reference must be dropped). */
 static bool vnode_maybe_free_locked(struct node *n)
 {
-	const struct node_kind_ops *k;
-
+	lock_assert_held(&fs_lock);
 	if (n == &root_node || n->linked)
 		return false;
 	if (n->nlookup) {
@@ -200,11 +205,25 @@ static bool vnode_maybe_free_locked(struct node *n)
 		return false;
 	}
 	orphan_del_locked(n);
-	k = kinds[n->kind];
-	if (k && k->on_free)
-		k->on_free(n);
-	free(n);
+	n->fnext = freed_nodes; /* on_free and free after fs_lock (fs_unlock) */
+	freed_nodes = n;
 	return true;
+}
+
+void fs_unlock(void)
+{
+	struct node *n = freed_nodes, *next;
+	const struct node_kind_ops *k;
+
+	freed_nodes = NULL;
+	lock_release(&fs_lock);
+	for (; n; n = next) {
+		next = n->fnext;
+		k = kinds[n->kind];
+		if (k && k->on_free)
+			k->on_free(n);
+		free(n);
+	}
 }
 
 void node_forget(struct node *n, uint64_t count)
@@ -215,16 +234,17 @@ void node_forget(struct node *n, uint64_t count)
 
 	if (k && k->forget)
 		return k->forget(n, count);
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	n->nlookup = n->nlookup > count ? n->nlookup - count : 0;
 	freed = vnode_maybe_free_locked(n);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (freed && v)
 		view_put(v);
 }
 
 int vnode_unlink_locked(struct node *n)
 {
+	lock_assert_held(&fs_lock);
 	if (!n)
 		return 0;
 	n->linked = false;
@@ -238,6 +258,7 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 	struct user_ent *u = user_find_locked(s->user);
 	struct view *v = calloc(1, sizeof(*v));
 
+	lock_assert_held(&fs_lock);
 	if (!v || layout_dir(&jd, s->thread_dir, LAYOUT_JOBS)) {
 		free(v);
 		return NULL;
@@ -271,7 +292,7 @@ struct view *view_current(struct sbx *s)
 
 	if (pool_state(s, &gen) != SBX_ACTIVE)
 		return NULL;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	v = s->fsdata;
 	if (v && (v->gen != gen || v->dead))
 		v = NULL;
@@ -285,7 +306,7 @@ struct view *view_current(struct sbx *s)
 	}
 	if (v)
 		view_get(v);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	return v;
 }
 
@@ -293,13 +314,13 @@ struct view *view_of_sbx(struct sbx *s)
 {
 	struct view *v;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	v = s->fsdata;
 	if (v && !v->dead)
 		view_get(v);
 	else
 		v = NULL;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	return v;
 }
 
@@ -308,7 +329,7 @@ void view_kill(struct sbx *s)
 	struct view *v;
 	int nput = 0;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	v = s->fsdata;
 	s->fsdata = NULL;
 	if (v) {
@@ -323,7 +344,7 @@ void view_kill(struct sbx *s)
 		}
 		nput++; /* the sbx's reference */
 	}
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	while (nput-- > 0)
 		view_put(v);
 }
@@ -332,6 +353,7 @@ void view_kill(struct sbx *s)
 
 struct user_ent *user_find_locked(const char *name)
 {
+	lock_assert_held(&fs_lock);
 	for (struct user_ent *u = users; u; u = u->next)
 		if (!strcmp(u->name, name))
 			return u;
@@ -342,14 +364,14 @@ bool user_name_of(struct node *n, char out[NAME_MAX_LEN + 1], uid_t *owner)
 {
 	bool ok = false;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (n->user) {
 		memcpy(out, n->user->name, sizeof(n->user->name));
 		if (owner)
 			*owner = n->user->uid;
 		ok = true;
 	}
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	return ok;
 }
 
@@ -362,15 +384,15 @@ static int user_insert(const char *name, uid_t uid, gid_t gid)
 {
 	struct user_ent *u;
 
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (user_find_locked(name)) {
-		pthread_mutex_unlock(&fs_lock);
+		fs_unlock();
 		return EEXIST;
 	}
 	u = calloc(1, sizeof(*u));
 	if (!u || !(u->node = vnode_new(N_USER, 0))) {
 		free(u);
-		pthread_mutex_unlock(&fs_lock);
+		fs_unlock();
 		return ENOMEM;
 	}
 	memcpy(u->name, name, strlen(name) + 1);
@@ -379,7 +401,7 @@ static int user_insert(const char *name, uid_t uid, gid_t gid)
 	u->node->user = u;
 	u->next = users;
 	users = u;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	return 0;
 }
 
@@ -419,9 +441,9 @@ int user_add(const char *name, uid_t uid, gid_t gid)
 		buf_free(&m);
 		return ENAMETOOLONG;
 	}
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	err = user_find_locked(name) ? EEXIST : 0;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (!err) {
 		char *slash = strrchr(m.ptr, '/');
 		*slash = '\0';
@@ -445,7 +467,7 @@ int user_remove(const char *name)
 
 	if (pool_user_has_active(name))
 		return ENOTEMPTY;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	for (pp = &users; *pp; pp = &(*pp)->next)
 		if (!strcmp((*pp)->name, name)) {
 			u = *pp;
@@ -459,7 +481,7 @@ int user_remove(const char *name)
 		vnode_unlink_locked(u->node);
 		free(u);
 	}
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (!err && !user_marker(name, &m)) {
 		unlink(m.ptr);
 		char *slash = strrchr(m.ptr, '/');
@@ -472,8 +494,8 @@ int user_remove(const char *name)
 
 void users_each(void (*fn)(struct user_ent *u, void *arg), void *arg)
 {
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	for (struct user_ent *u = users; u; u = u->next)
 		fn(u, arg);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 }

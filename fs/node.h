@@ -26,8 +26,9 @@
  * exactly one view (a link or rename between two sandboxes is EXDEV by
  * construction).
  *
- * Lock order: fs_lock and view->lock are never held together; the module
- * locks (jobs, park queues) are taken under neither.  view refs are atomic
+ * Locks: fs_lock and view->lock, ordered in docs/architecture.md ("Lock
+ * order", the one place it is written); fs_lock is a struct lock (lock.h),
+ * asserted held by the _locked helpers in debug builds.  view refs are atomic
  * and taken without fs_lock on the data path.
  */
 #ifndef SBX_NODE_H
@@ -42,6 +43,7 @@
 
 #include "../common/buf.h"
 #include "../common/config.h"
+#include "../common/lock.h"
 #include "../common/names.h"
 #include "../providers/pool.h"
 
@@ -103,6 +105,7 @@ struct node {
 	int backing_id;   /* N_DATA: kernel passthrough backing file, 0 = none (view->lock) */
 	int backing_users; /* N_DATA: open files using backing_id (view->lock) */
 	struct node *oprev, *onext; /* fs_lock: on the orphan list (unlinked, not yet forgotten) */
+	struct node *fnext;         /* fs_lock: freed under it, its on_free due once it is let go */
 };
 
 struct user_ent {
@@ -148,7 +151,12 @@ struct fs {
 };
 
 extern struct fs fs;
-extern pthread_mutex_t fs_lock;
+extern struct lock fs_lock;
+/* Let go of fs_lock (taken with lock_acquire(&fs_lock)), then run the
+ * on_free hooks of the virtual nodes freed while it was held and free them:
+ * a hook may drop the last reference of a job, whose exec handle's free may
+ * join a thread, so no hook ever runs under fs_lock. */
+void fs_unlock(void);
 
 /* ---- kinds and dispatch ---------------------------------------------------- */
 
@@ -156,8 +164,8 @@ struct node_kind_ops {
 	const struct fuse_lowlevel_ops *ops; /* requests on nodes of this kind */
 	/* data-like nodes with their own lifetime: the kernel forgot count refs */
 	void (*forget)(struct node *n, uint64_t count);
-	/* virtual nodes: release what n holds when it is freed (fs_lock held,
-	 * must not take fs_lock) */
+	/* virtual nodes: release what n holds when it is freed (called by
+	 * fs_unlock with no lock held; n is unreachable by then) */
 	void (*on_free)(struct node *n);
 };
 

@@ -26,8 +26,8 @@
  * the path up again (the answer it gets for any removed file that nobody
  * has open, see data.c).
  *
- * Lock: nfd.lock (inside), a leaf: taken under view->lock, never the
- * reverse; held across a name_to_handle_at of an evicted descriptor (an
+ * Lock: nfd.lock (inside), a leaf (its place: docs/architecture.md, "Lock
+ * order"); held across a name_to_handle_at of an evicted descriptor (an
  * in-memory encoding on local filesystems), never across an open or close.
  */
 #ifndef SBX_NODEFD_H

@@ -12,6 +12,7 @@
 #include "park.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ static struct park_queue *dirty_head; /* protected by park_lock */
 static struct park_queue *serving;    /* protected by park_lock: being serviced now */
 static int park_efd = -1;
 static pthread_t park_thread;
-static volatile int park_stop;
+static atomic_int park_stop; /* set by park_shutdown, read by the park thread */
 static bool park_running;
 
 void park_queue_init(struct park_queue *q, void (*get)(void *), void (*put)(void *), void *owner)

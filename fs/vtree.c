@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "ctl.h"
+#include "reports.h"
 #include "data.h"
 #include "handle.h"
 #include "netfs.h"
@@ -76,7 +76,7 @@ static off_t vtree_size(struct node *n, uid_t reader)
 	struct buf b = BUF_INIT(BUF_CAP_JSON);
 	off_t size = 0;
 
-	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !netfs_owns(n) && !ctl_render(n, &b, reader))
+	if ((n->kind == N_ROOTFILE || n->kind == N_CTL) && !sbxctl_is(n) && !netfs_owns(n) && !reports_render(n, &b, reader))
 		size = (off_t)b.len;
 	buf_free(&b);
 	return size;
@@ -90,6 +90,7 @@ static double vtree_timeout(struct node *n)
 /* fs_lock held. */
 static void vtree_entry_locked(struct node *n, off_t size, struct fuse_entry_param *e)
 {
+	lock_assert_held(&fs_lock);
 	vnode_entry_locked(n, vtree_mode(n), size, vtree_timeout(n), e);
 }
 
@@ -130,14 +131,14 @@ static void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int err = 0;
 
 	(void)parent;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (i >= 0)
 		vtree_entry_locked(rootfiles[i], size, &e);
 	else if ((u = user_find_locked(name)))
 		vtree_entry_locked(u->node, 0, &e);
 	else
 		err = ENOENT;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	node_reply_entry(req, err, &e);
 }
 
@@ -149,12 +150,12 @@ static int sandbox_entry(struct sbx *s, struct fuse_entry_param *e)
 
 	if (!v)
 		return ENOENT;
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (v->dir && !v->dead) {
 		vtree_entry_locked(v->dir, 0, e);
 		err = 0;
 	}
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	view_put(v);
 	return err;
 }
@@ -190,12 +191,12 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	i = name_index(ctl_names, CTL_COUNT, name);
 	if (i >= 0) {
-		pthread_mutex_lock(&fs_lock);
+		lock_acquire(&fs_lock);
 		n = v->dead ? NULL : v->ctl[i];
-		pthread_mutex_unlock(&fs_lock);
+		fs_unlock();
 	}
 	off_t size = n ? vtree_size(n, fuse_req_ctx(req)->uid) : 0; /* rendered outside fs_lock */
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	if (v->dead)
 		err = ENOENT;
 	else if (i >= 0 && v->ctl[i])
@@ -204,7 +205,7 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		vnode_entry_locked(v->jobs, S_IFDIR | 0700, 0, VDIR_TIMEOUT, &e);
 	else if (strcmp(name, "snapshots"))
 		err = ENOENT;
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (!err && !strcmp(name, "snapshots"))
 		err = snapfs_lookup_root(v, &e); /* snapfs.c's node */
 	node_reply_entry(req, err, &e);
@@ -243,11 +244,11 @@ static void root_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode
 	err = user_add(name, uid, gid);
 	if (err)
 		return (void)fuse_reply_err(req, err);
-	pthread_mutex_lock(&fs_lock);
+	lock_acquire(&fs_lock);
 	struct user_ent *u = user_find_locked(name);
 	if (u)
 		vtree_entry_locked(u->node, 0, &e);
-	pthread_mutex_unlock(&fs_lock);
+	fs_unlock();
 	if (!u)
 		return (void)fuse_reply_err(req, ENOENT);
 	log_info(name, "user directory created");
@@ -386,7 +387,7 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	if (!b)
 		return (void)fuse_reply_err(req, ENOMEM);
 	buf_init(b, BUF_CAP_JSON);
-	if (ctl_render(n, b, fuse_req_ctx(req)->uid)) {
+	if (reports_render(n, b, fuse_req_ctx(req)->uid)) {
 		handle_discard(b);
 		return (void)fuse_reply_err(req, EIO);
 	}

@@ -1,6 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * netpol.c - one sandbox's policy, events and grants (see netpol.h).
+ * netpol.c - one sandbox's policy, events and grants (see netpol.h): the
+ * state of one sandbox, without threads or I/O of its own beyond its file.
+ * How it differs from its neighbours: policy.c is the pure rules (what a
+ * host name or address is, whether allow_domains matches it), shared by
+ * every sandbox; net.c ties each living sandbox's netpol to the pool, the
+ * jobs, the proxy and the FUSE layer.
  *
  * Arrays, not a database: a sandbox has at most NETPOL_MAX_EVENTS events
  * (the oldest, decided first, are dropped past it, so a sandbox that asks

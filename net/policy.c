@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * policy.c - host names and addresses as the egress policy sees them (see
- * policy.h).  Why the IP-literal test is so wide: getaddrinfo() and
+ * policy.h): pure functions, no state, shared by every sandbox (one
+ * sandbox's policy, events and grants are netpol.c's; their wiring to the
+ * pool and the proxy is net.c's).  Why the IP-literal test is so wide: getaddrinfo() and
  * inet_aton() accept "2130706433", "0x7f.1" and "127.1" as 127.0.0.1, so a
  * host that merely "looks like a name" to a naive check would skip the
  * decide-on-a-name rule and reach an address chosen by the sandbox.
  */
 #define _GNU_SOURCE
 #include "policy.h"
+#include "../common/names.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,56 +18,18 @@
 
 /* ---- names --------------------------------------------------------------------- */
 
-static bool label_numeric(const char *s, size_t n)
-{
-	if (n >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
-		return true; /* hex, as inet_aton reads it */
-	for (size_t i = 0; i < n; i++)
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-	return n > 0;
-}
+_Static_assert(POLICY_HOST_MAX == NAMES_HOST_MAX, "one host grammar: common/names.c");
 
 enum policy_host policy_host_canon(const char *in, size_t len, char out[POLICY_HOST_MAX + 1])
 {
-	struct in_addr a4;
-	struct in6_addr a6;
-	size_t label = 0, last = 0;
-
-	if (len && in[len - 1] == '.')
-		len--;
-	if (len == 0 || len > POLICY_HOST_MAX)
-		return POLICY_HOST_INVALID;
-	if (in[0] == '[' || memchr(in, ':', len))
-		return POLICY_HOST_IP_LITERAL; /* an IPv6 literal, bracketed or not */
-	for (size_t i = 0; i < len; i++) {
-		char c = in[i];
-
-		if (c >= 'A' && c <= 'Z')
-			c = (char)(c + 32);
-		out[i] = c;
-		if (c == '.') {
-			if (label == 0)
-				return POLICY_HOST_INVALID;
-			label = 0;
-			last = i + 1;
-			continue;
-		}
-		if (!(c >= 'a' && c <= 'z') && !(c >= '0' && c <= '9') && c != '-' && c != '_')
-			return POLICY_HOST_INVALID;
-		if (++label > 63)
-			return POLICY_HOST_INVALID;
-	}
-	out[len] = '\0';
-	if (label == 0)
-		return POLICY_HOST_INVALID;
-	if (inet_aton(out, &a4) || inet_pton(AF_INET6, out, &a6) == 1 || label_numeric(out + last, len - last))
+	switch (names_host_canon(in, len, out)) {
+	case NAMES_HOST_OK:
+		return POLICY_HOST_OK;
+	case NAMES_HOST_IP_LITERAL:
 		return POLICY_HOST_IP_LITERAL;
-	/* no label may start or end with '-' */
-	for (size_t i = 0; i < len; i++)
-		if (out[i] == '-' && (i == 0 || out[i - 1] == '.' || i + 1 == len || out[i + 1] == '.'))
-			return POLICY_HOST_INVALID;
-	return POLICY_HOST_OK;
+	default:
+		return POLICY_HOST_INVALID;
+	}
 }
 
 bool policy_domain_match(const char *pattern, const char *host)

@@ -54,7 +54,7 @@
 #include "../common/names.h"
 #include "../common/util.h"
 #include "egress.h"
-#include "http.h"
+#include "httpreader.h"
 #include "netpol.h"
 #include "policy.h"
 #include "resolve.h"

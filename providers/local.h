@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * local.h - what the local provider's files share (local.c: sandboxes and
- * jobs; local_net.c: their network).  Not an interface for anyone else.
+ * local.h - what the local provider's files share (local.c: sandboxes;
+ * local_jobs.c: their jobs' exec handles; local_net.c: their network).  Not
+ * an interface for anyone else.
  */
 #ifndef SBX_LOCAL_H
 #define SBX_LOCAL_H
@@ -9,13 +10,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <limits.h>
+#include <stdbool.h>
+
+#include "../common/buf.h"
 #include "provider.h"
 
-/* Start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2,
- * closed above), in a new session, every other fd closed, no signal
- * blocked.  pid or -1. */
-#define LOCAL_SPAWN_FDS 6
-pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
+#define LOCAL_MAX_ARGS 256
+#define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
 
 /* A sandbox's network helper (pasta in open mode): pid and start time, 0
  * when it has none. */
@@ -24,6 +26,56 @@ struct local_net {
 	uint64_t start;
 	int child; /* ours to reap (not adopted after a restart) */
 };
+
+struct local_box {
+	struct sbx_box base; /* first: see local_box() */
+	pid_t init_pid;      /* 0 when the sandbox is known dead */
+	unsigned long long init_start;
+	unsigned long long mntns;
+	pid_t bwrap_pid; /* our child, or 0 when adopted */
+	uid_t uid;
+	gid_t gid;
+	char token[24];
+	char *thread_dir;
+	uint64_t output_max; /* resources.output of the config it lives with */
+	struct local_net net; /* pasta of an open-mode sandbox */
+};
+
+/* local.c: the box of b (aborts for another provider's box); whether its
+ * init still runs; a sealed memfd holding data; the seccomp filter in one;
+ * sbxfs-exec's path. */
+struct local_box *local_box(struct sbx_box *b);
+bool local_alive(struct local_box *lb);
+int local_memfd(const char *name, const void *data, size_t len);
+int local_filter_fd(void);
+extern char local_exec_helper[PATH_MAX];
+
+/* An argv built from fixed and formatted strings (overflow: too many). */
+struct argv_builder {
+	const char *v[LOCAL_MAX_ARGS];
+	int n;
+	struct buf strings[LOCAL_MAX_ARGS]; /* storage for formatted arguments */
+	int ns;
+	int overflow;
+};
+void av_add(struct argv_builder *a, const char *s);
+__attribute__((format(printf, 2, 3))) const char *av_fmt(struct argv_builder *a, const char *fmt, ...);
+void av_free(struct argv_builder *a);
+
+/* local_jobs.c: the exec slots of the local provider (provider.h). */
+enum sbx_err local_exec_start(struct sbx_box *b, const struct sbx_exec_spec *e, struct sbx_exec **out);
+enum sbx_err local_exec_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out);
+enum sbx_err local_exec_signal(struct sbx_exec *x, int sig);
+void local_exec_finish(struct sbx_exec *x);
+void local_exec_free(struct sbx_exec *x);
+enum sbx_err local_kill_all(struct sbx_box *b);
+void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
+
+/* Start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2,
+ * closed above), in a new session, every other fd closed, no signal
+ * blocked.  pid or -1. */
+#define LOCAL_SPAWN_FDS 6
+pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
 
 /* Give the sandbox whose init is init its network (DESIGN §7): the
  * nftables ruleset of its mode, and in open mode pasta, waited for until

@@ -7,7 +7,7 @@
  * docker), and different scopes must never wait on each other.  So the
  * registry lock (pool.lock) only guards state transitions and is dropped
  * before any provider call, while the per-scope mutex serialises the slow
- * operations of one scope.  See pool.h for the lock order.
+ * operations of one scope.  The lock order is docs/architecture.md's.
  *
  * Persistence: sandbox.json in the thread directory says a sandbox exists:
  * written with state "creating" before the provider starts anything (so a
@@ -30,6 +30,7 @@
 
 #include "../common/json.h"
 #include "../common/layout.h"
+#include "../common/lock.h"
 
 #include "../common/log.h"
 #include "../common/util.h"
@@ -40,7 +41,7 @@ const double pool_hist_bounds[12] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0
 const char *const pool_error_kinds[3] = { "create", "state_dir", "other" };
 
 static struct {
-	pthread_mutex_t lock;
+	struct lock lock;
 	struct sbx *table[POOL_BUCKETS];  /* protected by lock */
 	struct sbx_config *cfg;           /* protected by lock; referenced */
 	const struct sbx_provider *prov;  /* protected by lock */
@@ -50,7 +51,7 @@ static struct {
 	pthread_cond_t reaper_cond;
 	bool reaper_running, stopping;
 	bool sweep_gone; /* protected by lock: a box went gone (sbx_box_gone): the reaper invalidates it */
-} pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .reaper_cond = PTHREAD_COND_INITIALIZER };
+} pool = { .lock = LOCK_INIT, .reaper_cond = PTHREAD_COND_INITIALIZER };
 
 /* Other modules' hooks (net/, skills/), in the order they were added: set
  * before pool_init and removed after pool_shutdown, so the list is never
@@ -125,6 +126,7 @@ static unsigned pool_hash(const char *token)
 /* Caller holds pool.lock. */
 static struct sbx *pool_lookup_locked(const char *token)
 {
+	lock_assert_held(&pool.lock);
 	for (struct sbx *s = pool.table[pool_hash(token)]; s; s = s->next)
 		if (!strcmp(s->token, token))
 			return s;
@@ -143,6 +145,7 @@ static struct sbx *pool_entry_locked(const char *user, const char *thread)
 	struct buf dir = BUF_INIT(BUF_CAP_PATH);
 	struct sbx *s;
 
+	lock_assert_held(&pool.lock);
 	if (names_scope_token(user, thread, token))
 		return NULL;
 	s = pool_lookup_locked(token);
@@ -168,9 +171,9 @@ static struct sbx *pool_entry_locked(const char *user, const char *thread)
 
 void pool_get(struct sbx *s)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s->refs++;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 void pool_put(struct sbx *s)
@@ -178,20 +181,20 @@ void pool_put(struct sbx *s)
 	/* Entries stay in the registry for the daemon's lifetime (they are
 	 * small, and a scope once seen tends to come back); refs only guard
 	 * against use by a holder after shutdown frees them. */
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s->refs--;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 enum sbx_state pool_state(struct sbx *s, unsigned *gen)
 {
 	enum sbx_state st;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	st = s->state;
 	if (gen)
 		*gen = s->gen;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return st;
 }
 
@@ -208,12 +211,12 @@ void pool_note_error(const char *scope, const char *kind, const char *fmt, ...)
 	util_iso8601(util_wall_now(), at);
 	o = json_pack("{s:s,s:s,s:s,s:s}", "scope", scope, "kind", kind, "error", msg, "at", at);
 	text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	pool.st.errors++;
 	pool.st.errors_by_kind[!strcmp(kind, "create") ? 0 : !strcmp(kind, "state_dir") ? 1 : 2]++;
 	pool.st.last_error_at = util_wall_now();
 	snprintf(pool.st.last_error, sizeof(pool.st.last_error), "%s", text ? text : "");
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	free(text);
 	json_decref(o);
 }
@@ -289,7 +292,7 @@ static void pool_unsave(struct sbx *s)
 static void pool_set_box_held(struct sbx *s, struct sbx_box *box, const struct sbx_provider *prov,
 	struct sbx_config *cfg)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s->box = box;
 	s->prov = prov;
 	s->cfg = cfg;
@@ -297,7 +300,7 @@ static void pool_set_box_held(struct sbx *s, struct sbx_box *box, const struct s
 		s->uid = box->uid;
 		s->gid = box->gid;
 	}
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 /* Caller holds s->scope and has set state DESTROYING. */
@@ -321,9 +324,9 @@ static void pool_destroy_held(struct sbx *s, const char *why)
 	pool_unsave(s);
 	config_put(cfg);
 	log_info(scope, "sandbox destroyed (%s)", why);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s->state = SBX_NONE;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 /* Caller holds pool.lock.  Picks the oldest warm entry nobody is working
@@ -332,6 +335,7 @@ static struct sbx *pool_pick_warm_locked(uint64_t older_than_ms, bool oldest)
 {
 	struct sbx *best = NULL;
 
+	lock_assert_held(&pool.lock);
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next) {
 			if (s->state != SBX_WARM || s->warm_since_ms > older_than_ms)
@@ -368,15 +372,15 @@ static void pool_enforce_replicas(int replicas, const char *scope)
 	struct sbx *victim;
 
 	for (;;) {
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		if ((int)pool_count_locked() <= replicas) {
-			pthread_mutex_unlock(&pool.lock);
+			lock_release(&pool.lock);
 			return;
 		}
 		victim = pool_pick_warm_locked(UINT64_MAX, true);
 		if (victim)
 			pool.st.evictions++;
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		if (!victim) {
 			log_warn(scope, "replicas (%d) exceeded and no warm sandbox to evict: creating anyway", replicas);
 			return;
@@ -394,13 +398,13 @@ static void pool_reap_once(long idle_timeout)
 	if (idle_timeout <= 0)
 		return;
 	for (;;) {
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		victim = now > (uint64_t)idle_timeout * 1000
 				 ? pool_pick_warm_locked(now - (uint64_t)idle_timeout * 1000, false)
 				 : NULL;
 		if (victim)
 			pool.st.reaps++;
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		if (!victim)
 			return;
 		pool_destroy_held(victim, "idle timeout");
@@ -422,7 +426,7 @@ static bool pool_sweep_gone(void)
 		enum sbx_state was = SBX_NONE;
 		char why[sizeof(((struct sbx_box *)0)->gone_why)], at[32];
 
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
 			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next) {
 				if ((s->state != SBX_ACTIVE && s->state != SBX_WARM) || !sbx_box_is_gone(s->box))
@@ -441,7 +445,7 @@ static bool pool_sweep_gone(void)
 			snprintf(victim->last_event, sizeof(victim->last_event), "invalidated at %s (was %s): %s", at,
 				was == SBX_ACTIVE ? "active" : "warm", why);
 		}
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		if (!victim)
 			return busy;
 		{
@@ -458,10 +462,10 @@ static bool pool_sweep_gone(void)
 /* sbx_box_gone()'s hook: wake the reaper (any thread, no lock held). */
 static void pool_gone_wake(void)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	pool.sweep_gone = true;
 	pthread_cond_signal(&pool.reaper_cond);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 static void *pool_reaper_main(void *arg)
@@ -469,23 +473,23 @@ static void *pool_reaper_main(void *arg)
 	bool again = false;
 
 	(void)arg;
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	while (!pool.stopping) {
 		long interval = pool.cfg->idle_check_interval, idle = pool.cfg->idle_timeout;
 		bool sweep = pool.sweep_gone || again;
 		struct timespec ts;
 
 		pool.sweep_gone = false;
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		again = sweep && pool_sweep_gone();
 		pool_reap_once(idle);
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += again ? 1 : interval;
 		if (!pool.stopping && !pool.sweep_gone)
-			pthread_cond_timedwait(&pool.reaper_cond, &pool.lock, &ts);
+			lock_cond_timedwait(&pool.reaper_cond, &pool.lock, &ts);
 	}
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return NULL;
 }
 
@@ -569,6 +573,7 @@ static int pool_user_cap_locked(const struct sbx_config *cfg, const char *user, 
 {
 	int max = config_user_max_sandboxes(cfg, user), n = 0;
 
+	lock_assert_held(&pool.lock);
 	if (!max)
 		return 0;
 	for (int i = 0; i < POOL_BUCKETS; i++)
@@ -590,32 +595,32 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	int err = 0, kind = 0;
 
 	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s = pool.stopping ? NULL : pool_entry_locked(user, thread);
 	if (!s) {
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		return pool.stopping ? ESHUTDOWN : ENOMEM;
 	}
 	s->refs++;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 
 	pthread_mutex_lock(&s->scope);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	cfg = config_get(pool.cfg);
 	prov = pool.prov;
 	enum sbx_state st = s->state;
 	if (st == SBX_ACTIVE || st == SBX_CREATING) {
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		err = EEXIST;
 		goto out;
 	}
 	err = pool_user_cap_locked(cfg, user, scope);
 	if (err) {
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		goto out;
 	}
 	s->state = SBX_CREATING;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 
 	if (st == SBX_WARM && s->prov == prov && s->box && !sbx_box_is_gone(s->box) &&
 	    prov->ops->health(s->box) == SBX_OK) {
@@ -626,18 +631,18 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 			bool gone = sbx_box_is_gone(s->box);
 
 			log_info(scope, "warm sandbox failed its health check: recreating");
-			pthread_mutex_lock(&pool.lock);
+			lock_acquire(&pool.lock);
 			snprintf(s->last_event, sizeof(s->last_event), "recreated: %s",
 				gone ? s->box->gone_why : "the warm sandbox failed its health check");
-			pthread_mutex_unlock(&pool.lock);
+			lock_release(&pool.lock);
 			pool_destroy_held(s, "failed health check");
-			pthread_mutex_lock(&pool.lock);
+			lock_acquire(&pool.lock);
 			s->state = SBX_CREATING;
-			pthread_mutex_unlock(&pool.lock);
+			lock_release(&pool.lock);
 		}
 		err = pool_create_held(s, cfg, prov, scope);
 	}
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	if (err) {
 		s->state = SBX_NONE;
 	} else {
@@ -646,7 +651,7 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 		s->acquired_at = util_wall_now();
 		pool_observe(kind, (double)(util_now_ms() - t0) / 1000.0);
 	}
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	if (!err && kind == 1)
 		pool_hooks_reclaim(s);
 out:
@@ -667,21 +672,21 @@ int pool_release(struct sbx *s)
 
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	pthread_mutex_lock(&s->scope);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	if (s->state != SBX_ACTIVE) {
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		pthread_mutex_unlock(&s->scope);
 		return ENOENT;
 	}
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	/* still active: what the hooks finish (a skills sync) reaches the sandbox */
 	pool_hooks_release(s);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	/* A sandbox of a provider that a reload replaced is destroyed, not parked. */
 	stale = s->prov != pool.prov || pool.stopping;
 	s->state = stale ? SBX_DESTROYING : SBX_WARM;
 	s->warm_since_ms = util_now_ms();
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	if (stale)
 		pool_destroy_held(s, "its provider was replaced");
 	else
@@ -697,36 +702,36 @@ struct sbx *pool_find_active(const char *user, const char *thread)
 
 	if (names_scope_token(user, thread, token))
 		return NULL;
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s = pool_lookup_locked(token);
 	if (s && s->state == SBX_ACTIVE && !strcmp(s->user, user) && !strcmp(s->thread, thread))
 		s->refs++;
 	else
 		s = NULL;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return s;
 }
 
 void pool_each_active(const char *user, void (*fn)(struct sbx *s, void *arg), void *arg)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next)
 			if (s->state == SBX_ACTIVE && !strcmp(s->user, user))
 				fn(s, arg);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 bool pool_user_has_active(const char *user)
 {
 	bool found = false;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	for (int i = 0; i < POOL_BUCKETS && !found; i++)
 		for (struct sbx *s = pool.table[i]; s && !found; s = s->next)
 			if ((s->state == SBX_ACTIVE || s->state == SBX_CREATING) && !strcmp(s->user, user))
 				found = true;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return found;
 }
 
@@ -762,9 +767,9 @@ struct sbx_box *pool_box(struct sbx *s)
 {
 	struct sbx_box *box;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	box = sbx_box_get(s->box);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return box;
 }
 
@@ -805,7 +810,7 @@ int pool_status_json(struct sbx *s, struct buf *out)
 	char created[32], acquired[32];
 	json_t *o, *skills;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	static const char *names[] = { "none", "creating", "active", "warm", "destroying" };
 	util_iso8601(s->created_at, created);
 	util_iso8601(s->acquired_at, acquired);
@@ -827,13 +832,13 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		json_object_set_new(o, "note", json_string(s->box->note));
 	if (o && s->last_event[0])
 		json_object_set_new(o, "last_event", json_string(s->last_event));
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return json_to_buf(o, out);
 }
 
 void pool_stats(struct pool_stats *st)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	*st = pool.st;
 	st->provider = pool.prov->name;
 	st->replicas = pool.cfg->replicas;
@@ -846,16 +851,16 @@ void pool_stats(struct pool_stats *st)
 			st->warm += s->state == SBX_WARM;
 			st->creating += s->state == SBX_CREATING;
 		}
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 struct sbx_config *pool_config(void)
 {
 	struct sbx_config *c;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	c = config_get(pool.cfg);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return c;
 }
 
@@ -863,10 +868,10 @@ struct sbx_config *pool_sbx_config(struct sbx *s)
 {
 	struct sbx_config *c = NULL;
 
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	if (s->cfg)
 		c = config_get(s->cfg);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	return c;
 }
 
@@ -887,9 +892,9 @@ static void pool_adopt_one(const char *user, const char *thread, bool discovered
 	const char *pname, *state;
 
 	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	s = pool_entry_locked(user, thread);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	if (!s || (s->box && discovered))
 		return; /* already adopted from its record */
 	if (!layout_file(&path, s->thread_dir, "sandbox.json"))
@@ -919,11 +924,11 @@ static void pool_adopt_one(const char *user, const char *thread, bool discovered
 			pool_hooks_up(s, true);
 			pthread_mutex_unlock(&s->scope);
 			s->created_at = json_real_value(json_object_get(j, "created_at"));
-			pthread_mutex_lock(&pool.lock);
+			lock_acquire(&pool.lock);
 			s->state = SBX_WARM;
 			s->warm_since_ms = util_now_ms();
 			pool.st.adopted++;
-			pthread_mutex_unlock(&pool.lock);
+			lock_release(&pool.lock);
 			log_info(scope, "adopted into the warm pool (%s%s)", box->remote_id,
 				pool.prov->ops->health(box) ? ", stale: recreated on reclaim" : "");
 		}
@@ -1008,26 +1013,26 @@ int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "use: provider '%s' is not built in", cfg->use);
 		return -1;
 	}
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	old = pool.prov;
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	/* a provider never used so far gets its start of day first (the
 	 * reload thread is the only writer of pool.prov: no race with this) */
 	if (prov != old && prov->ops->init(cfg, err, errlen))
 		return -1;
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	old = pool.prov;
 	oldcfg = pool.cfg;
 	pool.cfg = config_get(cfg);
 	pool.prov = prov;
 	pthread_cond_signal(&pool.reaper_cond);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	config_put(oldcfg);
 	if (old == prov)
 		return 0;
 	/* The old provider's warm sandboxes go now; active ones on release. */
 	for (;;) {
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		victim = NULL;
 		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
 			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next)
@@ -1035,7 +1040,7 @@ int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 					s->state = SBX_DESTROYING;
 					victim = s;
 				}
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		if (!victim)
 			break;
 		pool_destroy_held(victim, "provider changed by reload");
@@ -1053,7 +1058,7 @@ static void *pool_shutdown_worker(void *arg)
 	for (;;) {
 		struct sbx *victim = NULL;
 
-		pthread_mutex_lock(&pool.lock);
+		lock_acquire(&pool.lock);
 		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
 			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next)
 				if ((s->state == SBX_ACTIVE || s->state == SBX_WARM) && !pthread_mutex_trylock(&s->scope)) {
@@ -1064,7 +1069,7 @@ static void *pool_shutdown_worker(void *arg)
 						pthread_mutex_unlock(&s->scope);
 					}
 				}
-		pthread_mutex_unlock(&pool.lock);
+		lock_release(&pool.lock);
 		if (!victim)
 			return NULL;
 		pool_destroy_held(victim, "shutdown");
@@ -1074,10 +1079,10 @@ static void *pool_shutdown_worker(void *arg)
 
 void pool_stop(void)
 {
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	pool.stopping = true;
 	pthread_cond_signal(&pool.reaper_cond);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 }
 
 static void pool_provider_shutdown(void)
@@ -1092,9 +1097,9 @@ void pool_shutdown(bool keep)
 	int n = 0;
 
 	pool_stop();
-	pthread_mutex_lock(&pool.lock);
+	lock_acquire(&pool.lock);
 	keep = keep || (pool.cfg && pool.cfg->keep_on_exit);
-	pthread_mutex_unlock(&pool.lock);
+	lock_release(&pool.lock);
 	if (pool.reaper_running)
 		pthread_join(pool.reaper, NULL);
 	pool.reaper_running = false;

@@ -13,9 +13,9 @@
  *   - box, prov, cfg and the status strings change only with both held, so
  *     a reader holding either sees them consistent: status is rendered
  *     under pool.lock alone and never waits behind a create or destroy.
- * Lock order: sbx->scope before pool.lock; pool.lock is never held across a
- * provider call and never waits for a scope lock (it only trylocks one, to
- * pick an eviction victim that nobody is using).
+ * Locks: sbx->scope and pool.lock, in the order docs/architecture.md
+ * ("Lock order", the one place it is written) gives; pool.lock is never held
+ * across a provider call and only trylocks a scope lock.
  *
  * Every pool call that may block on a provider (acquire, release, exec,
  * reattach, kill_all, reload, shutdown) must run off the FUSE workers.

@@ -102,10 +102,18 @@ struct sbx_exec_spec {
 /* A running command, owned by the provider (embedded first in its own
  * struct).  fd is pollable: it becomes readable (POLLIN) when the command
  * has ended (a pidfd of the local supervisor, an eventfd a provider thread
- * signals for HTTP streams). */
+ * signals for HTTP streams).
+ *
+ * Reference counted like boxes: sbx_exec_start/sbx_exec_reattach return a
+ * handle with one reference (the caller's); sbx_exec_get adds one (a
+ * signaller that uses it outside its owner's lock), sbx_exec_put drops one
+ * and the last calls the provider's exec_free slot.  exec_free may block (a
+ * pump thread joined): the last put is never made under fs_lock or any
+ * module lock (docs/architecture.md, "Lock order"). */
 struct sbx_exec {
 	const struct sbx_provider *prov;
 	int fd;
+	int refs; /* atomic; set by the sbx_exec_start/reattach wrappers */
 };
 
 /* ---- capability tables ------------------------------------------------------ */
@@ -299,7 +307,8 @@ struct sbx_provider_ops {
 	 * sure job_dir/result exists).  Called once. */
 	void (*exec_finish)(struct sbx_exec *x);
 	/* MUST with SBX_CAP_EXEC: let go of x (after exec_finish, or at exit
-	 * with the command still running: it keeps running). */
+	 * with the command still running: it keeps running).  Called by the
+	 * last sbx_exec_put, with no lock of the daemon's held: MAY block. */
 	void (*exec_free)(struct sbx_exec *x);
 	/* MAY: the slot of a finished job is being removed: end what the job
 	 * left behind and free what the provider kept for it (its cgroup). */
@@ -361,7 +370,9 @@ enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spe
 enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct sbx_exec **out);
 enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig);
 void sbx_exec_finish(struct sbx_exec *x);
-void sbx_exec_free(struct sbx_exec *x);
+void sbx_exec_get(struct sbx_exec *x);
+/* NULL: nothing.  The last reference calls exec_free (no lock held). */
+void sbx_exec_put(struct sbx_exec *x);
 void sbx_exec_cleanup(struct sbx_box *box, const char *job_dir, const char *job_name);
 void sbx_dirents_free(struct sbx_dirent *ents, size_t n);
 

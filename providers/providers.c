@@ -87,16 +87,26 @@ void sbx_box_status(struct sbx_box *box, struct json_t *out)
 		box->prov->ops->box_status(box, out);
 }
 
+/* A new handle starts with the caller's one reference. */
+static enum sbx_err exec_counted(enum sbx_err e, struct sbx_exec **out)
+{
+	if (e == SBX_OK && *out)
+		__atomic_store_n(&(*out)->refs, 1, __ATOMIC_RELEASE);
+	return e;
+}
+
 enum sbx_err sbx_exec_start(struct sbx_box *box, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
 	if (!(box->prov->caps & SBX_CAP_EXEC) || !box->prov->ops->exec_start)
 		return SBX_ERR_NOTSUP;
-	return box->prov->ops->exec_start(box, spec, out);
+	return exec_counted(box->prov->ops->exec_start(box, spec, out), out);
 }
 
 enum sbx_err sbx_exec_reattach(struct sbx_box *box, const char *job_dir, struct sbx_exec **out)
 {
-	return box->prov->ops->exec_reattach ? box->prov->ops->exec_reattach(box, job_dir, out) : SBX_ERR_GONE;
+	if (!box->prov->ops->exec_reattach)
+		return SBX_ERR_GONE;
+	return exec_counted(box->prov->ops->exec_reattach(box, job_dir, out), out);
 }
 
 enum sbx_err sbx_exec_signal(struct sbx_exec *x, int sig)
@@ -113,9 +123,14 @@ void sbx_exec_finish(struct sbx_exec *x)
 		x->prov->ops->exec_finish(x);
 }
 
-void sbx_exec_free(struct sbx_exec *x)
+void sbx_exec_get(struct sbx_exec *x)
 {
-	if (x)
+	__atomic_add_fetch(&x->refs, 1, __ATOMIC_RELAXED);
+}
+
+void sbx_exec_put(struct sbx_exec *x)
+{
+	if (x && __atomic_sub_fetch(&x->refs, 1, __ATOMIC_ACQ_REL) == 0)
 		x->prov->ops->exec_free(x);
 }
 

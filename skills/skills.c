@@ -20,7 +20,8 @@
  * gets synced.  fsync skips the wait.  A failed sync is retried with a
  * back-off (1 s doubling to 60 s) while changes are unsynced.
  *
- * Lock order: pool.lock (the status hook) -> eng.lock; eng.lock is a leaf.
+ * Locks: eng.lock, a leaf (its place in the order: docs/architecture.md,
+ * "Lock order").
  */
 #define _GNU_SOURCE
 #include "skills.h"
@@ -82,6 +83,7 @@ struct skills_sbx {
 	struct skills_manifest synced; /* what the sandbox has */
 
 	struct park_queue waiters; /* fsyncs */
+	int refs; /* atomic: the registry's, and one per pending wake-up of waiters (park.h) */
 };
 
 static struct {
@@ -118,9 +120,25 @@ static struct skills_sbx *sk_find(const struct sbx *s)
 	return k;
 }
 
-static void noop_ref(void *p)
+static void sk_ref(void *p)
 {
-	(void)p;
+	__atomic_add_fetch(&((struct skills_sbx *)p)->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* The last reference: the registry let go (skills_shutdown) and the park
+ * thread is done with the queue (a wake-up pending at shutdown holds one). */
+static void sk_unref(void *p)
+{
+	struct skills_sbx *k = p;
+
+	if (__atomic_sub_fetch(&k->refs, 1, __ATOMIC_ACQ_REL) > 0)
+		return;
+	park_queue_destroy(&k->waiters);
+	skills_manifest_free(&k->synced);
+	pool_put(k->s);
+	free(k->root);
+	free(k->saved);
+	free(k);
 }
 
 static struct skills_sbx *sk_get(struct sbx *s)
@@ -147,16 +165,18 @@ static struct skills_sbx *sk_get(struct sbx *s)
 	}
 	k->s = s;
 	skills_manifest_init(&k->synced);
-	park_queue_init(&k->waiters, noop_ref, noop_ref, k);
+	k->refs = 1; /* the registry's */
+	park_queue_init(&k->waiters, sk_ref, sk_unref, k);
+	pool_get(s); /* before eng.lock: the order is pool.lock -> eng.lock (the status hook) */
 	pthread_mutex_lock(&eng.lock);
 	old = sk_find_locked(s);
 	if (!old) {
-		pool_get(s);
 		k->next = eng.table[sk_hash(s)];
 		eng.table[sk_hash(s)] = k;
 	}
 	pthread_mutex_unlock(&eng.lock);
 	if (old) { /* raced with another up: keep that one */
+		pool_put(s);
 		park_queue_destroy(&k->waiters);
 		free(k->root);
 		free(k->saved);
@@ -867,12 +887,7 @@ void skills_shutdown(void)
 		while (k) {
 			struct skills_sbx *next = k->next;
 			park_drain(&k->waiters, EIO);
-			park_queue_destroy(&k->waiters);
-			skills_manifest_free(&k->synced);
-			pool_put(k->s);
-			free(k->root);
-			free(k->saved);
-			free(k);
+			sk_unref(k); /* freed now, or by the park thread after a pending wake-up */
 			k = next;
 		}
 	}

@@ -10,6 +10,7 @@ written straight into the host directory, so a wedged mount cannot keep a
 test from ending."""
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -421,6 +422,81 @@ def test_flock_held_by_a_job_does_not_wedge_the_mount(sandbox):
                 pass  # in D state in a request the daemon holds; freed at teardown
     assert None not in codes, codes  # every waiter was answered
     assert codes.count(0) >= 1, codes  # and those that waited got the lock
+
+
+FLOCK_WAITER = r"""
+import fcntl, os, sys, time
+lk, got, go = sys.argv[1], sys.argv[2], sys.argv[3]
+fd = os.open(lk, os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+except KeyboardInterrupt:  # SIGINT: the daemon answered the wait EINTR
+    sys.exit(3)
+with open(got, "w") as f:
+    f.write(str(os.getpid()))
+while not os.path.exists(go):
+    time.sleep(0.02)
+sys.exit(0)
+"""
+
+
+@pytest.mark.timeout_s(180)
+def test_flock_waiters_are_parked_and_woken_by_the_unlock(sandbox):
+    """40 callers wait through the mount for a lock held through the mount:
+    none holds a FUSE worker (every one keeps waiting, none gets ENOLCK, the
+    mount answers), the unlock gives the lock to exactly one of them, SIGINT
+    of a waiter answers its wait EINTR at once, and the rest get the lock in
+    turn as each holder closes."""
+    m, t = sandbox
+    ws = t / "workspace"
+    lk = ws / "lk"
+    lk.write_text("")
+    holder = os.open(lk, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    n = 40
+    waiters = [subprocess.Popen([sys.executable, "-c", FLOCK_WAITER, str(lk), str(ws / f"got.{i}"),
+                                 str(ws / f"go.{i}")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for i in range(n)]
+    try:
+        # every waiter is in its flock (the lock file is open n + 1 times), none answered
+        assert wait_until(lambda: sum(1 for w in waiters if w.poll() is None) == n, 10)
+        time.sleep(1.0)
+        assert [w.poll() for w in waiters] == [None] * n, [w.poll() for w in waiters]
+        res = responsive(ws)
+        assert all(x[2] < STUCK for x in res), res
+
+        def holders():
+            return sorted(i for i in range(n) if (ws / f"got.{i}").exists())
+
+        fcntl.flock(holder, fcntl.LOCK_UN)  # through the mount: wakes the waiters now
+        assert wait_until(lambda: holders(), 5), "the unlock woke nobody"
+        time.sleep(0.5)
+        first = holders()
+        assert len(first) == 1, first  # exactly one has the lock
+        # SIGINT of another waiter: its flock answers EINTR at once
+        victim = next(i for i in range(n) if i not in first)
+        t0 = time.monotonic()
+        waiters[victim].send_signal(signal.SIGINT)
+        assert waiters[victim].wait(timeout=STUCK) == 3, waiters[victim].stderr.read()
+        assert time.monotonic() - t0 < 1.0
+        # the rest get the lock one after the other as each holder leaves
+        for i in range(n):
+            (ws / f"go.{i}").write_text("")
+        deadline = time.monotonic() + 60
+        for i, w in enumerate(waiters):
+            if i != victim:
+                assert w.wait(timeout=max(1, deadline - time.monotonic())) == 0, (i, w.stderr.read())
+        assert len(holders()) == n - 1
+    finally:
+        os.close(holder)
+        for w in waiters:
+            if w.poll() is None:
+                w.kill()
+        for w in waiters:
+            try:
+                w.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 @pytest.mark.timeout_s(120)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.c - fuzz the approval proxy's HTTP/1 request reader (net/http.c) as
+ * http.c - fuzz the approval proxy's HTTP/1 request reader (net/httpreader.c) as
  * net/proxy.c drives it on what a sandbox sends to 127.0.0.1:3128: the head
  * found in the pieces a socket delivers (http_head_len resumed where it
  * stopped), parsed (http_parse), its host canonicalised (policy_host_canon,
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "../../common/buf.h"
-#include "../../net/http.h"
+#include "../../net/httpreader.h"
 #include "../../net/policy.h"
 #include "fuzz.h"
 

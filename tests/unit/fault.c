@@ -11,6 +11,7 @@
 #include "fault.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -39,7 +40,7 @@ struct fault_exec {
 	char *job_dir;
 	pthread_t thread;
 	bool joined;
-	volatile int sig;
+	_Atomic int sig; /* written by exec_signal, read by the job thread */
 	enum fault_exec_mode mode;
 };
 

@@ -9,6 +9,7 @@
 #ifndef SBX_FAULT_H
 #define SBX_FAULT_H
 
+#include <stdatomic.h>
 #include "../../providers/provider.h"
 
 enum fault_exec_mode {
@@ -38,12 +39,13 @@ struct fault_knobs {
 	char remote_root[256];
 	enum sbx_err files_err;  /* every files/skills op fails with it */
 	int files_delay_ms;      /* every files/skills op takes this long */
-	int uploads, upload_bytes, skill_mkdirs, skill_removes, file_ops;
-	/* counters */
-	int creates, destroys, adopts, healths;
-	int creating, max_creating; /* creates running now, and the most at once */
-	int live_boxes, live_execs;
-	int signals[65];
+	/* counters: written by the provider's threads, read by the test's
+	 * (atomics: ThreadSanitizer checks the unit tests, make tsan-unit) */
+	_Atomic int uploads, upload_bytes, skill_mkdirs, skill_removes, file_ops;
+	_Atomic int creates, destroys, adopts, healths;
+	_Atomic int creating, max_creating; /* creates running now, and the most at once */
+	_Atomic int live_boxes, live_execs;
+	_Atomic int signals[65];
 };
 
 extern struct fault_knobs fault;

@@ -19,7 +19,7 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../net/egress.h"
-#include "../../net/http.h"
+#include "../../net/httpreader.h"
 #include "../../net/netpol.h"
 #include "../../net/policy.h"
 #include "../../net/resolve.h"

@@ -396,7 +396,7 @@ static struct sbx *job_sandbox(struct buf *jobs_dir)
 }
 
 /* *v == want within ms (an atomic counter of the fault provider). */
-static bool wait_until_ms(int *v, int want, int ms)
+static bool wait_until_ms(_Atomic int *v, int want, int ms)
 {
 	for (int i = 0; i < ms / 10; i++) {
 		if (__atomic_load_n(v, __ATOMIC_RELAXED) == want)

@@ -234,6 +234,12 @@ static void test_config(void)
 		{ "network:\n  mode: weird\n", "network.mode:" },
 		{ "network:\n  temporary_grant_ttl: 10\n", "network.temporary_grant_ttl:" },
 		{ "network:\n  allow_domains: ['*']\n", "network.allow_domains:" },
+		/* the proxy's grammar (names_host_canon) in the configuration too */
+		{ "network:\n  allow_domains: ['-a.example.com']\n", "network.allow_domains:" },
+		{ "network:\n  allow_domains: ['a.0x7f']\n", "network.allow_domains:" },
+		{ "network:\n  allow_domains: ['com']\n", "network.allow_domains:" },
+		{ "network:\n  hosts:\n    bad-.example: 10.0.0.1\n", "network.hosts.bad-.example:" },
+		{ "network:\n  hosts:\n    127.1: 10.0.0.1\n", "network.hosts.127.1:" },
 		{ "users: 7\n", "users:" },
 		{ "skills:\n  container_path: rel\n", "skills.container_path:" },
 		{ "keep_on_exit: maybe\n", "keep_on_exit:" },

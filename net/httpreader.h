@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.h - the proxy's strict HTTP/1.x request reader (reference §7.3).
+ * httpreader.h - the proxy's strict HTTP/1.x request reader (reference §7.3);
+ * the daemon's HTTP client is another thing, common/http.h (libcurl).
  *
  * The proxy speaks HTTP only to read one request head per connection and to
  * answer it; what follows is relayed.  The reader refuses rather than
@@ -23,8 +24,8 @@
  *
  * Pure functions, no lock; the unit tests drive them directly.
  */
-#ifndef SBX_NET_HTTP_H
-#define SBX_NET_HTTP_H
+#ifndef SBX_NET_HTTPREADER_H
+#define SBX_NET_HTTPREADER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.c - the proxy's strict HTTP/1.x request reader (see http.h for the
+ * httpreader.c - the proxy's strict HTTP/1.x request reader (see httpreader.h for the
  * rules).  Written against RFC 9112's grammar, narrowed: where the RFC lets
  * a recipient choose between repairing and rejecting, this reader rejects.
  */
 #define _GNU_SOURCE
-#include "http.h"
+#include "httpreader.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ctl.c - what the read-only control files say: /sbx/.status, .metrics,
+ * reports.c - what the read-only report files say: /sbx/.status, .metrics,
  * .config, .health and a sandbox's id and status (events and network are
  * netfs.c's).  Each open renders a snapshot, and a stat renders one to tell
  * its size (files are opened with direct I/O: `cat` reads the whole snapshot
@@ -19,7 +19,7 @@
 #include "../common/util.h"
 #include "../net/net.h"
 #include "../skills/skills.h"
-#include "ctl.h"
+#include "reports.h"
 #include "nodefd.h"
 
 #ifndef SBXFS_VERSION
@@ -326,7 +326,7 @@ static int ctl_metrics(struct buf *out)
 	return r ? -1 : 0;
 }
 
-int ctl_render(struct node *n, struct buf *out, uid_t reader)
+int reports_render(struct node *n, struct buf *out, uid_t reader)
 {
 	if (n->kind == N_ROOTFILE) {
 		switch (n->which) {
