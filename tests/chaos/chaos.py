@@ -129,7 +129,9 @@ class Daemon:
                 raise Violation(f"sbxfs exited with {self.proc.returncode} at start; log tail:\n{self.log_tail()}")
             if any(mp == str(self.mnt) and t.startswith("fuse") for mp, t in _mounts()):
                 try:
-                    os.statvfs(self.mnt)
+                    # not statvfs: while the new daemon detaches the stale
+                    # mount, the bare directory beneath answers statvfs
+                    os.stat(self.mnt / ".status")
                     return
                 except OSError:
                     pass
