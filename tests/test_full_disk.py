@@ -24,6 +24,23 @@ import sbxutil
 import test_jobs as J
 from sbxutil import read_json, wait_until
 
+DENY_JOB = ("python3 -c \"import socket; s=socket.create_connection(('127.0.0.1',3128)); "
+            "s.sendall(b'CONNECT api.example.test:443 HTTP/1.1\\r\\n\\r\\n'); print(s.recv(999).decode())\"")
+
+
+def _event(t):
+    fd = os.open(t / "events", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return json.loads(os.read(fd, 65536))
+    except BlockingIOError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _decision(t, rid):
+    return {e["request_id"]: e.get("decision") for e in read_json(t / "network")["events"]}.get(rid, "missing")
+
 MiB = 1 << 20
 
 
@@ -34,7 +51,8 @@ def _run(*args):
 @pytest.fixture
 def small_state(sbxfs, tmp_path):
     """An sbxfs (not started) whose state_dir is a 48 MiB ext4 on a loop device."""
-    inst = sbxfs(start=False)
+    inst = sbxfs(config={"network": {"mode": "allowlist", "approval": "prompt",
+                                     "allow_domains": ["static.example.test"]}}, start=False)
     img = tmp_path / "state.img"
     with open(img, "wb") as f:
         f.truncate(48 * MiB)
@@ -119,6 +137,14 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
         f.write(b"kept\n")
         os.fsync(f.fileno())
 
+    # a network event waiting for a decision
+    d = J.mkjob(t, "deny")
+    J.start(d, DENY_JOB)
+    ev = wait_until(lambda: _event(t), 20)
+    assert ev, "no network event"
+    rid = ev["request_id"]
+    undecided = _decision(t, rid)
+
     # jobs that write output into state_dir while it fills
     writers = []
     for i in range(3):
@@ -138,10 +164,11 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
             J.start(j, "echo hi")
         except OSError as e:
             assert e.errno == errno.ENOSPC, f"job start on a full disk: {e}"
-    try:
-        J.write_ctl(t / "network", "deny-pending")
-    except OSError as e:
-        assert e.errno == errno.ENOSPC, f"network decision on a full disk: {e}"
+    # a decision the disk cannot record is refused and changes nothing (it
+    # would be gone after a restart)
+    e = sbxutil.expect_errno(lambda: J.write_ctl(t / "network", f"allow_sandbox {rid}"), errno.ENOSPC)
+    assert _decision(t, rid) == undecided, read_json(t / "network")
+    assert "network" in m.log and "No space left" in m.log
     try:
         os.mkdir(m.mnt / "alice" / "other")
     except OSError as e:
@@ -184,6 +211,9 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     assert (t / "workspace" / "after").stat().st_size == MiB
     code, out, _ = J.run_job(t, "after", "echo ok; cat keep.txt")
     assert (code, out) == (0, "ok\nkept\n")
+    J.write_ctl(t / "network", f"allow_sandbox {rid}")
+    decided = _decision(t, rid)
+    assert decided != undecided, read_json(t / "network")
     os.mkdir(m.mnt / "alice" / "t2")
     code, out, _ = J.run_job(m.mnt / "alice" / "t2", "j", "echo two")
     assert (code, out) == (0, "two\n")
@@ -195,6 +225,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     os.mkdir(t)
     assert keep.read_bytes() == b"kept\n"
     assert not _records_whole(m.state_dir), _records_whole(m.state_dir)
+    assert _decision(t, rid) == decided, read_json(t / "network")
     # the jobs that ended while their result could not be saved: finished
     # or lost, with an exit to read, never running for ever or gone
     for name in ["inside", "after"]:
@@ -202,5 +233,4 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
         st = read_json(j / "status")
         assert st["state"] in ("exited", "killed", "lost"), st
         assert J.wait_exit(j, 10) >= 0
-    print(m.log)
     assert m.stop() == 0
