@@ -35,3 +35,32 @@ def test_chaos_short_local():
     assert c.stats["kills"] >= 20, text
     assert c.stats["checks"] >= 20, text
     c.remove()
+
+
+@pytest.mark.timeout_s(90)
+def test_start_deletes_half_written_records_a_kill_left(sbxfs):
+    """A kill -9 between an atomic write's open and its rename leaves
+    <record>.tmp.<tid> beside the record (common/util.c); the next start
+    deletes those in the state_dir's own directories and never touches a
+    data directory."""
+    m = sbxfs()
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    m.init_pid(t)
+    os.mkdir(t / "jobs" / "j")
+    with open(t / "jobs" / "j" / "cmd", "w") as f:
+        f.write("echo hi")
+    (t / "workspace" / "user.tmp.7").write_text("mine")
+    m.kill9()
+    td = m.thread_data("alice", "t")
+    planted = [m.state_dir / "x.json.tmp.11", td / "sandbox.json.tmp.12345", td / "network.json.tmp.3",
+               td / "jobs" / "j" / "result.tmp.999"]
+    for p in planted:
+        p.write_text('{"half')
+    m.restart()
+    left = [str(p) for p in planted if p.exists()]
+    assert not left, f"half-written records survive a start: {left}\n{m.log[-3000:]}"
+    assert "half-written state file" in m.log
+    os.mkdir(t)
+    assert (t / "workspace" / "user.tmp.7").read_text() == "mine"
+    assert (t / "jobs" / "j" / "stdout").read_text() == "hi\n"
