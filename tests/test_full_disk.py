@@ -135,6 +135,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     keep = t / "workspace" / "keep.txt"
     with open(keep, "wb") as f:
         f.write(b"kept\n")
+        f.flush()
         os.fsync(f.fileno())
 
     # a network event waiting for a decision
@@ -178,6 +179,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     try:
         with open(small, "wb") as f:
             f.write(b"s" * 65536)
+            f.flush()
             os.fsync(f.fileno())
     except OSError as e:
         assert e.errno == errno.ENOSPC, f"a write on a full disk: {e}"
@@ -207,6 +209,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     assert wait_until(lambda: os.statvfs(m.state_dir).f_bavail * os.statvfs(m.state_dir).f_frsize > 16 * MiB, 20)
     with open(t / "workspace" / "after", "wb") as f:
         f.write(b"a" * MiB)
+        f.flush()
         os.fsync(f.fileno())
     assert (t / "workspace" / "after").stat().st_size == MiB
     code, out, _ = J.run_job(t, "after", "echo ok; cat keep.txt")
