@@ -558,6 +558,8 @@ class Chaos:
             with open(self.p(s, "jobs", name, "ctl"), "w") as f:
                 f.write("kill")
         except OSError as e:
+            if e.errno == errno.ESRCH:
+                return  # it has ended on its own (or is being reattached): DESIGN §6
             if self.failed(ep, e):
                 s.jobs[name]["killed"] = None  # maybe
             return
