@@ -524,9 +524,7 @@ class Chaos:
         content = f"job {name} of {s.token}\n"
         if kind == "write":
             # written and fsynced from inside the sandbox, then announced
-            cmd = (f"printf '%s' '{content.strip()}' > jf-{name} && "
-                   f"python3 -c \"import os; fd=os.open('jf-{name}', os.O_RDONLY); os.fsync(fd)\" && "
-                   f"echo out-{name}")
+            cmd = f"printf '%s' '{content.strip()}' > jf-{name} && sync jf-{name} && echo out-{name}"
         else:
             cmd = "sleep 8; echo late"
         jd = self.p(s, "jobs", name)
@@ -811,6 +809,11 @@ class Chaos:
                 left = t_end - time.monotonic()
                 if left <= 0 and self.stats["kills"] >= self.kills_wanted:
                     break
+                if self.kills_wanted == 0:  # load only: the invariants at the end
+                    if left <= 0:
+                        break
+                    time.sleep(min(left, 5.0))
+                    continue
                 kills_left = max(self.kills_wanted - self.stats["kills"], 1)
                 mean = max(min(left / kills_left, 6.0), 0.3) if left > 0 else 0.3
                 time.sleep(self.rng.uniform(0.2, 1.6) * mean * 0.6)

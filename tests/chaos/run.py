@@ -28,16 +28,15 @@ def main():
     ap.add_argument("--provider", choices=("local", "docker"), default="local")
     ap.add_argument("--sandboxes", type=int, default=None)
     ap.add_argument("--duration", type=float, default=None, help="seconds (overrides the mode)")
-    ap.add_argument("--kills", type=int, default=None)
+    ap.add_argument("--kills", type=int, default=None, help="at least this many kill -9s (0: none, load only)")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     dur, kills, n = (1800.0, 200, 16) if a.long else (120.0, 20, 8)
-    extra = {}
-    c = chaos.Chaos(seed, duration=a.duration or dur, kills=a.kills or kills, sandboxes=a.sandboxes or n,
+    c = chaos.Chaos(seed, duration=a.duration or dur, kills=kills if a.kills is None else a.kills,
+                    sandboxes=a.sandboxes or n,
                     provider=a.provider, log=lambda s: print(s, flush=True))
     if a.provider == "docker":
-        c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-base')}\n")
-    del extra
+        c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-busybox:1')}\n")
     ok, text = c.run()
     print(text, flush=True)
     if ok:
