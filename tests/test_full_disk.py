@@ -167,7 +167,10 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
             assert e.errno == errno.ENOSPC, f"job start on a full disk: {e}"
     # a decision the disk cannot record is refused and changes nothing (it
     # would be gone after a restart)
-    e = sbxutil.expect_errno(lambda: J.write_ctl(t / "network", f"allow_sandbox {rid}"), errno.ENOSPC)
+    # (what the refused job starts freed is taken again first: the disk must be full now)
+    _, err = _fill(t / "workspace" / "fill-top", chunk=1024)
+    assert err == errno.ENOSPC
+    sbxutil.expect_errno(lambda: J.write_ctl(t / "network", f"allow_sandbox {rid}"), errno.ENOSPC)
     assert _decision(t, rid) == undecided, read_json(t / "network")
     assert "network" in m.log and "No space left" in m.log
     try:
@@ -199,6 +202,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
 
     # free the space: everything resumes
     os.unlink(t / "workspace" / "fill")
+    os.unlink(t / "workspace" / "fill-top")
     for name in ("big", "small"):
         try:
             os.unlink(t / "workspace" / name)
