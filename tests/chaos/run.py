@@ -36,7 +36,11 @@ def main():
                     sandboxes=a.sandboxes or n,
                     provider=a.provider, log=lambda s: print(s, flush=True))
     if a.provider == "docker":
-        c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-busybox:1')}\n")
+        # an image built locally (tests/images/build.sh busybox); container names
+        # of this run only, so no other daemon's container is ever in the way
+        c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-busybox:1')}\n"
+                            f"container_prefix: sbxchaos-{seed % 100000}\n"
+                            "network: {\"mode\": \"isolated\"}\n")  # no docker0 bridge needed
     ok, text = c.run()
     print(text, flush=True)
     if ok:
