@@ -290,6 +290,7 @@ class Chaos:
         users = ["u0", "u1"]
         self.scopes = [Scope(users[i % 2], f"t{i}") for i in range(sandboxes)]
         self.nworkers = workers
+        self.container_prefix = None  # docker: the run's container names (run.py)
         self.epoch = 0
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
@@ -693,6 +694,8 @@ class Chaos:
             if tok not in live and tok not in maybe:
                 raise Violation(f"{when}: process {pid} ({_proc_cmdline(pid)!r}) in the cgroup of {tok}, "
                                 f"which no sandbox owns")
+        if self.container_prefix:
+            self.check_containers(when, live, maybe)
         ours = [(mp, t) for mp, t in _mounts() if mp.startswith(str(self.base))]
         if ours != [(str(d.mnt), "fuse.sbxfs")] and [t for _, t in ours].count("fuse.sbxfs") != 1:
             raise Violation(f"{when}: mounts under the run's directory: {ours}")
@@ -739,6 +742,18 @@ class Chaos:
                 kinds[t] = kinds.get(t, 0) + 1
             top = sorted(kinds.items(), key=lambda x: -x[1])[:8]
             raise Violation(f"{when}: the daemon holds {n} fds for {len(self.scopes)} sandboxes: {top}")
+
+    def check_containers(self, when, live, maybe):
+        """docker: one container per live scope (named <prefix>-<token>), none more."""
+        r = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}", "--filter",
+                            f"name=^{self.container_prefix}-"], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise Violation(f"{when}: docker ps failed: {r.stderr.strip()}")
+        toks = {n.rsplit("-", 1)[1] for n in r.stdout.split()}
+        for tok in sorted(toks - live - maybe):
+            raise Violation(f"{when}: container {self.container_prefix}-{tok} that no sandbox owns")
+        for tok in sorted(live - toks):
+            raise Violation(f"{when}: sandbox {tok} is live but has no container")
 
     def check_after_restart(self):
         """The daemon was killed and restarted: every sandbox is adopted warm,
@@ -859,6 +874,11 @@ class Chaos:
             self.violate(f"processes survive shutdown: {self.d.cgroup_procs()} {self.d.named_procs()}")
         if self.d.cgroup_tokens():
             self.violate(f"cgroups survive shutdown: {self.d.cgroup_tokens()}")
+        if self.container_prefix:
+            try:
+                self.check_containers("after shutdown", set(), set())
+            except Violation as e:
+                self.violate(str(e))
         if any(mp.startswith(str(self.base)) for mp, _ in _mounts()):
             self.violate("a mount survives shutdown")
         for s in self.scopes:

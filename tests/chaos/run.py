@@ -41,6 +41,7 @@ def main():
         c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-busybox:1')}\n"
                             f"container_prefix: sbxchaos-{seed % 100000}\n"
                             "network: {\"mode\": \"isolated\"}\n")  # no docker0 bridge needed
+        c.container_prefix = f"sbxchaos-{seed % 100000}"
     ok, text = c.run()
     print(text, flush=True)
     if ok:
