@@ -783,7 +783,11 @@ static bool word_is(const char *w, size_t n, const char *s)
 	return n == strlen(s) && !memcmp(w, s, n);
 }
 
-/* Take back the decision on event id and the grant it made (persist failed). */
+/* Take back the decision on event id and the grant it made (persist failed).
+ * A second decision granting the same host:port between our change and this
+ * undo would lose its grant in memory (its own record has it, so a restart
+ * brings it back): two writers deciding the same destination while the disk
+ * is full, accepted as the price of not holding the lock over a disk write. */
 static void decision_undo(struct netpol *p, const char *id, const struct np_undo *u)
 {
 	pthread_mutex_lock(&p->lock);
