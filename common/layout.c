@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "layout.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -170,4 +171,72 @@ int layout_make_data_dirs(const char *thread_dir, uid_t uid, gid_t gid)
 		buf_free(&p);
 	}
 	return r;
+}
+
+/* ---- the start-up sweep ---------------------------------------------------------- */
+
+/* Delete the atomic-write leftovers directly in dfd; with each_dir, call it
+ * for every subdirectory too (one level).  Consumes dfd. */
+static unsigned layout_sweep_fd(int dfd, unsigned (*each_dir)(int dfd))
+{
+	DIR *d = fdopendir(dfd);
+	struct dirent *e;
+	unsigned n = 0;
+
+	if (!d) {
+		close(dfd);
+		return 0;
+	}
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+			continue;
+		if (e->d_type == DT_REG && util_is_atomic_tmp(e->d_name)) {
+			if (!unlinkat(dirfd(d), e->d_name, 0))
+				n++;
+		} else if (e->d_type == DT_DIR && each_dir) {
+			int sub = udir_openat(dirfd(d), e->d_name);
+			if (sub >= 0)
+				n += each_dir(sub);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+static unsigned layout_sweep_job(int dfd)
+{
+	return layout_sweep_fd(dfd, NULL);
+}
+
+static unsigned layout_sweep_thread(int dfd)
+{
+	int jfd = udir_openat(dfd, "jobs");
+	unsigned n = jfd >= 0 ? layout_sweep_fd(jfd, layout_sweep_job) : 0;
+
+	return n + layout_sweep_fd(dfd, NULL);
+}
+
+static unsigned layout_sweep_user(int dfd)
+{
+	int tfd = udir_openat(dfd, "threads");
+
+	close(dfd);
+	return tfd >= 0 ? layout_sweep_fd(tfd, layout_sweep_thread) : 0;
+}
+
+unsigned layout_sweep_tmp(const char *state_dir)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	unsigned n = 0;
+	int fd;
+
+	fd = udir_open(state_dir);
+	if (fd >= 0)
+		n += layout_sweep_fd(fd, NULL);
+	if (!layout_users_dir(&p, state_dir) && (fd = udir_open(p.ptr)) >= 0)
+		n += layout_sweep_fd(fd, layout_sweep_user);
+	buf_free(&p);
+	if (n)
+		log_info("daemon", "deleted %u half-written state file%s a killed sbxfs left", n, n == 1 ? "" : "s");
+	return n;
 }

@@ -59,5 +59,11 @@ const char *layout_sandbox_path(enum layout_dir d);
  * or a thread whose uid changed).  0 or -1 with errno (ENOTDIR: one of them
  * is a symlink or a file). */
 int layout_make_data_dirs(const char *thread_dir, uid_t uid, gid_t gid);
+/* At start, under the state_dir lock and before adoption: delete the
+ * temporary files of atomic writes (util_is_atomic_tmp) that a kill -9 left in
+ * the state_dir's own files: its top, every thread directory and every job
+ * directory (never in data directories: those are the user's).  Returns how
+ * many were deleted. */
+unsigned layout_sweep_tmp(const char *state_dir);
 
 #endif

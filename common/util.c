@@ -79,6 +79,20 @@ out:
 	return ret;
 }
 
+bool util_is_atomic_tmp(const char *name)
+{
+	const char *tmp = NULL, *p;
+
+	for (p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp."))
+		tmp = p;
+	if (!tmp || tmp == name || !tmp[5])
+		return false;
+	for (p = tmp + 5; *p; p++)
+		if (*p < '0' || *p > '9')
+			return false;
+	return true;
+}
+
 int util_read_file(const char *path, struct buf *b)
 {
 	char chunk[8192];

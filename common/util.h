@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "buf.h"
@@ -19,6 +20,9 @@ int util_mkdir_p(const char *path, mode_t mode);
  * which a machine crash ends anyway, and a daemon crash keeps the page cache;
  * an fsync here would cost more than a sandbox start. */
 int util_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* Is name a temporary file of util_write_atomic ("<file>.tmp.<tid>")?  A
+ * kill -9 between its open and its rename leaves one (layout_sweep_tmp). */
+bool util_is_atomic_tmp(const char *name);
 /* Read a whole (small) file into b (bounded by b's cap). */
 int util_read_file(const char *path, struct buf *b);
 /* rm -rf without following symlinks; used only on our own state dirs. */

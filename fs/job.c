@@ -362,6 +362,34 @@ int job_mkdir(struct sbx *s, const char *jobs_dir, const char *name)
 	return err;
 }
 
+/* Trash names: ".rm-<name>-<pid>-<n>" in the jobs directory.  A dot-name
+ * is never a job (names_valid), so the slot is gone the moment the rename
+ * lands; job_list() deletes what a removal left behind. */
+#define JOB_TRASH_PREFIX ".rm-"
+
+/* Remove a job's directory.  It is first renamed out of the way in one step:
+ * deleting the tree in place can fail half-way (a process of the job still
+ * writing into it: ENOTEMPTY) or be cut by a kill -9, and a half-deleted slot
+ * would come back as a job nobody created (found by the chaos run). */
+static void job_remove_dir(struct job *j)
+{
+	static unsigned seq;
+	struct buf t = BUF_INIT(BUF_CAP_PATH);
+	const char *slash = strrchr(j->dir, '/');
+	const char *victim = j->dir;
+
+	if (slash && !buf_addf(&t, "%.*s/" JOB_TRASH_PREFIX "%s-%d-%u", (int)(slash - j->dir), j->dir, j->name,
+				  (int)getpid(), __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED))) {
+		if (!rename(j->dir, t.ptr))
+			victim = t.ptr;
+		else if (errno != ENOENT)
+			log_warn(j->scope, "moving the job directory away: %s", strerror(errno));
+	}
+	if (util_rm_rf(victim))
+		log_warn(j->scope, "removing the job directory: %s (deleted at the next listing)", strerror(errno));
+	buf_free(&t);
+}
+
 int job_rmdir(struct job *j)
 {
 	struct job **pp;
@@ -390,11 +418,20 @@ int job_rmdir(struct job *j)
 		return err;
 	park_drain(&j->q, ENOENT); /* nobody waits for a removed job */
 	pool_exec_cleanup(j->sbx, j->dir, j->name); /* reads the provider's files of the job first */
-	if (util_rm_rf(j->dir))
-		log_warn(j->scope, "removing the job directory: %s", strerror(errno));
+	job_remove_dir(j);
 	log_info(j->scope, "job slot removed");
 	job_put(j); /* the registry's */
 	return 0;
+}
+
+/* What a job removal cut by a kill (or by a busy tree) left in jobs/. */
+static void job_sweep_trash(const char *jobs_dir, const char *name)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+
+	if (!buf_addf(&p, "%s/%s", jobs_dir, name) && util_rm_rf(p.ptr))
+		log_warn("jobs", "removing %s left by an earlier job removal: %s", name, strerror(errno));
+	buf_free(&p);
 }
 
 void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), void *arg)
@@ -407,6 +444,8 @@ void job_list(const char *jobs_dir, void (*fn)(const char *name, void *arg), voi
 	while ((e = readdir(d)))
 		if (names_valid(e->d_name) && e->d_type == DT_DIR)
 			fn(e->d_name, arg);
+		else if (!strncmp(e->d_name, JOB_TRASH_PREFIX, strlen(JOB_TRASH_PREFIX)))
+			job_sweep_trash(jobs_dir, e->d_name);
 	closedir(d);
 }
 

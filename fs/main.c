@@ -48,6 +48,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "../net/net.h"
@@ -626,6 +627,7 @@ int main(int argc, char **argv)
 		goto out;
 	raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
+	layout_sweep_tmp(cfg->state_dir); /* before anything reads a record */
 	fs.cfg = cfg;
 	fs.started_at = util_wall_now();
 	fs.mount_uid = getuid();

@@ -39,7 +39,8 @@ struct np_event {
 	char method[16];
 	double created_at;
 	bool surfaced;
-	int decision; /* enum netpol_decision */
+	bool pending_deny; /* deny-pending decided it, not yet recorded */
+	int decision;      /* enum netpol_decision */
 };
 
 struct np_grant {
@@ -318,7 +319,7 @@ static int persist(struct netpol *p)
 {
 	json_t *o = NULL;
 	char *text = NULL;
-	int r = 0;
+	int r = 0, saved = 0;
 
 	if (!p->path)
 		return 0;
@@ -336,12 +337,21 @@ static int persist(struct netpol *p)
 	pthread_mutex_unlock(&p->lock);
 	if (text && util_write_atomic(p->path, text, strlen(text), 0600))
 		r = -1;
+	saved = errno;
 	pthread_mutex_unlock(&p->persist_lock);
 	if (r)
-		log_warn("network", "cannot record the network policy state in %s: %s", p->path, strerror(errno));
+		log_warn("network", "cannot record the network policy state in %s: %s", p->path, strerror(saved));
 	free(text);
 	json_decref(o);
+	errno = saved;
 	return r;
+}
+
+/* The errno a command gets when its decision could not be recorded: the
+ * disk's own when it is full, else EIO (DESIGN §3). */
+static int persist_err(void)
+{
+	return errno == ENOSPC || errno == EDQUOT ? errno : EIO;
 }
 
 /* ---- the writer thread -------------------------------------------------------------
@@ -475,17 +485,26 @@ static int ev_push_locked(struct netpol *p, const struct np_event *e)
 }
 
 /* Caller holds p->lock: add or extend the grant for host:port. */
-static int grant_locked(struct netpol *p, const char *host, int port, double expires_at)
+/* What a grant replaced, so a decision that cannot be recorded is undone. */
+struct np_undo {
+	bool added;        /* the grant is new */
+	double expires_at; /* else: its expiry before */
+};
+
+static int grant_locked(struct netpol *p, const char *host, int port, double expires_at, struct np_undo *u)
 {
+	u->added = false;
 	for (size_t i = 0; i < p->n_gr; i++) {
 		struct np_grant *g = &p->gr[i];
 		if (g->port != port || strcmp(g->host, host))
 			continue;
+		u->expires_at = g->expires_at;
 		/* never shorten: a sandbox-long grant stays, a temporary one is extended */
 		if (g->expires_at != 0 && (expires_at == 0 || expires_at > g->expires_at))
 			g->expires_at = expires_at;
 		return 0;
 	}
+	u->added = true;
 	if (p->n_gr == p->cap_gr) {
 		size_t cap = p->cap_gr ? p->cap_gr * 2 : 8;
 		struct np_grant *n = realloc(p->gr, cap * sizeof(*n));
@@ -541,9 +560,11 @@ struct netpol *netpol_load(const char *path, const struct netpol_conf *conf)
 		const char *host = json_string_value(json_object_get(v, "host"));
 		json_t *exp = json_object_get(v, "expires_at");
 
+		struct np_undo u;
+
 		if (host && strlen(host) <= POLICY_HOST_MAX)
 			grant_locked(p, host, (int)json_integer_value(json_object_get(v, "port")),
-				json_is_number(exp) ? json_number_value(exp) : 0);
+				json_is_number(exp) ? json_number_value(exp) : 0, &u);
 	}
 	json_decref(j);
 	return p;
@@ -767,6 +788,33 @@ static bool word_is(const char *w, size_t n, const char *s)
 	return n == strlen(s) && !memcmp(w, s, n);
 }
 
+/* Take back the decision on event id and the grant it made (persist failed).
+ * A second decision granting the same host:port between our change and this
+ * undo would lose its grant in memory (its own record has it, so a restart
+ * brings it back): two writers deciding the same destination while the disk
+ * is full, accepted as the price of not holding the lock over a disk write. */
+static void decision_undo(struct netpol *p, const char *id, const struct np_undo *u)
+{
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n_ev; i++) {
+		struct np_event *e = &p->ev[i];
+		if (strcmp(e->id, id))
+			continue;
+		e->decision = NP_UNDECIDED;
+		for (size_t g = 0; u && g < p->n_gr; g++) {
+			if (p->gr[g].port != e->port || strcmp(p->gr[g].host, e->host))
+				continue;
+			if (u->added)
+				p->gr[g] = p->gr[--p->n_gr];
+			else
+				p->gr[g].expires_at = u->expires_at;
+			break;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 int netpol_command(struct netpol *p, const char *text, size_t len, double now)
 {
 	const char *w[3];
@@ -774,6 +822,8 @@ int netpol_command(struct netpol *p, const char *text, size_t len, double now)
 	char id[NETPOL_ID_LEN + 1];
 	int n, want = -1, err = 0;
 	unsigned changes = 0;
+	struct np_undo undo = { 0 };
+	bool granted = false;
 
 	if (len && text[len - 1] == '\n')
 		len--;
@@ -797,14 +847,26 @@ int netpol_command(struct netpol *p, const char *text, size_t len, double now)
 			if (!p->ev[i].surfaced && p->ev[i].decision == NP_UNDECIDED) {
 				p->ev[i].surfaced = true;
 				p->ev[i].decision = NP_DENY;
+				p->ev[i].pending_deny = true;
 				count++;
 			}
 		pthread_mutex_unlock(&p->lock);
-		if (count) {
-			persist(p);
+		if (!count)
+			return 0;
+		err = persist(p) ? persist_err() : 0;
+		pthread_mutex_lock(&p->lock);
+		for (size_t i = 0; i < p->n_ev; i++)
+			if (p->ev[i].pending_deny) {
+				p->ev[i].pending_deny = false;
+				if (err) { /* not recorded: as if never written */
+					p->ev[i].surfaced = false;
+					p->ev[i].decision = NP_UNDECIDED;
+				}
+			}
+		pthread_mutex_unlock(&p->lock);
+		if (!err)
 			notify(p, NETPOL_DECIDED);
-		}
-		return 0;
+		return err;
 	}
 	if (n != 2)
 		return EINVAL;
@@ -829,20 +891,27 @@ int netpol_command(struct netpol *p, const char *text, size_t len, double now)
 		} else if (e->decision != NP_UNDECIDED) {
 			err = EEXIST;
 		} else if (want != NP_DENY &&
-			   grant_locked(p, e->host, e->port, want == NP_ALLOW_SANDBOX ? 0 : now + (double)p->conf.ttl)) {
+			   grant_locked(p, e->host, e->port, want == NP_ALLOW_SANDBOX ? 0 : now + (double)p->conf.ttl,
+				   &undo)) {
 			err = ENOMEM;
 		} else {
 			e->decision = want;
 			changes = NETPOL_DECIDED;
+			granted = want != NP_DENY;
 			err = 0;
 		}
 		break;
 	}
 	pthread_mutex_unlock(&p->lock);
-	if (changes) {
-		persist(p);
-		notify(p, changes);
+	if (changes && persist(p)) {
+		/* A decision the next start would not know is not made: the writer
+		 * gets the error and the event stays undecided (full disk). */
+		err = persist_err();
+		decision_undo(p, id, granted ? &undo : NULL);
+		return err;
 	}
+	if (changes)
+		notify(p, changes);
 	return err;
 }
 

@@ -468,8 +468,14 @@ enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, st
 	int s = -1;
 
 	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
-	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start)
-		return SBX_ERR_GONE;
+	if (!db->init_pid || util_proc_starttime(db->init_pid) != db->init_start) {
+		/* The container ended under us (dockerd stopped, or someone removed
+		 * it): a provider failure (EIO, DESIGN §3), not a missing file; the
+		 * next reclaim recreates it (found by the dockerd outage test). */
+		log_err(scope, "cannot start the job: the sandbox's container is not running (dockerd stopped or "
+			       "the container was removed); rmdir and mkdir of the sandbox recreate it");
+		return SBX_ERR_IO;
+	}
 	if (job_fds_open(spec->job_dir, &f)) {
 		int saved = errno;
 		log_err(scope, "cannot open the job's files: %s", strerror(saved));

@@ -148,7 +148,9 @@ request path, query excluded), "count"?: N (the next N matching requests;
 absent = until removed), "sandbox"?: ID (only that sandbox's execd
 requests), ...}; POST answers the fault with its "id".  Kinds:
   http_error      "status" (500), "code", "message": answer that error
-                  (lifecycle or execd {"code","message"} shape) instead
+                  (lifecycle or execd {"code","message"} shape) instead;
+                  "retry_after": N adds "Retry-After: N" (a 429 or 503 of
+                  a rate-limiting gateway in front of the server)
   delay           "ms": sleep before handling
   drop_stream     close the connection mid-body: an SSE stream after
                   "after_events" (1) events were sent, another body after
@@ -1837,8 +1839,9 @@ class Handler(BaseHTTPRequestHandler):
             if he is not None:
                 self.route = "fault"
                 default = "RUNTIME_ERROR" if ex else "GENERAL::UNKNOWN_ERROR"
+                hdrs = {"Retry-After": str(he["retry_after"])} if he.get("retry_after") is not None else None
                 self.send_json(he["status"], {"code": he.get("code") or default,
-                                              "message": he.get("message") or "injected fault"})
+                                              "message": he.get("message") or "injected fault"}, hdrs)
                 return
             rp = self.fault_of("reply")
             if rp is not None:

@@ -860,6 +860,11 @@ def test_fault_http_error(srv):
         st, h, doc = srv.call("POST", "/v1/sandboxes", CREATE)
         assert st == 503 and doc == {"code": "DOCKER::UNAVAILABLE", "message": "busy"} and h["X-Request-ID"]
     assert srv.ctl("GET", "/faults") == []
+    # a rate-limiting gateway: 429 with Retry-After
+    srv.ctl("POST", "/faults", {"kind": "http_error", "method": "POST", "path": "^/v1/sandboxes$", "count": 1,
+                                "status": 429, "retry_after": 3})
+    st, h, doc = srv.call("POST", "/v1/sandboxes", CREATE)
+    assert st == 429 and h["Retry-After"] == "3" and doc["code"]
     sid = srv.create()
     srv.wait_state(sid, "Running")
     srv.remember(sid)

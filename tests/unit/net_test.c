@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../common/json.h"
@@ -274,6 +275,36 @@ static void test_netpol_commands(void)
 		buf_free(&r);
 	}
 	netpol_put(p);
+}
+
+/* A decision that cannot be recorded (a full disk; here a missing directory)
+ * is refused and changes nothing: after a restart it would be gone. */
+static void test_netpol_unrecorded_decision_is_refused(void)
+{
+	char dir[] = "/tmp/sbxfs-net-test-XXXXXX", path[160], a[NETPOL_ID_LEN + 1], b[NETPOL_ID_LEN + 1];
+	struct netpol_conf c = conf_of(NET_ALLOWLIST, true);
+	struct netpol *p;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/gone/network.json", dir);
+	p = netpol_new(&c, path);
+	CHECK(netpol_record(p, "a.example", 443, "CONNECT", 100, a) == 0);
+	CHECK(netpol_record(p, "b.example", 443, "CONNECT", 101, b) == 0);
+	CHECK(cmdf(p, 102, "allow_sandbox", a) == EIO);
+	CHECK(netpol_decision(p, a) == NP_UNDECIDED && !netpol_allows(p, "a.example", 443, 103));
+	CHECK(cmdf(p, 102, "allow_temporary", a) == EIO);
+	CHECK(netpol_decision(p, a) == NP_UNDECIDED && !netpol_allows(p, "a.example", 443, 103));
+	CHECK(cmd(p, "deny-pending", 103) == EIO);
+	CHECK(netpol_decision(p, a) == NP_UNDECIDED && netpol_decision(p, b) == NP_UNDECIDED);
+	/* the disk is back: the same commands work */
+	snprintf(path, sizeof(path), "%s/gone", dir);
+	CHECK(mkdir(path, 0700) == 0);
+	CHECK(cmdf(p, 104, "allow_sandbox", a) == 0);
+	CHECK(netpol_decision(p, a) == NP_ALLOW_SANDBOX && netpol_allows(p, "a.example", 443, 105));
+	CHECK(cmd(p, "deny-pending", 105) == 0 && netpol_decision(p, b) == NP_DENY);
+	netpol_put(p);
+	rmdir(path);
+	rmdir(dir);
 }
 
 static void test_netpol_persist(void)
@@ -676,6 +707,7 @@ int main(void)
 	test_policy();
 	test_netpol_lifecycle();
 	test_netpol_commands();
+	test_netpol_unrecorded_decision_is_refused();
 	test_netpol_persist();
 	test_http();
 	test_tls();
