@@ -35,7 +35,7 @@
 #include "jobfs.h"
 #include "node.h"
 #include "vdir.h"
-#include "work.h"
+#include "fswork.h"
 
 enum jobfile { JF_CMD, JF_ENV, JF_STDIN, JF_STDOUT, JF_STDERR, JF_EXIT, JF_STATUS, JF_CTL, JF_TIMEOUT, JF_COUNT };
 
@@ -392,7 +392,8 @@ static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 		job_ref(cs->j);
 		cs->len = h->cmd.len;
 		cs->cmd = buf_take(&h->cmd, NULL);
-		err = work_submit(cmd_start_work, cs);
+		err = work_submit(WORK_IO, n->view ? n->view->sbx->token : NULL, fswork_lifecycle_timeout_ms(),
+			cmd_start_work, cs);
 		if (err) {
 			job_put(cs->j);
 			free(cs->cmd);

@@ -63,7 +63,7 @@
 #include "rfiles.h"
 #include "service.h"
 #include "snapfs.h"
-#include "work.h"
+#include "../runtime/work.h"
 
 int vtree_init(void);
 int loop_run(struct fuse_session *se);

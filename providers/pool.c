@@ -32,6 +32,7 @@
 #include "../common/layout.h"
 
 #include "../common/log.h"
+#include "../common/token.h"
 #include "../common/util.h"
 
 #define POOL_BUCKETS 1024
@@ -533,6 +534,11 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	e = prov->ops->create(&spec, &box);
 	pool_dirs_free(&d);
+	if (e == SBX_ERR_INTR) { /* the caller gave up (work.h): not the provider's failure */
+		log_info(scope, "create cancelled: the provider cleaned up what it made");
+		pool_unsave(s);
+		return EINTR;
+	}
 	if (e) {
 		log_err(scope, "create failed: %s", sbx_err_name(e));
 		pool_note_error(scope, "create", "provider %s: %s", prov->name, sbx_err_name(e));
@@ -551,9 +557,11 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	if (err) {
 		struct sbx_config *held = s->cfg;
+		struct token *prev = token_enter(NULL); /* a cancelled create still cleans up */
 
 		pool_set_box_held(s, NULL, prov, NULL);
 		prov->ops->destroy(box);
+		token_leave(prev);
 		sbx_box_put(box);
 		config_put(held);
 		pool_unsave(s);
