@@ -612,6 +612,12 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	cfg = config_get(pool.cfg);
 	prov = pool.prov;
 	enum sbx_state st = s->state;
+	if (token_check(token_current()) == SBX_ERR_INTR) {
+		/* the caller gave up while this waited behind another acquire */
+		pthread_mutex_unlock(&pool.lock);
+		err = EINTR;
+		goto out;
+	}
 	if (st == SBX_ACTIVE || st == SBX_CREATING) {
 		pthread_mutex_unlock(&pool.lock);
 		err = EEXIST;
