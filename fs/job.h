@@ -38,7 +38,7 @@
 
 #include "../common/buf.h"
 #include "../providers/pool.h"
-#include "park.h"
+#include "fspark.h"
 
 #define JOB_CMD_MAX (1024 * 1024)         /* bytes of a command */
 #define JOB_ENV_MAX (64 * 1024)           /* bytes of the env file */

@@ -512,8 +512,9 @@ struct jread {
 };
 
 /* Can this read be answered now?  Replies and returns true if so. */
-static bool jread_try(fuse_req_t req, void *arg)
+static bool jread_try(void *reqp, void *arg)
 {
+	fuse_req_t req = reqp;
 	struct jread *r = arg;
 	enum job_state st = job_state(r->j);
 	bool ended = job_state_ended(st), idle = st == J_CREATED;

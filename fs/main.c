@@ -57,9 +57,10 @@
 #include "data.h"
 #include "handle.h"
 #include "import.h"
+#include "job.h"
 #include "jobfs.h"
 #include "node.h"
-#include "park.h"
+#include "fspark.h"
 #include "rfiles.h"
 #include "service.h"
 #include "snapfs.h"
@@ -554,7 +555,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 	char err[1024];
 	int e;
 
-	if ((e = park_init())) {
+	if ((e = fspark_init())) {
 		fprintf(stderr, "sbxfs: cannot start the park thread: %s\n", strerror(e));
 		return -1;
 	}
@@ -563,6 +564,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
 		return -1;
 	}
+	job_set_environ_hook(net_job_environ); /* main wires the layers: net/ never calls up */
 	/* before the pool too: new and adopted sandboxes get their skills synced */
 	if ((e = skills_init())) {
 		fprintf(stderr, "sbxfs: cannot start the skills sync: %s\n", strerror(e));
@@ -668,7 +670,8 @@ int main(int argc, char **argv)
 		pool_shutdown(true);
 		sbxsnap_shutdown();
 		skills_shutdown();
-		net_shutdown();
+		job_set_environ_hook(NULL);
+	net_shutdown();
 		jobfs_shutdown();
 		park_shutdown();
 		goto out_signals;
@@ -690,6 +693,7 @@ int main(int argc, char **argv)
 	sbxsnap_shutdown();
 	skills_shutdown();
 	rfiles_shutdown();
+	job_set_environ_hook(NULL);
 	net_shutdown();
 	jobfs_shutdown();
 	park_shutdown();

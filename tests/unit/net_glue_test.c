@@ -34,7 +34,7 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/util.h"
-#include "../../fs/park.h"
+#include "../../fs/fspark.h"
 #include "../../net/egress.h"
 #include "../../net/net.h"
 #include "../../providers/pool.h"
@@ -367,7 +367,7 @@ int main(void)
 
 	log_open(0, 0);
 	CHECK(mkdtemp(dir) != NULL);
-	CHECK(park_init() == 0);
+	CHECK(fspark_init() == 0);
 	CHECK(net_init() == 0);
 	cfg = load(dir, "network:\n  mode: allowlist\n  approval: prompt\n  allow_domains: [\"ok.example\"]\n");
 	CHECK(cfg != NULL);
