@@ -57,7 +57,7 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
-FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
+FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
@@ -131,7 +131,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/fspark.o fs/fswork.o
+	fs/job.o fs/fsbx.o fs/fspark.o fs/fswork.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)

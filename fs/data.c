@@ -53,6 +53,7 @@
 #include "../common/layout.h"
 #include "../skills/skills.h"
 #include "data.h"
+#include "fsbx.h"
 #include "handle.h"
 #include "nodefd.h"
 #include "skillsfs.h"
@@ -257,7 +258,9 @@ static void data_forget(struct node *n, uint64_t count)
  * short while a job may be changing files underneath. */
 static double data_timeout(struct view *v)
 {
-	return __atomic_load_n(&v->sbx->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
+	struct fs_sbx *f = fs_sbx(v->sbx);
+
+	return f && __atomic_load_n(&f->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
 }
 
 static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_param *e)

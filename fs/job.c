@@ -32,6 +32,7 @@
 #include "../common/log.h"
 #include "../common/names.h"
 #include "../common/util.h"
+#include "fsbx.h"
 #include "fswork.h"
 
 #define JOB_KILL_GRACE_MS 2000
@@ -192,10 +193,12 @@ static void job_unlink_file(struct job *j, const char *file)
 /* Caller holds j->lock: the job runs now / has ended (data cache timeouts). */
 static void job_set_state_locked(struct job *j, enum job_state st)
 {
-	if (st == J_RUNNING && j->state != J_RUNNING)
-		__atomic_add_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
-	else if (st != J_RUNNING && j->state == J_RUNNING)
-		__atomic_sub_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+	struct fs_sbx *f = fs_sbx(j->sbx); /* NULL (no memory): only a cache timeout is off */
+
+	if (f && st == J_RUNNING && j->state != J_RUNNING)
+		__atomic_add_fetch(&f->jobs_running, 1, __ATOMIC_RELAXED);
+	else if (f && st != J_RUNNING && j->state == J_RUNNING)
+		__atomic_sub_fetch(&f->jobs_running, 1, __ATOMIC_RELAXED);
 	j->state = st;
 }
 

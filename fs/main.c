@@ -60,6 +60,7 @@
 #include "job.h"
 #include "jobfs.h"
 #include "node.h"
+#include "fsbx.h"
 #include "fspark.h"
 #include "rfiles.h"
 #include "service.h"
@@ -576,6 +577,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the snapshots: %s\n", strerror(e));
 		return -1;
 	}
+	fs_sbx_setup(); /* the pool frees the FUSE layer's per-sandbox state */
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;

@@ -167,6 +167,22 @@ static struct sbx *pool_entry_locked(const char *user, const char *thread)
 	return s;
 }
 
+static void (*pool_upper_free)(void *upper); /* set before pool_init, read at pool_clear */
+
+void *pool_upper_install(struct sbx *s, void *p)
+{
+	void *cur = NULL;
+
+	if (__atomic_compare_exchange_n(&s->upper, &cur, p, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return p;
+	return cur;
+}
+
+void pool_set_upper_free(void (*fn)(void *upper))
+{
+	pool_upper_free = fn;
+}
+
 void pool_get(struct sbx *s)
 {
 	pthread_mutex_lock(&pool.lock);
@@ -1146,6 +1162,8 @@ void pool_clear(void)
 				log_warn("pool", "%s/%s: still referenced at exit", s->user, s->thread);
 			sbx_box_put(s->box);
 			config_put(s->cfg);
+			if (s->upper && pool_upper_free)
+				pool_upper_free(s->upper);
 			pthread_mutex_destroy(&s->scope);
 			free(s->thread_dir);
 			free(s);
