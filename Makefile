@@ -50,6 +50,8 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/idrange.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
+# common/ parts that need libnftables (egress) and its address table (policy)
+COMMON_NET := common/policy.o common/egress.o
 # runtime/: the work queues, the park queue (below FUSE: no FUSE header)
 RUNTIME := runtime/work.o runtime/park.o
 PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
@@ -60,12 +62,12 @@ PROVIDERS := providers/providers.o providers/registry.o providers/builtin.o prov
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
       fs/ctl.o fs/data.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
-NET_POLICY := net/policy.o net/netpol.o net/http.o net/tls.o
-NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
+NET_POLICY := net/netpol.o net/http.o net/tls.o
+NET := $(NET_POLICY) net/resolve.o net/proxy.o net/net.o
 # skills/: the skill projection (manifest, diff, the upload sync)
 SKILLS_PURE := skills/manifest.o skills/library.o
 SKILLS := $(SKILLS_PURE) skills/skills.o
-OBJS := $(COMMON) $(RUNTIME) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
+OBJS := $(COMMON) $(COMMON_NET) $(RUNTIME) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
 HDRS := $(wildcard common/*.h runtime/*.h providers/*.h fs/*.h net/*.h skills/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
@@ -125,7 +127,7 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/registry.o prov
 	providers/local.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o \
 	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/opensandbox_files.o \
-	providers/docker_freeze.o net/egress.o net/policy.o
+	providers/docker_freeze.o $(COMMON_NET)
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -140,13 +142,13 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 
 # the network policy's pure parts: names and addresses, events and grants,
 # the HTTP and TLS readers, the nftables ruleset text
-NET_TEST_OBJS := $(COMMON) $(NET_POLICY) net/egress.o net/resolve.o
+NET_TEST_OBJS := $(COMMON) $(COMMON_NET) $(NET_POLICY) net/resolve.o
 
 tests/unit/net_test: tests/unit/net_test.c $(NET_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
 # net/net.c with providers made up by the test (enforced_by, none, a netns)
-NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
+NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(COMMON_NET) $(NET)
 
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -239,7 +241,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
 FUZZ_API_OBJS := $(COMMON) providers/providers.o
-FUZZ_OBJS_http := net/http.o net/policy.o common/buf.o
+FUZZ_OBJS_http := net/http.o common/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o
 FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o

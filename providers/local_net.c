@@ -5,7 +5,7 @@
  * bubblewrap always gives the sandbox a network namespace of its own
  * (--unshare-net: loopback only).  Then, before the sandbox is handed out:
  *   - every mode: the nftables ruleset of its mode is installed inside that
- *     namespace (net/egress.h); the sandbox, without capabilities, cannot
+ *     namespace (common/egress.h); the sandbox, without capabilities, cannot
  *     change it;
  *   - open: pasta (Debian's passt package) gives the namespace user-mode
  *     connectivity: it copies the host's addresses and routes into a tap
@@ -46,7 +46,7 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/util.h"
-#include "../net/egress.h"
+#include "../common/egress.h"
 #include "local_net.h"
 
 static char local_pasta[PATH_MAX];

@@ -35,7 +35,7 @@
 #include "../../common/log.h"
 #include "../../common/util.h"
 #include "../../fs/fspark.h"
-#include "../../net/egress.h"
+#include "../../common/egress.h"
 #include "../../net/net.h"
 #include "../../providers/pool.h"
 #include "check.h"

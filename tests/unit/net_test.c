@@ -18,10 +18,10 @@
 
 #include "../../common/json.h"
 #include "../../common/log.h"
-#include "../../net/egress.h"
+#include "../../common/egress.h"
 #include "../../net/http.h"
 #include "../../net/netpol.h"
-#include "../../net/policy.h"
+#include "../../common/policy.h"
 #include "../../net/resolve.h"
 #include "../../net/tls.h"
 #include "check.h"
