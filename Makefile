@@ -77,7 +77,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
 	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
 
-.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
+.PHONY: all run test unit asan bench bench-network bench-remote deps clean distclean install uninstall check-style check-man check-layers \
 	fuzz fuzz-ci fuzz-build fuzz-deps
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
@@ -341,8 +341,12 @@ check-man:
 	done
 	@echo "man pages: lint clean, version $(VERSION)"
 
-check-style:
+check-style: check-layers
 	@bash .ci/banned-functions
+
+# includes go down the layers (common -> runtime -> providers -> net, skills -> fs)
+check-layers:
+	@python3 mk/check-layers
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
