@@ -165,6 +165,10 @@ tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/f
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
 # the remote providers' files and skills ops against the fake servers (tests/fakes)
+# runtime/work.c: lanes, caps, round-robin, cancel and claim
+tests/unit/work_test: tests/unit/work_test.c tests/unit/check.h $(COMMON) $(RUNTIME) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/work_test.c $(COMMON) $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+
 tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
@@ -173,7 +177,8 @@ tests/unit/filter_test: tests/unit/filter_test.c tests/unit/check.h providers/fi
 	$(CC) $(ALL_CFLAGS) -o $@ $< providers/filter.o $(COMMON) $(LDFLAGS) $(LDLIBS)
 
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test
+	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/work_test
+	./tests/unit/work_test
 	./tests/unit/filter_test
 	./tests/unit/skills_test
 	./tests/unit/unit
@@ -188,7 +193,7 @@ test: deps all unit
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/work_test CFLAGS="-O1 -g" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -351,7 +356,7 @@ check-layers:
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test sbxfs-slow $(OBJS) \
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/work_test sbxfs-slow $(OBJS) \
 		fs/*.o runtime/*.o providers/*.o common/*.o net/*.o skills/*.o
 	rm -rf build/python
 	rm -rf build/fuzz/obj build/fuzz/bin
