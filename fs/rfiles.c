@@ -467,6 +467,8 @@ static int rj_open(struct rjob *j, const struct fuse_file_info *fi)
 	return req ? fuse_reply_open(req, fi) : -ENOENT;
 }
 
+static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
+
 static void rjob_run(struct work *w)
 {
 	struct rjob *j = (struct rjob *)w;
@@ -476,6 +478,9 @@ static void rjob_run(struct work *w)
 	enum sbx_err e = token_check(&w->tok);
 
 	if (e) { /* interrupted, or too late, while queued */
+		if (j->fn == job_upload)
+			log_warn(j->r->n.view->sbx->token, "upload of a written file not begun: %s (kept locally; the "
+							 "next close or fsync retries)", strerror(rf_errno(e)));
 		rj_err(j, rf_errno(e));
 		rjob_free(j);
 		return;

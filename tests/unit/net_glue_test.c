@@ -34,6 +34,7 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/util.h"
+#include "../../fs/fsbx.h"
 #include "../../fs/fspark.h"
 #include "../../common/egress.h"
 #include "../../net/net.h"
@@ -367,6 +368,7 @@ int main(void)
 
 	log_open(0, 0);
 	CHECK(mkdtemp(dir) != NULL);
+	fs_sbx_setup();
 	CHECK(fspark_init() == 0);
 	CHECK(net_init() == 0);
 	cfg = load(dir, "network:\n  mode: allowlist\n  approval: prompt\n  allow_domains: [\"ok.example\"]\n");

@@ -22,6 +22,7 @@
 #include "../../common/layout.h"
 #include "../../common/log.h"
 #include "../../common/util.h"
+#include "../../fs/fsbx.h"
 #include "../../fs/fspark.h"
 #include "../../runtime/work.h"
 #include "../../providers/pool.h"
@@ -346,6 +347,7 @@ int main(void)
 		log_set_min_level(LOG_LVL_ERR + 1);
 	config_set_hooks(&provider_config_hooks);
 	snprintf(base, sizeof(base), "/tmp/sbxfs-unit-skills-XXXXXX");
+	fs_sbx_setup();
 	if (!mkdtemp(base) || fspark_init())
 		return 2;
 	test_manifest();
