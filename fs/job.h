@@ -24,7 +24,7 @@
  * Threads: one event thread supervises running jobs (epoll over the
  * providers' exec fds, inotify on the output files, kill deadlines).
  * job_start() and a reattachment call the provider and may block: they run
- * on work threads (work.h), never on a FUSE worker.
+ * on work threads (runtime/work.h), never on a FUSE worker.
  *
  * Locks: jobs_lock (the registry) -> job->lock.  Neither is held across a
  * provider call, a park_wake or a FUSE reply.

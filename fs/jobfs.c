@@ -12,7 +12,7 @@
  * file is opened noflush: closing it costs no round trip.
  *
  * Reads that wait (exit before the end, stdout/stderr at end of file of a
- * running job) are parked on the job's queue (park.h) and answered when the
+ * running job) are parked on the job's queue (runtime/park.h) and answered when the
  * job's output grows or it ends; O_NONBLOCK gives EAGAIN instead, and
  * poll(2) handles are kept on the same queue.  A job that was never
  * started and has no writer of cmd: exit is ESRCH, stdout/stderr are empty.

@@ -10,8 +10,9 @@
  * cache file (regular files) under thread_dir/rfiles-cache/.
  *
  * Threads: nothing here blocks a FUSE worker on the network.  A request
- * that needs the sandbox becomes a job on the work pool (work.h), which
- * answers it; the worker only answers what the caches hold (fresh
+ * that needs the sandbox becomes a job on the I/O queue, in the sandbox's
+ * lane (runtime/work.h, fswork.h), which answers it (or an interrupt does,
+ * EINTR at once); the worker only answers what the caches hold (fresh
  * attributes, listings, cached byte ranges, writes into the cache file).
  *
  * Descriptors (issue 19): a node's cache file stays open while the node has

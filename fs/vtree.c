@@ -11,8 +11,10 @@
  * renamed (EPERM), and they are opened with direct I/O.
  *
  * Acquire and release are slow (a container start, a remote call): mkdir and
- * rmdir of a thread hand them to the work pool (work.h) and the work item
- * answers the request, so no FUSE worker waits for a provider.
+ * rmdir of a thread hand them to the lifecycle queue (runtime/work.h, in the
+ * scope's lane, fswork.h) and the work item answers the request, so no FUSE
+ * worker waits for a provider.  A mkdir is interruptible: a signal answers
+ * it EINTR at once and cancels the create, which cleans up.
  */
 #define _GNU_SOURCE
 #include <dirent.h>

@@ -550,7 +550,7 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	e = prov->ops->create(&spec, &box);
 	pool_dirs_free(&d);
-	if (e == SBX_ERR_INTR) { /* the caller gave up (work.h): not the provider's failure */
+	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
 		log_info(scope, "create cancelled: the provider cleaned up what it made");
 		pool_unsave(s);
 		return EINTR;
