@@ -156,7 +156,7 @@ static void test_round_robin(void)
 	reset();
 	for (int i = 0; i < NK; i++)
 		for (int j = 0; j < WORK_LIFECYCLE_LANE_CAP; j++) {
-			char key[8];
+			char key[16];
 
 			snprintf(key, sizeof(key), "k%02d", i);
 			CHECK(start(&k[i][j], WORK_LIFECYCLE, key, true) == 0);
