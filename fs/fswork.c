@@ -8,8 +8,6 @@
 
 #include <errno.h>
 
-#include "../common/config.h"
-#include "../providers/pool.h"
 
 /* Set on a thread while it registers an interrupt callback: a callback
  * called back from the registration must not reply (see fswork.h). */
@@ -77,14 +75,3 @@ void fswork_reply_err(struct fswork *fw, int err)
 		fuse_reply_err(req, err);
 }
 
-long fswork_lifecycle_timeout_ms(void)
-{
-	struct sbx_config *cfg = pool_config();
-	long s = 600;
-
-	if (cfg) {
-		s = cfg->ready_timeout + 4 * cfg->request_timeout + 60;
-		config_put(cfg);
-	}
-	return s * 1000;
-}

@@ -53,9 +53,4 @@ fuse_req_t fswork_req(struct fswork *fw);
  * failed (whatever error the abandoned call ended with). */
 void fswork_reply_err(struct fswork *fw, int err);
 
-/* The deadline of lifecycle work (a create may take ready_timeout, plus
- * its API calls): generous, so it never cuts a create the provider's own
- * bounds allow; it bounds what would otherwise hang. */
-long fswork_lifecycle_timeout_ms(void);
-
 #endif

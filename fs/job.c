@@ -650,7 +650,7 @@ static void job_load_locked(struct job *j)
 		job_set_state_locked(j, J_RUNNING);
 		j->reattaching = true;
 		job_ref(j);
-		if (work_submit(WORK_IO, j->sbx->token, fswork_lifecycle_timeout_ms(), job_reattach_work, j)) {
+		if (work_submit(WORK_IO, j->sbx->token, pool_work_timeout_ms(), job_reattach_work, j)) {
 			j->reattaching = false;
 			__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED);
 			job_take_result_locked(j);

@@ -392,7 +392,7 @@ static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 		job_ref(cs->j);
 		cs->len = h->cmd.len;
 		cs->cmd = buf_take(&h->cmd, NULL);
-		err = work_submit(WORK_IO, n->view ? n->view->sbx->token : NULL, fswork_lifecycle_timeout_ms(),
+		err = work_submit(WORK_IO, n->view ? n->view->sbx->token : NULL, pool_work_timeout_ms(),
 			cmd_start_work, cs);
 		if (err) {
 			job_put(cs->j);

@@ -366,7 +366,7 @@ static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name
 	if (names_scope_token(op->user, op->thread, key))
 		key[0] = '\0';
 	/* the lane of the scope: its mkdir and rmdir, not other users' */
-	if (fswork_start(&op->fw, req, WORK_LIFECYCLE, key, fswork_lifecycle_timeout_ms(), fn == acquire_work, fn))
+	if (fswork_start(&op->fw, req, WORK_LIFECYCLE, key, pool_work_timeout_ms(), fn == acquire_work, fn))
 		free(op);
 }
 

@@ -183,6 +183,18 @@ void pool_set_upper_free(void (*fn)(void *upper))
 	pool_upper_free = fn;
 }
 
+long pool_work_timeout_ms(void)
+{
+	struct sbx_config *cfg = pool_config();
+	long s = 600;
+
+	if (cfg) {
+		s = cfg->ready_timeout + 4 * cfg->request_timeout + 60;
+		config_put(cfg);
+	}
+	return s * 1000;
+}
+
 void pool_get(struct sbx *s)
 {
 	pthread_mutex_lock(&pool.lock);

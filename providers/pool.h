@@ -174,6 +174,11 @@ void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) 
  * provider is initialised first; 0, or -1 with err (nothing changed). */
 int pool_reload(struct sbx_config *cfg, char *err, size_t errlen);
 struct sbx_config *pool_config(void); /* referenced; config_put() it */
+/* The deadline of slow work items (runtime/work.h) other than a request on
+ * remote files: a create may take ready_timeout plus its API calls, so
+ * ready_timeout + 4 x request_timeout + 60 s, in ms: never shorter than
+ * what the providers' own bounds allow, it bounds what would hang. */
+long pool_work_timeout_ms(void);
 /* The config an active sandbox was created with, referenced, or NULL. */
 struct sbx_config *pool_sbx_config(struct sbx *s);
 /* Refuse new acquires (ESHUTDOWN) and stop the reaper's passes. */

@@ -627,21 +627,6 @@ static int sync_scoped(struct sbx *s, struct sbx_box *box, void *arg)
 	return 0;
 }
 
-/* A sync's deadline: its uploads are bounded by request_timeout each; a
- * sync that waits behind a create (the scope lock) waits up to
- * ready_timeout first. */
-static long skills_timeout_ms(void)
-{
-	struct sbx_config *cfg = pool_config();
-	long s = 600;
-
-	if (cfg) {
-		s = cfg->ready_timeout + 4 * cfg->request_timeout + 60;
-		config_put(cfg);
-	}
-	return s * 1000;
-}
-
 static void sync_work(void *arg)
 {
 	struct skills_sbx *k = arg;
@@ -677,7 +662,8 @@ static void *timer_main(void *arg)
 			go->busy = true;
 			go->due_ms = 0;
 			pthread_mutex_unlock(&eng.lock);
-			int err = work_submit(WORK_IO, go->s->token, skills_timeout_ms(), sync_work, go);
+			/* deadline: a sync may wait behind a create */
+			int err = work_submit(WORK_IO, go->s->token, pool_work_timeout_ms(), sync_work, go);
 			pthread_mutex_lock(&eng.lock);
 			if (err) {
 				go->busy = false;
