@@ -8,7 +8,6 @@
 
 #include <errno.h>
 
-
 /* Set on a thread while it registers an interrupt callback: a callback
  * called back from the registration must not reply (see fswork.h). */
 static __thread bool fswork_registering;
@@ -74,4 +73,3 @@ void fswork_reply_err(struct fswork *fw, int err)
 	if (req)
 		fuse_reply_err(req, err);
 }
-

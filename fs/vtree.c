@@ -281,11 +281,14 @@ static void thread_op_free(struct thread_op *op)
  * way an rmdir would). */
 static void acquire_undo(struct thread_op *op, struct sbx *s)
 {
+	struct token *prev = token_enter(NULL); /* not the cancelled caller's: the release runs to its end */
+
 	log_info(op->user, "mkdir %s: interrupted as the sandbox became ready: released", op->thread);
 	if (!pool_release(s)) {
 		view_kill(s);
 		netfs_released(s);
 	}
+	token_leave(prev);
 }
 
 /* Work thread: acquire, then answer the mkdir.  An interrupt cancels the
