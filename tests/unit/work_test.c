@@ -126,14 +126,14 @@ static void test_lane_cap_and_isolation(void)
 	CHECK(wait_for(&done_b, 1, 5000)); /* not behind a's 40 */
 	CHECK(start(&l, WORK_LIFECYCLE, "c-sandbox", false) == 0);
 	CHECK(wait_for(&done_other, 1, 5000));
-	work_stats(&st);
-	CHECK(st.running[WORK_IO] == WORK_IO_LANE_CAP);
-	CHECK(st.queued[WORK_IO] == NA - WORK_IO_LANE_CAP);
 	CHECK(max_running_a == WORK_IO_LANE_CAP);
-	/* b's and l's items end (pending counts them) just after their run() */
+	/* b's and l's items end (the counts have them) just after their run() */
 	for (int i = 0; i < 250 && work_pending() != NA; i++)
 		usleep(20000);
 	CHECK(work_pending() == NA);
+	work_stats(&st);
+	CHECK(st.running[WORK_IO] == WORK_IO_LANE_CAP);
+	CHECK(st.queued[WORK_IO] == NA - WORK_IO_LANE_CAP);
 	open_gate();
 	CHECK(wait_for(&done_a, NA, 10000));
 	CHECK(max_running_a == WORK_IO_LANE_CAP);
