@@ -233,13 +233,13 @@ static int ctl_metrics_work(struct buf *out)
 	work_stats(&ws);
 	r |= metric_head(out, "sbxfs_work_items", "gauge",
 		"Slow work items by queue (lifecycle, io) and state (queued: waiting for a thread or for the sandbox's turn).");
-	r |= metric_head(out, "sbxfs_work_threads", "gauge", "Work threads by queue.");
 	for (int q = 0; q < WORK_NQUEUES; q++)
 		r |= buf_addf(out, "sbxfs_work_items{queue=\"%s\",state=\"queued\"} %u\n"
-				   "sbxfs_work_items{queue=\"%s\",state=\"running\"} %u\n"
-				   "sbxfs_work_threads{queue=\"%s\"} %u\n",
-			work_queue_name(q), ws.queued[q], work_queue_name(q), ws.running[q], work_queue_name(q),
-			ws.threads[q]);
+				   "sbxfs_work_items{queue=\"%s\",state=\"running\"} %u\n",
+			work_queue_name(q), ws.queued[q], work_queue_name(q), ws.running[q]);
+	r |= metric_head(out, "sbxfs_work_threads", "gauge", "Work threads by queue.");
+	for (int q = 0; q < WORK_NQUEUES; q++)
+		r |= buf_addf(out, "sbxfs_work_threads{queue=\"%s\"} %u\n", work_queue_name(q), ws.threads[q]);
 	r |= metric_head(out, "sbxfs_work_cancelled_total", "counter",
 		"Work items cancelled before they answered (a FUSE interrupt: the caller got a signal).");
 	r |= buf_addf(out, "sbxfs_work_cancelled_total %llu\n", ws.cancelled);
