@@ -51,21 +51,25 @@ LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
 COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o common/config.o common/json.o common/layout.o \
 	  common/idrange.o common/cfgread.o common/http.o common/netns.o common/udir.o common/budget.o common/token.o
+# common/ parts that need libnftables (egress) and its address table (policy)
+COMMON_NET := common/policy.o common/egress.o
+# runtime/: the work queues, the park queue (below FUSE: no FUSE header)
+RUNTIME := runtime/work.o runtime/park.o
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
-FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/park.o fs/work.o fs/vdir.o fs/vtree.o \
+FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
       fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
-NET_POLICY := net/policy.o net/netpol.o net/httpreader.o net/tls.o
-NET := $(NET_POLICY) net/resolve.o net/egress.o net/proxy.o net/net.o
+NET_POLICY := net/netpol.o net/httpreader.o net/tls.o
+NET := $(NET_POLICY) net/resolve.o net/proxy.o net/net.o
 # skills/: the skill projection (manifest, diff, the upload sync)
 SKILLS_PURE := skills/manifest.o skills/library.o
 SKILLS := $(SKILLS_PURE) skills/skills.o
-OBJS := $(COMMON) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
-HDRS := $(wildcard common/*.h providers/*.h fs/*.h net/*.h skills/*.h)
+OBJS := $(COMMON) $(COMMON_NET) $(RUNTIME) $(PROVIDERS) $(FS) $(NET) $(SKILLS)
+HDRS := $(wildcard common/*.h runtime/*.h providers/*.h fs/*.h net/*.h skills/*.h)
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
@@ -74,7 +78,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
 	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
 
-.PHONY: all run test unit asan tsan-unit bench bench-network bench-remote deps clean distclean install uninstall check-style check-man \
+.PHONY: all run test unit asan tsan-unit bench bench-network bench-remote deps clean distclean install uninstall check-style check-man check-layers \
 	fuzz fuzz-ci fuzz-build fuzz-deps
 
 all: sbxfs sbxfs-exec sbxfs-init sbxfs-box
@@ -125,13 +129,13 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers
 	providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_api.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
-	providers/docker_freeze.o net/egress.o net/policy.o
+	providers/docker_freeze.o $(COMMON_NET)
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
-POOL_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/jobwatch.o fs/park.o fs/work.o
+POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
+	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/fswork.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
@@ -140,13 +144,13 @@ tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault
 
 # the network policy's pure parts: names and addresses, events and grants,
 # the HTTP and TLS readers, the nftables ruleset text
-NET_TEST_OBJS := $(COMMON) $(NET_POLICY) net/egress.o net/resolve.o
+NET_TEST_OBJS := $(COMMON) $(COMMON_NET) $(NET_POLICY) net/resolve.o
 
 tests/unit/net_test: tests/unit/net_test.c $(NET_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
 # net/net.c with providers made up by the test (enforced_by, none, a netns)
-NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(NET)
+NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(COMMON_NET) $(NET)
 
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -163,6 +167,10 @@ tests/unit/skills_test: tests/unit/skills_test.c tests/unit/fault.c tests/unit/f
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/skills_test.c tests/unit/fault.c $(SKILLS_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
 
 # the remote providers' files and skills ops against the fake servers (tests/fakes)
+# runtime/work.c: lanes, caps, round-robin, cancel and claim
+tests/unit/work_test: tests/unit/work_test.c tests/unit/check.h $(COMMON) $(RUNTIME) $(LIBFUSE_MK)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/work_test.c $(COMMON) $(RUNTIME) $(LDFLAGS) $(LDLIBS)
+
 tests/unit/remote_test: tests/unit/remote_test.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
@@ -203,8 +211,9 @@ tsan-unit: $(TSAN_BINS)
 		TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)" ./$$t; done
 
 unit: tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test \
-	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test
+	tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test tests/unit/work_test
 	./tests/unit/lock_test
+	./tests/unit/work_test
 	./tests/unit/filter_test
 	./tests/unit/skills_test
 	./tests/unit/unit
@@ -219,7 +228,7 @@ test: deps all unit
 
 asan:
 	$(MAKE) clean
-	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test CFLAGS="-O1 -g -DSBXFS_LOCK_DEBUG" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	$(MAKE) all tests/unit/unit tests/unit/pool_test tests/unit/net_test tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/filter_test tests/unit/lock_test tests/unit/work_test CFLAGS="-O1 -g -DSBXFS_LOCK_DEBUG" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 
 # The bench's slow provider (bench/slow_provider.c): the daemon's objects
 # with a provider table of its own, never installed.
@@ -272,7 +281,7 @@ FUZZ_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 -
 FUZZ_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 # the daemon's objects each harness needs
 FUZZ_API_OBJS := $(COMMON) providers/providers.o providers/api.o
-FUZZ_OBJS_http := net/httpreader.o net/policy.o common/buf.o
+FUZZ_OBJS_http := net/httpreader.o common/policy.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := $(FUZZ_API_OBJS) providers/opensandbox_api.o
 FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o
@@ -372,14 +381,18 @@ check-man:
 	done
 	@echo "man pages: lint clean, version $(VERSION)"
 
-check-style:
+check-style: check-layers
 	@bash .ci/banned-functions
+
+# includes go down the layers (common -> runtime -> providers -> net, skills -> fs)
+check-layers:
+	@python3 mk/check-layers
 
 # clean keeps build/ (the libfuse built from source); distclean removes it.
 clean:
 	rm -f sbxfs sbxfs-exec sbxfs-init sbxfs-box tests/unit/unit tests/unit/pool_test tests/unit/net_test \
-		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/lock_test sbxfs-slow $(OBJS) \
-		fs/*.o providers/*.o common/*.o net/*.o skills/*.o
+		tests/unit/net_glue_test tests/unit/http_test tests/unit/skills_test tests/unit/remote_test tests/unit/lock_test tests/unit/work_test sbxfs-slow $(OBJS) \
+		fs/*.o runtime/*.o providers/*.o common/*.o net/*.o skills/*.o
 	rm -rf build/python build/tsan
 	rm -rf build/fuzz/obj build/fuzz/bin
 

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "buf.h"
+#include "cfgread.h"
 
 /* DeerFlow's `use:` for the package in python/: DeerFlow's agents run on an
  * sbxfs mount, and sbxfs's provider is the key `provider` beside it. */
@@ -129,25 +130,7 @@ struct sbx_config {
 
 /* ---- for the providers' own sections ---------------------------------------- */
 
-struct cfg_ctx;  /* a parse in progress */
-struct cfg_node; /* a node of the YAML document */
-
-/* Fail the parse with "key: rule" (only the first failure counts). */
-__attribute__((format(printf, 3, 4))) void cfg_fail(struct cfg_ctx *x, const char *key, const char *fmt, ...);
-bool cfg_failed(struct cfg_ctx *x);
-bool cfg_is_null(struct cfg_node *n);
-/* Readers: 0, or -1 after cfg_fail naming key and the rule. */
-int cfg_long(struct cfg_ctx *x, const char *key, struct cfg_node *n, long min, long max, long *out);
-int cfg_bool(struct cfg_ctx *x, const char *key, struct cfg_node *n, bool *out);
-int cfg_str(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
-int cfg_abs_path(struct cfg_ctx *x, const char *key, struct cfg_node *n, char **out);
-/* A list of strings (a scalar counts as a list of one): *out (malloc'd,
- * strings too) and *n.  0 or -1 after cfg_fail. */
-int cfg_strv(struct cfg_ctx *x, const char *key, struct cfg_node *n, char ***out, size_t *count);
-/* A mapping named sect: fn(x, arg, key, "sect.key", value) for each pair
- * (a duplicate key fails the parse).  0 or -1. */
-int cfg_each(struct cfg_ctx *x, const char *sect, struct cfg_node *map,
-	int (*fn)(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v), void *arg);
+/* The cfg_* readers: common/cfgread.h (included above). */
 
 struct json_t;
 

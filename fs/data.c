@@ -54,8 +54,10 @@
 #include "../skills/skills.h"
 #include "data.h"
 #include "dlock.h"
+#include "fsbx.h"
 #include "handle.h"
 #include "nodefd.h"
+#include "skillsfs.h"
 
 #define DATA_COPY_MAX (64 * 1024 * 1024) /* bytes one COPY_FILE_RANGE copies at most */
 #define DATA_CREATE_TRIES 8                /* create vs a job that makes and removes the name */
@@ -275,7 +277,9 @@ static void data_forget(struct node *n, uint64_t count)
  * short while a job may be changing files underneath. */
 static double data_timeout(struct view *v)
 {
-	return __atomic_load_n(&v->sbx->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
+	struct fs_sbx *f = fs_sbx(v->sbx);
+
+	return f && __atomic_load_n(&f->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
 }
 
 static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_param *e)
@@ -1316,7 +1320,7 @@ static void data_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 }
 
 /* Under skills/, fsync returns once the sandbox has the change (or fails
- * with the sync's error): skills_fsync answers. */
+ * with the sync's error): skillsfs_fsync answers. */
 static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
 	struct node *n = dnode(ino);
@@ -1330,7 +1334,7 @@ static void data_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse
 	 * handle's own say whether it writes, i.e. whether this fsync is the
 	 * change's first news (before its close) */
 	fl = fcntl(data_fd(fi), F_GETFL);
-	skills_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
+	skillsfs_fsync(req, n->view->sbx, fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 }
 
 /* An open directory: its fd (in dp) and a use of its node's fd (so fstat
@@ -1532,7 +1536,7 @@ static void data_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct f
 		return (void)fuse_reply_err(req, err);
 	if (!data_skills(dnode(ino)))
 		return (void)fuse_reply_err(req, 0);
-	skills_fsync(req, dnode(ino)->view->sbx, false);
+	skillsfs_fsync(req, dnode(ino)->view->sbx, false);
 }
 
 static void data_statfs(fuse_req_t req, fuse_ino_t ino)

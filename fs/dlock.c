@@ -31,7 +31,7 @@
 #include "../common/lock.h"
 #include "../common/log.h"
 #include "dlock.h"
-#include "park.h"
+#include "fspark.h"
 
 struct dwait {
 	int fd; /* our dup of the caller's open file */
@@ -60,8 +60,9 @@ static void dwait_free(void *arg)
 }
 
 /* Park thread (or the parker's): take the lock if it is free now. */
-static bool dwait_try(fuse_req_t req, void *arg)
+static bool dwait_try(void *r, void *arg)
 {
+	fuse_req_t req = r;
 	struct dwait *w = arg;
 
 	if (!flock(w->fd, w->op | LOCK_NB))

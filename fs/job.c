@@ -28,7 +28,8 @@
 #include "../common/log.h"
 #include "../common/names.h"
 #include "../common/util.h"
-#include "work.h"
+#include "fsbx.h"
+#include "fswork.h"
 
 static const char *job_state_names[] = { "created", "starting", "running", "exited", "killed", "timed_out", "lost",
 	"failed" };
@@ -144,10 +145,12 @@ static void job_unlink_file(struct job *j, const char *file)
 /* Caller holds j->lock: the job runs now / has ended (data cache timeouts). */
 static void job_set_state_locked(struct job *j, enum job_state st)
 {
-	if (st == J_RUNNING && j->state != J_RUNNING)
-		__atomic_add_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
-	else if (st != J_RUNNING && j->state == J_RUNNING)
-		__atomic_sub_fetch(&j->sbx->jobs_running, 1, __ATOMIC_RELAXED);
+	struct fs_sbx *f = fs_sbx(j->sbx); /* NULL (no memory): only a cache timeout is off */
+
+	if (f && st == J_RUNNING && j->state != J_RUNNING)
+		__atomic_add_fetch(&f->jobs_running, 1, __ATOMIC_RELAXED);
+	else if (f && st != J_RUNNING && j->state == J_RUNNING)
+		__atomic_sub_fetch(&f->jobs_running, 1, __ATOMIC_RELAXED);
 	j->state = st;
 }
 
@@ -310,7 +313,7 @@ static void job_load_locked(struct job *j)
 		job_set_state_locked(j, J_RUNNING);
 		j->reattaching = true;
 		job_ref(j);
-		if (work_submit(job_reattach_work, j)) {
+		if (work_submit(WORK_IO, j->sbx->token, pool_work_timeout_ms(), job_reattach_work, j)) {
 			j->reattaching = false;
 			__atomic_sub_fetch(&j->refs, 1, __ATOMIC_RELAXED);
 			job_take_result_locked(j);

@@ -24,7 +24,7 @@
  * Threads: one event thread supervises running jobs (epoll over the
  * providers' exec fds, inotify on the output files, kill deadlines).
  * job_start() and a reattachment call the provider and may block: they run
- * on work threads (work.h), never on a FUSE worker.
+ * on work threads (runtime/work.h), never on a FUSE worker.
  *
  * Locks: jobs_lock (the registry) and job->lock, ordered in
  * docs/architecture.md ("Lock order"); neither is held across a provider
@@ -39,7 +39,7 @@
 
 #include "../common/buf.h"
 #include "../providers/pool.h"
-#include "park.h"
+#include "fspark.h"
 
 #define JOB_CMD_MAX (1024 * 1024)         /* bytes of a command */
 #define JOB_ENV_MAX (64 * 1024)           /* bytes of the env file */

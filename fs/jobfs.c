@@ -12,7 +12,7 @@
  * file is opened noflush: closing it costs no round trip.
  *
  * Reads that wait (exit before the end, stdout/stderr at end of file of a
- * running job) are parked on the job's queue (park.h) and answered when the
+ * running job) are parked on the job's queue (runtime/park.h) and answered when the
  * job's output grows or it ends; O_NONBLOCK gives EAGAIN instead, and
  * poll(2) handles are kept on the same queue.  A job that was never
  * started and has no writer of cmd: exit is ESRCH, stdout/stderr are empty.
@@ -37,7 +37,7 @@
 #include "jobfs.h"
 #include "node.h"
 #include "vdir.h"
-#include "work.h"
+#include "fswork.h"
 
 enum jobfile { JF_CMD, JF_ENV, JF_STDIN, JF_STDOUT, JF_STDERR, JF_EXIT, JF_STATUS, JF_CTL, JF_TIMEOUT, JF_COUNT };
 
@@ -400,7 +400,8 @@ static void cmd_commit(fuse_req_t req, struct node *n, struct jh *h)
 		cs->len = len;
 		cs->cmd = cmd;
 		cmd = NULL;
-		err = work_submit(cmd_start_work, cs);
+		err = work_submit(WORK_IO, n->view ? n->view->sbx->token : NULL, pool_work_timeout_ms(),
+			cmd_start_work, cs);
 		if (err) {
 			job_put(cs->j);
 			free(cs->cmd);
@@ -527,8 +528,9 @@ struct jread {
 };
 
 /* Can this read be answered now?  Replies and returns true if so. */
-static bool jread_try(fuse_req_t req, void *arg)
+static bool jread_try(void *reqp, void *arg)
 {
+	fuse_req_t req = reqp;
 	struct jread *r = arg;
 	enum job_state st = job_state(r->j);
 	bool ended = job_state_ended(st), idle = st == J_CREATED;

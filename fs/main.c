@@ -59,13 +59,15 @@
 #include "dlock.h"
 #include "handle.h"
 #include "import.h"
+#include "job.h"
 #include "jobfs.h"
 #include "node.h"
-#include "park.h"
+#include "fsbx.h"
+#include "fspark.h"
 #include "rfiles.h"
 #include "service.h"
 #include "snapfs.h"
-#include "work.h"
+#include "../runtime/work.h"
 
 int vtree_init(void);
 int loop_run(struct fuse_session *se);
@@ -556,7 +558,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 	char err[1024];
 	int e;
 
-	if ((e = park_init())) {
+	if ((e = fspark_init())) {
 		fprintf(stderr, "sbxfs: cannot start the park thread: %s\n", strerror(e));
 		return -1;
 	}
@@ -569,6 +571,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the network proxy: %s\n", strerror(e));
 		return -1;
 	}
+	job_set_environ_hook(net_job_environ); /* main wires the layers: net/ never calls up */
 	/* before the pool too: new and adopted sandboxes get their skills synced */
 	if ((e = skills_init())) {
 		fprintf(stderr, "sbxfs: cannot start the skills sync: %s\n", strerror(e));
@@ -580,6 +583,7 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 		fprintf(stderr, "sbxfs: cannot start the snapshots: %s\n", strerror(e));
 		return -1;
 	}
+	fs_sbx_setup(); /* the pool frees the FUSE layer's per-sandbox state */
 	if (pool_init(cfg, err, sizeof(err))) {
 		fprintf(stderr, "sbxfs: %s\n", err);
 		return -1;
@@ -675,7 +679,8 @@ int main(int argc, char **argv)
 		pool_shutdown(true);
 		sbxsnap_shutdown();
 		skills_shutdown();
-		net_shutdown();
+		job_set_environ_hook(NULL);
+	net_shutdown();
 		jobfs_shutdown();
 		dlock_shutdown();
 		park_shutdown();
@@ -698,6 +703,7 @@ int main(int argc, char **argv)
 	sbxsnap_shutdown();
 	skills_shutdown();
 	rfiles_shutdown();
+	job_set_environ_hook(NULL);
 	net_shutdown();
 	jobfs_shutdown();
 	dlock_shutdown();

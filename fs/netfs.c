@@ -20,7 +20,7 @@
 #include "../common/log.h"
 #include "../net/net.h"
 #include "handle.h"
-#include "park.h"
+#include "fspark.h"
 
 #define NETFS_CMD_MAX 4096 /* one command is ~50 bytes */
 
@@ -121,8 +121,9 @@ struct evread {
 };
 
 /* Answer the read if it can be answered now. */
-static bool ev_try(fuse_req_t req, void *arg)
+static bool ev_try(void *reqp, void *arg)
 {
+	fuse_req_t req = reqp;
 	struct evread *r = arg;
 	struct evh *h = r->h;
 	char copy[BUF_CAP_CTL > 2048 ? 2048 : BUF_CAP_CTL];

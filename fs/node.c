@@ -30,6 +30,7 @@
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "fsbx.h"
 
 struct lock fs_lock = LOCK_INIT;
 static struct user_ent *users; /* fs_lock */
@@ -268,7 +269,7 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 	v->sbx = s;
 	pool_get(s);
 	v->gen = gen;
-	v->refs = 1; /* the sbx's fsdata reference */
+	v->refs = 1; /* the fs_sbx's reference (fsbx.h) */
 	v->sbx_uid = s->uid;
 	v->sbx_gid = s->gid;
 	v->pres_uid = u ? u->uid : fs.mount_uid;
@@ -287,21 +288,24 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 
 struct view *view_current(struct sbx *s)
 {
+	struct fs_sbx *f;
 	struct view *v;
 	unsigned gen;
 
 	if (pool_state(s, &gen) != SBX_ACTIVE)
 		return NULL;
+	if (!(f = fs_sbx(s)))
+		return NULL;
 	lock_acquire(&fs_lock);
-	v = s->fsdata;
+	v = f->view;
 	if (v && (v->gen != gen || v->dead))
 		v = NULL;
 	if (!v) {
 		v = view_new_locked(s, gen);
 		if (v) {
-			if (s->fsdata)
-				((struct view *)s->fsdata)->dead = true;
-			s->fsdata = v;
+			if (f->view)
+				f->view->dead = true;
+			f->view = v;
 		}
 	}
 	if (v)
@@ -312,10 +316,11 @@ struct view *view_current(struct sbx *s)
 
 struct view *view_of_sbx(struct sbx *s)
 {
+	struct fs_sbx *f = fs_sbx(s);
 	struct view *v;
 
 	lock_acquire(&fs_lock);
-	v = s->fsdata;
+	v = f ? f->view : NULL;
 	if (v && !v->dead)
 		view_get(v);
 	else
@@ -326,12 +331,14 @@ struct view *view_of_sbx(struct sbx *s)
 
 void view_kill(struct sbx *s)
 {
+	struct fs_sbx *f = fs_sbx(s);
 	struct view *v;
 	int nput = 0;
 
 	lock_acquire(&fs_lock);
-	v = s->fsdata;
-	s->fsdata = NULL;
+	v = f ? f->view : NULL;
+	if (f)
+		f->view = NULL;
 	if (v) {
 		v->dead = true;
 		v->dir = v->jobs = NULL;

@@ -121,7 +121,7 @@ struct user_ent {
 struct view {
 	struct sbx *sbx; /* referenced */
 	unsigned gen;
-	int refs;  /* atomic: the sbx's fsdata + every node + every holder */
+	int refs;  /* atomic: its fs_sbx (fsbx.h) + every node + every holder */
 	bool dead; /* released (fs_lock) */
 	uid_t sbx_uid, pres_uid; /* host uid of the sandbox -> uid shown */
 	gid_t sbx_gid, pres_gid;

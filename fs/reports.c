@@ -18,6 +18,7 @@
 
 #include "../common/util.h"
 #include "../net/net.h"
+#include "../runtime/work.h"
 #include "../skills/skills.h"
 #include "reports.h"
 #include "nodefd.h"
@@ -223,6 +224,28 @@ static int ctl_metrics_budget(struct buf *out)
 	return r;
 }
 
+/* The work queues (runtime/work.h). */
+static int ctl_metrics_work(struct buf *out)
+{
+	struct work_stats ws;
+	int r = 0;
+
+	work_stats(&ws);
+	r |= metric_head(out, "sbxfs_work_items", "gauge",
+		"Slow work items by queue (lifecycle, io) and state (queued: waiting for a thread or for the sandbox's turn).");
+	for (int q = 0; q < WORK_NQUEUES; q++)
+		r |= buf_addf(out, "sbxfs_work_items{queue=\"%s\",state=\"queued\"} %u\n"
+				   "sbxfs_work_items{queue=\"%s\",state=\"running\"} %u\n",
+			work_queue_name(q), ws.queued[q], work_queue_name(q), ws.running[q]);
+	r |= metric_head(out, "sbxfs_work_threads", "gauge", "Work threads by queue.");
+	for (int q = 0; q < WORK_NQUEUES; q++)
+		r |= buf_addf(out, "sbxfs_work_threads{queue=\"%s\"} %u\n", work_queue_name(q), ws.threads[q]);
+	r |= metric_head(out, "sbxfs_work_cancelled_total", "counter",
+		"Work items cancelled before they answered (a FUSE interrupt: the caller got a signal).");
+	r |= buf_addf(out, "sbxfs_work_cancelled_total %llu\n", ws.cancelled);
+	return r;
+}
+
 static int ctl_metrics(struct buf *out)
 {
 	static const char *kinds[] = { "cold", "warm" };
@@ -303,6 +326,7 @@ static int ctl_metrics(struct buf *out)
 		__atomic_load_n(&fs.opens_passthrough, __ATOMIC_RELAXED),
 		__atomic_load_n(&fs.opens_copy, __ATOMIC_RELAXED));
 	r |= ctl_metrics_budget(out);
+	r |= ctl_metrics_work(out);
 	r |= metric_head(out, "sbxfs_healthy", "gauge", "1 when /sbx/.health says ok, else 0.");
 	r |= ctl_health(&health_line, &st);
 	r |= buf_addf(out, "sbxfs_healthy %d\n", !strcmp(buf_str(&health_line), "ok\n"));

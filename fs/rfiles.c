@@ -10,8 +10,9 @@
  * cache file (regular files) under thread_dir/rfiles-cache/.
  *
  * Threads: nothing here blocks a FUSE worker on the network.  A request
- * that needs the sandbox becomes a job on the work pool (work.h), which
- * answers it; the worker only answers what the caches hold (fresh
+ * that needs the sandbox becomes a job on the I/O queue, in the sandbox's
+ * lane (runtime/work.h, fswork.h), which answers it (or an interrupt does,
+ * EINTR at once); the worker only answers what the caches hold (fresh
  * attributes, listings, cached byte ranges, writes into the cache file).
  *
  * Descriptors (issue 19): a node's cache file stays open while the node has
@@ -50,7 +51,7 @@
 #include "../common/token.h"
 #include "../common/util.h"
 #include "handle.h"
-#include "work.h"
+#include "fswork.h"
 
 #define RFILES_TTL_MS 1000               /* attributes and listings */
 #define RFILES_KERNEL_TTL 1.0            /* what the kernel may cache, s */
@@ -343,9 +344,10 @@ static void rf_lookup_ref_locked(struct rnode *r)
 		r->refs++;
 }
 
+/* req NULL: answered already (an interrupt): the lookup is not counted. */
 static void rf_reply_entry(fuse_req_t req, struct rnode *r, struct fuse_entry_param *e)
 {
-	if (fuse_reply_entry(req, e) == -ENOENT)
+	if (!req || fuse_reply_entry(req, e) == -ENOENT)
 		rf_forget(&r->n, 1);
 }
 
@@ -402,7 +404,11 @@ int rfiles_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
 /* ---- jobs: requests served on the work pool ------------------------------------------ */
 
 struct rjob {
-	fuse_req_t req;
+	/* first: the work item, its request, deadline (request_timeout from
+	 * the request's arrival) and cancel (the FUSE interrupt, which answers
+	 * EINTR at once); the token is current on the work thread while fn
+	 * runs, so every provider call under it is bounded and stops at once */
+	struct fswork fw;
 	struct rnode *r;  /* referenced */
 	struct rnode *r2; /* rename: the new parent, referenced */
 	char *name, *name2;
@@ -415,11 +421,7 @@ struct rjob {
 	struct fuse_file_info fi;
 	bool has_fi;
 	void (*fn)(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
-	/* the request's deadline (request_timeout from its arrival) and its
-	 * cancel (the FUSE interrupt): current on the work thread while fn
-	 * runs, so every provider call under it is bounded and stops at once */
-	struct token tok;
-	bool watched; /* the interrupt callback is registered (rj_req detaches it) */
+	bool queued; /* fswork_start succeeded: the token is released at the end */
 };
 
 static void rjob_free(struct rjob *j)
@@ -428,59 +430,65 @@ static void rjob_free(struct rjob *j)
 		rf_unref(j->r);
 	if (j->r2)
 		rf_unref(j->r2);
-	token_release(&j->tok);
+	if (j->queued)
+		work_fini(&j->fw.w);
 	free(j->name);
 	free(j->name2);
 	free(j);
 }
 
-/* libfuse's interrupt callback (its request lock held; any thread): the
- * caller got a signal.  Only the token is touched: the job answers. */
-static void rjob_interrupted(fuse_req_t req, void *arg)
-{
-	struct rjob *j = arg;
-
-	(void)req;
-	token_cancel(&j->tok);
-}
-
-/* j's request, to be answered now: the interrupt callback is unregistered
- * first (fuse_req_interrupt_func waits for a running one, under the
- * request's lock), so it never touches j once the reply has freed req. */
+/* j's request, to be answered now, or NULL when an interrupt answered it
+ * already (EINTR): then what the job made for the reply is undone. */
 static fuse_req_t rj_req(struct rjob *j)
 {
-	if (j->watched) {
-		fuse_req_interrupt_func(j->req, NULL, NULL);
-		j->watched = false;
-	}
-	return j->req;
+	return fswork_req(&j->fw);
 }
 
 /* Answer j with err; a job whose caller gave up answers EINTR, whatever
  * error the abandoned call ended with. */
 static void rj_err(struct rjob *j, int err)
 {
-	if (err && token_cancelled(&j->tok))
-		err = EINTR;
-	fuse_reply_err(rj_req(j), err);
+	fswork_reply_err(&j->fw, err);
 }
 
-static void rjob_run(void *arg)
+static void rj_attr(struct rjob *j, const struct stat *st)
 {
-	struct rjob *j = arg;
+	fuse_req_t req = rj_req(j);
+
+	if (req)
+		fuse_reply_attr(req, st, RFILES_KERNEL_TTL);
+}
+
+/* fuse_reply_open's result: -ENOENT when nobody takes the handle (the
+ * caller is gone, or an interrupt answered): the caller undoes the open. */
+static int rj_open(struct rjob *j, const struct fuse_file_info *fi)
+{
+	fuse_req_t req = rj_req(j);
+
+	return req ? fuse_reply_open(req, fi) : -ENOENT;
+}
+
+static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
+
+static void rjob_run(struct work *w)
+{
+	struct rjob *j = (struct rjob *)w;
 	struct sbx_box *box;
 	const struct sbx_files_ops *ops;
 	struct token *prev;
-	enum sbx_err e = token_check(&j->tok);
+	enum sbx_err e = token_check(&w->tok);
 
 	if (e) { /* interrupted, or too late, while queued */
+		if (j->fn == job_upload)
+			log_warn(j->r->n.view->sbx->token, "upload of a written file not begun: %s (kept locally; the "
+							 "next close or fsync retries)", strerror(rf_errno(e)));
 		rj_err(j, rf_errno(e));
 		rjob_free(j);
 		return;
 	}
 	box = rf_box(j->r->n.view);
 	ops = sbx_files(box);
-	prev = token_enter(&j->tok);
+	prev = token_enter(&w->tok);
 	if (!ops || j->r->n.view->dead)
 		rj_err(j, ENOENT);
 	else
@@ -528,9 +536,7 @@ static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const
 		j->fi = tmpl->fi;
 		j->has_fi = tmpl->has_fi;
 	}
-	j->req = req;
 	j->fn = fn;
-	token_init(&j->tok, rf_timeout_ms(r->n.view));
 	pthread_mutex_lock(&rf.lock);
 	r->refs++;
 	if (r2)
@@ -538,13 +544,12 @@ static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const
 	pthread_mutex_unlock(&rf.lock);
 	j->r = r;
 	j->r2 = r2;
-	/* an interrupt that came already cancels at once (libfuse calls back
-	 * from this registration) */
-	fuse_req_interrupt_func(req, rjob_interrupted, j);
-	j->watched = true;
-	err = work_submit(rjob_run, j);
+	/* the sandbox's lane of the I/O queue: one sandbox's many requests
+	 * never hold another's */
+	j->queued = true; /* before: once queued, j may be gone at any time */
+	err = fswork_start(&j->fw, req, WORK_IO, r->n.view->sbx->token, rf_timeout_ms(r->n.view), true, rjob_run);
 	if (err) {
-		fuse_reply_err(rj_req(j), err);
+		j->queued = false; /* answered, token released */
 		rjob_free(j);
 	}
 }
@@ -629,7 +634,10 @@ static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 	buf_free(&path);
 	if (err == ENOENT) {
 		memset(&e, 0, sizeof(e)); /* negative, not cached: a job may make it */
-		fuse_reply_entry(rj_req(j), &e);
+		fuse_req_t req = rj_req(j);
+
+		if (req)
+			fuse_reply_entry(req, &e);
 		return;
 	}
 	if (err)
@@ -715,7 +723,7 @@ static void job_getattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(j->r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	fuse_reply_attr(rj_req(j), &st, RFILES_KERNEL_TTL);
+	rj_attr(j, &st);
 }
 
 static void rf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1087,7 +1095,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	fi->keep_cache = keep;
 	fi->noflush = 0; /* close(2) uploads */
 	rf_trim(r);
-	if (fuse_reply_open(rj_req(j), fi) == -ENOENT) {
+	if (rj_open(j, fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
 		r->nopen--;
 		if (rf_writable(fi->flags))
@@ -1149,7 +1157,10 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = fd;
 	bv.buf[0].pos = j->off;
-	fuse_reply_data(rj_req(j), &bv, FUSE_BUF_SPLICE_MOVE);
+	fuse_req_t req = rj_req(j);
+
+	if (req)
+		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 	close(fd);
 	rf_trim(j->r);
 }
@@ -1194,7 +1205,7 @@ static void rf_prefetch(struct rnode *r, off_t off, size_t len)
 	r->refs++;
 	pthread_mutex_unlock(&rf.lock);
 	*p = (struct rprefetch){ r, off, len };
-	if (work_submit(rf_prefetch_run, p)) {
+	if (work_submit(WORK_IO, r->n.view->sbx->token, rf_timeout_ms(r->n.view), rf_prefetch_run, p)) {
 		rf_unref(r);
 		free(p);
 	}
@@ -1768,7 +1779,7 @@ static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	fuse_reply_attr(rj_req(j), &st, RFILES_KERNEL_TTL);
+	rj_attr(j, &st);
 }
 
 static void rf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
@@ -1898,7 +1909,8 @@ static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	pthread_mutex_unlock(&rf.lock);
 	j->fi.fh = (uint64_t)(uintptr_t)d;
 	j->fi.cache_readdir = 0;
-	fuse_reply_open(rj_req(j), &j->fi);
+	if (rj_open(j, &j->fi) == -ENOENT)
+		handle_discard(d);
 }
 
 static void rf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

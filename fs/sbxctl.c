@@ -33,7 +33,7 @@
 #include "handle.h"
 #include "job.h"
 #include "sbxctl.h"
-#include "work.h"
+#include "fswork.h"
 
 #define SBXCTL_MAX 256
 #define SBXCTL_USAGE "kill, freeze, thaw, restore [THREAD/]NAME"
@@ -198,7 +198,7 @@ void sbxctl_write(fuse_req_t req, struct node *n, const char *data, size_t size)
 	op->sbx = s;
 	op->size = size;
 	pool_get(s);
-	err = work_submit(sbxctl_work, op);
+	err = work_submit(WORK_LIFECYCLE, s->token, pool_work_timeout_ms(), sbxctl_work, op);
 	if (err) {
 		pool_put(s);
 		free(op);

@@ -49,7 +49,7 @@
 #include "data.h"
 #include "handle.h"
 #include "vdir.h"
-#include "work.h"
+#include "fswork.h"
 
 #define SNAPFS_TIMEOUT 60.0    /* a snapshot never changes */
 #define SNAPFS_DIR_TIMEOUT 1.0 /* snapshots/ and a snapshot's top change with mkdir and rmdir */
@@ -506,7 +506,7 @@ static void snaps_submit(fuse_req_t req, fuse_ino_t parent, const char *name, vo
 	op->dir = dir;
 	op->sbx = v->sbx;
 	pool_get(op->sbx);
-	err = work_submit(fn, op);
+	err = work_submit(WORK_LIFECYCLE, op->sbx->token, pool_work_timeout_ms(), fn, op);
 	if (err) {
 		snap_op_free(op);
 		fuse_reply_err(req, err);

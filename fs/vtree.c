@@ -11,8 +11,10 @@
  * renamed (EPERM), and they are opened with direct I/O.
  *
  * Acquire and release are slow (a container start, a remote call): mkdir and
- * rmdir of a thread hand them to the work pool (work.h) and the work item
- * answers the request, so no FUSE worker waits for a provider.
+ * rmdir of a thread hand them to the lifecycle queue (runtime/work.h, in the
+ * scope's lane, fswork.h) and the work item answers the request, so no FUSE
+ * worker waits for a provider.  A mkdir is interruptible: a signal answers
+ * it EINTR at once and cancels the create, which cleans up.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -33,7 +35,7 @@
 #include "sbxctl.h"
 #include "snapfs.h"
 #include "vdir.h"
-#include "work.h"
+#include "fswork.h"
 
 #define VDIR_TIMEOUT 1.0
 
@@ -264,37 +266,68 @@ static void root_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 }
 
 struct thread_op {
-	fuse_req_t req;
+	struct fswork fw; /* first */
 	char user[NAME_MAX_LEN + 1];
 	char thread[NAME_MAX_LEN + 1];
 };
 
-/* Work thread: acquire, then answer the mkdir. */
-static void acquire_work(void *arg)
+static void thread_op_free(struct thread_op *op)
 {
-	struct thread_op *op = arg;
-	struct fuse_entry_param e;
-	struct sbx *s;
-	int err;
-
-	err = pool_acquire(op->user, op->thread, &s);
-	if (!err) {
-		err = sandbox_entry(s, &e);
-		pool_put(s);
-	} else if (err != EEXIST) {
-		log_err(op->user, "mkdir %s: acquire failed: %s", op->thread, strerror(err));
-	}
-	if (err)
-		fuse_reply_err(op->req, err);
-	else
-		fuse_reply_entry(op->req, &e);
+	work_fini(&op->fw.w);
 	free(op);
 }
 
-/* Work thread: release, then answer the rmdir. */
-static void release_work(void *arg)
+/* An acquire whose mkdir was answered EINTR while the sandbox came up: the
+ * caller saw no directory, so none stays (released into the warm pool, the
+ * way an rmdir would). */
+static void acquire_undo(struct thread_op *op, struct sbx *s)
 {
-	struct thread_op *op = arg;
+	struct token *prev = token_enter(NULL); /* not the cancelled caller's: the release runs to its end */
+
+	log_info(op->user, "mkdir %s: interrupted as the sandbox became ready: released", op->thread);
+	if (!pool_release(s)) {
+		view_kill(s);
+		netfs_released(s);
+	}
+	token_leave(prev);
+}
+
+/* Work thread: acquire, then answer the mkdir.  An interrupt cancels the
+ * item's token: the create under it stops (and cleans up) at once. */
+static void acquire_work(struct work *w)
+{
+	struct thread_op *op = (struct thread_op *)w;
+	struct fuse_entry_param e;
+	struct sbx *s = NULL;
+	fuse_req_t req;
+	enum sbx_err te = token_check(&w->tok);
+	int err = te ? sbx_err_errno(te) : pool_acquire(op->user, op->thread, &s);
+
+	if (err && err != EEXIST && err != EINTR)
+		log_err(op->user, "mkdir %s: acquire failed: %s", op->thread, strerror(err));
+	else if (err == EINTR)
+		log_info(op->user, "mkdir %s: interrupted: nothing is left of it", op->thread);
+	req = fswork_req(&op->fw);
+	if (!req) {
+		if (s)
+			acquire_undo(op, s);
+	} else if (!err) {
+		err = sandbox_entry(s, &e);
+	}
+	if (s)
+		pool_put(s);
+	if (req && err)
+		fuse_reply_err(req, token_cancelled(&w->tok) ? EINTR : err);
+	else if (req)
+		fuse_reply_entry(req, &e);
+	thread_op_free(op);
+}
+
+/* Work thread: release, then answer the rmdir.  Not interruptible: a
+ * release half done would leave the sandbox neither active nor parked. */
+static void release_work(struct work *w)
+{
+	struct thread_op *op = (struct thread_op *)w;
 	struct sbx *s = pool_find_active(op->user, op->thread);
 	int err = ENOENT;
 
@@ -306,15 +339,15 @@ static void release_work(void *arg)
 		}
 		pool_put(s);
 	}
-	fuse_reply_err(op->req, err);
-	free(op);
+	fswork_reply_err(&op->fw, err);
+	thread_op_free(op);
 }
 
-static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name, void (*fn)(void *))
+static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name, void (*fn)(struct work *))
 {
+	char key[SCOPE_TOKEN_LEN + 1];
 	struct thread_op *op;
 	uid_t owner;
-	int err;
 
 	op = calloc(1, sizeof(*op));
 	if (!op)
@@ -334,12 +367,11 @@ static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name
 		return (void)fuse_reply_err(req, EACCES);
 	}
 	memcpy(op->thread, name, strlen(name) + 1);
-	op->req = req;
-	err = work_submit(fn, op);
-	if (err) {
+	if (names_scope_token(op->user, op->thread, key))
+		key[0] = '\0';
+	/* the lane of the scope: its mkdir and rmdir, not other users' */
+	if (fswork_start(&op->fw, req, WORK_LIFECYCLE, key, pool_work_timeout_ms(), fn == acquire_work, fn))
 		free(op);
-		fuse_reply_err(req, err);
-	}
 }
 
 static void user_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)

@@ -23,7 +23,6 @@
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
-#include "../fs/job.h"
 #include "netpol.h"
 #include "proxy.h"
 
@@ -334,7 +333,6 @@ int net_init(void)
 		netpol_writer_stop();
 		return ENOMEM;
 	}
-	job_set_environ_hook(net_job_environ);
 	running = true;
 	return 0;
 }
@@ -344,7 +342,6 @@ void net_shutdown(void)
 	if (!running)
 		return;
 	pool_remove_hooks(&net_pool_hooks);
-	job_set_environ_hook(NULL);
 	proxy_shutdown();
 	pthread_mutex_lock(&net_lock);
 	for (int i = 0; i < NET_BUCKETS; i++)

@@ -9,13 +9,15 @@
  *   - the sandbox's netpol (policy, events, grants; persisted in
  *     thread_dir/network.json);
  *   - its proxy listener (allowlist mode, providers with a netns fd);
- *   - the park queue where readers and pollers of `events` wait (fs/park.h);
+ *   - the park queue where readers and pollers of `events` wait
+ *     (runtime/park.h; fs/ parks the requests);
  *   - what the provider says about egress it enforces itself (enforced_by).
  *
  * The pool calls net_sandbox_up() after a create or an adoption and
  * net_sandbox_down() before a destroy (through pool_set_hooks(), with the
  * sandbox's scope lock held, on a work thread); job.c calls
- * net_job_environ() when it builds a job's environment (job_set_environ_hook).
+ * net_job_environ() when it builds a job's environment (main.c hands it to
+ * fs/job.c with job_set_environ_hook: net/ does not call up into fs/).
  *
  * Locks: net_lock guards the registry only and is never held across a call
  * out; a net_sbx's fields are immutable once registered (its netpol has its
@@ -29,7 +31,7 @@
 #include <stdint.h>
 
 #include "../common/buf.h"
-#include "../fs/park.h"
+#include "../runtime/park.h"
 #include "../providers/pool.h"
 
 struct net_sbx;

@@ -30,7 +30,7 @@
 #include "../common/json.h"
 #include "../common/log.h"
 #include "../common/util.h"
-#include "policy.h"
+#include "../common/policy.h"
 
 struct np_event {
 	char id[NETPOL_ID_LEN + 1];

@@ -53,10 +53,10 @@
 #include "../common/log.h"
 #include "../common/names.h"
 #include "../common/util.h"
-#include "egress.h"
+#include "../common/egress.h"
 #include "httpreader.h"
 #include "netpol.h"
-#include "policy.h"
+#include "../common/policy.h"
 #include "resolve.h"
 #include "tls.h"
 

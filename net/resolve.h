@@ -40,7 +40,7 @@
 #include <sys/socket.h>
 
 #include "../common/config.h"
-#include "policy.h"
+#include "../common/policy.h"
 
 #define RESOLVE_MAX_ADDRS 16
 #define RESOLVE_THREADS 4      /* started with the proxy */

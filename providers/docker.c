@@ -55,7 +55,7 @@
 #include "../common/names.h"
 #include "../common/netns.h"
 #include "../common/util.h"
-#include "../net/egress.h"
+#include "../common/egress.h"
 #include "docker_int.h"
 #include "filter.h"
 #include "provider_int.h"
@@ -701,7 +701,7 @@ static void docker_note(struct dbox *db)
 }
 
 /* The network policy (DESIGN §7) inside the container's own network
- * namespace, as for local sandboxes (net/egress.h): in open mode (Docker's
+ * namespace, as for local sandboxes (common/egress.h): in open mode (Docker's
  * bridge) everything but private, link-local, metadata and the host's own
  * addresses, DNS only to the container's resolver; isolated and allowlist
  * (Docker's "none") loopback only, where the approval proxy listens.  The

@@ -268,7 +268,7 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
 		return SBX_ERR_NOMEM;
-	local_net_init();
+	local_net_init(local_spawn);
 	if (cfg->net_mode == NET_OPEN && !local_net_have_pasta()) {
 		snprintf(err, errlen, "network.mode open: pasta not found (install Debian's passt package)");
 		return SBX_ERR_INVAL;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * local.h - what the local provider's files share (local.c: sandboxes;
- * local_jobs.c: their jobs' exec handles; local_net.c: their network).  Not
- * an interface for anyone else.
+ * local_jobs.c: their jobs' exec handles).  Not an interface for anyone
+ * else.  local_net.c (their network) does not include it: it gets
+ * local_spawn from local_net_init, so the two files do not depend on each
+ * other in a circle (make check-layers).
  */
 #ifndef SBX_LOCAL_H
 #define SBX_LOCAL_H
@@ -14,18 +16,11 @@
 #include <stdbool.h>
 
 #include "../common/buf.h"
+#include "local_net.h"
 #include "provider.h"
 
 #define LOCAL_MAX_ARGS 256
 #define LOCAL_EXEC_INPUT_MAX (1024 * 1024) /* a job's environment (and command) */
-
-/* A sandbox's network helper (pasta in open mode): pid and start time, 0
- * when it has none. */
-struct local_net {
-	pid_t pid;
-	uint64_t start;
-	int child; /* ours to reap (not adopted after a restart) */
-};
 
 struct local_box {
 	struct sbx_box base; /* first: see local_box() */
@@ -74,26 +69,7 @@ void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_
 /* Start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2,
  * closed above), in a new session, every other fd closed, no signal
  * blocked.  pid or -1. */
-#define LOCAL_SPAWN_FDS 6
 pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
 
-/* Give the sandbox whose init is init its network (DESIGN §7): the
- * nftables ruleset of its mode, and in open mode pasta, waited for until
- * the namespace has its link.  started(arg) runs as soon as pasta is
- * running (out filled), so the caller records it before waiting: a daemon
- * killed during the wait leaves a record the next start cleans up.  log_fd
- * takes pasta's early errors.  SBX_OK, or an error after logging it
- * (nothing is left running). */
-enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *rootfs, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg);
-/* Is the helper (if any) still running? */
-int local_net_alive(struct local_net *n);
-/* End the helper (if any) and wait until it is gone. */
-void local_net_down(struct local_net *n);
-/* A new fd on init's network namespace, or -1. */
-int local_net_nsfd(pid_t init);
-/* Find pasta (at start); is it installed? */
-void local_net_init(void);
-int local_net_have_pasta(void);
 
 #endif

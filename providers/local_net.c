@@ -5,7 +5,7 @@
  * bubblewrap always gives the sandbox a network namespace of its own
  * (--unshare-net: loopback only).  Then, before the sandbox is handed out:
  *   - every mode: the nftables ruleset of its mode is installed inside that
- *     namespace (net/egress.h); the sandbox, without capabilities, cannot
+ *     namespace (common/egress.h); the sandbox, without capabilities, cannot
  *     change it;
  *   - open: pasta (Debian's passt package) gives the namespace user-mode
  *     connectivity: it copies the host's addresses and routes into a tap
@@ -46,8 +46,8 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/util.h"
-#include "../net/egress.h"
-#include "local.h"
+#include "../common/egress.h"
+#include "local_net.h"
 
 static char local_pasta[PATH_MAX];
 
@@ -56,10 +56,13 @@ int local_net_have_pasta(void)
 	return local_pasta[0] != '\0';
 }
 
-void local_net_init(void)
+static local_spawn_fn local_net_spawn; /* set at local_net_init, before any create */
+
+void local_net_init(local_spawn_fn spawn)
 {
 	static const char *const where[] = { "/usr/bin/pasta", "/usr/local/bin/pasta", NULL };
 
+	local_net_spawn = spawn;
 	local_pasta[0] = '\0';
 	for (int i = 0; where[i]; i++)
 		if (!access(where[i], X_OK)) {
@@ -109,7 +112,7 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 		const int fds[LOCAL_SPAWN_FDS] = { gate[0], log_fd, log_fd, nsfd, -1, -1 };
 
 		unlink(logpath.ptr); /* a fresh log for this pasta */
-		pid = local_spawn(argv, env, fds);
+		pid = local_net_spawn(argv, env, fds);
 	}
 	if (pid < 0) {
 		log_err(scope, "local: cannot start pasta: %s", strerror(errno));

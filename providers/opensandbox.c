@@ -56,6 +56,7 @@
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/names.h"
+#include "../common/token.h"
 #include "../common/util.h"
 #include "provider_int.h"
 #include "record.h"
@@ -639,6 +640,9 @@ static enum sbx_err os_wait_running(struct obox *ob, const struct osapi_server *
 			log_err(ob->scope, "opensandbox: sandbox %s is %s (%s: %s)", ob->id, sb->state, sb->reason, sb->message);
 			return SBX_ERR_IO;
 		}
+		e = token_check(token_current());
+		if (e == SBX_ERR_INTR)
+			return e; /* the caller gave up: the create cleans up */
 		if (util_now_ms() >= deadline) {
 			log_err(ob->scope, "opensandbox: sandbox %s still %s after ready_timeout (%ld s)", ob->id, sb->state,
 				ob->cfg->ready_timeout);
@@ -685,6 +689,8 @@ static enum sbx_err os_wait_execd(struct obox *ob, uint64_t deadline)
 			log_err(ob->scope, "opensandbox: execd of %s refuses us (opensandbox.execd_token?): %s", ob->id, err);
 			return SBX_ERR_ACCESS;
 		}
+		if (token_check(token_current()) == SBX_ERR_INTR)
+			return SBX_ERR_INTR;
 		if (util_now_ms() >= deadline)
 			break;
 		usleep(OS_PING_INTERVAL_US);
@@ -738,7 +744,7 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 	if (e) {
 		log_err(ob->scope, "opensandbox: create: %s", err);
 		/* no answer, or a server error: it may still make the sandbox */
-		if (e == SBX_ERR_TIMEOUT || e == SBX_ERR_IO || e == SBX_ERR_BUSY)
+		if (e == SBX_ERR_TIMEOUT || e == SBX_ERR_IO || e == SBX_ERR_BUSY || e == SBX_ERR_INTR)
 			os_suspect(s->cfg, s->token, s->state_id, NULL);
 		goto out;
 	}
@@ -767,12 +773,19 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 	ob = NULL;
 out:
 	if (e && made) {
-		os_unregister(ob);
+		/* the clean-up is not the caller's: a cancelled create (the caller
+		 * gave up) still deletes what it made, bounded by request_timeout */
+		struct token *prev = token_enter(NULL);
 		char derr[OSAPI_ERR_LEN];
+
+		os_unregister(ob);
 		if (osapi_delete(&srv, ob->id, derr, sizeof(derr))) {
 			log_warn(ob->scope, "opensandbox: cannot delete the failed sandbox %s now (%s): retried", ob->id, derr);
 			os_suspect(s->cfg, s->token, s->state_id, ob->id);
+		} else if (e == SBX_ERR_INTR) {
+			log_info(ob->scope, "opensandbox: create interrupted: sandbox %s deleted", ob->id);
 		}
+		token_leave(prev);
 		os_unsave(ob->thread_dir);
 	}
 	obox_free(ob);

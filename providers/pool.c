@@ -33,6 +33,7 @@
 #include "../common/lock.h"
 
 #include "../common/log.h"
+#include "../common/token.h"
 #include "../common/util.h"
 
 #define POOL_BUCKETS 1024
@@ -167,6 +168,34 @@ static struct sbx *pool_entry_locked(const char *user, const char *thread)
 	s->next = pool.table[pool_hash(token)];
 	pool.table[pool_hash(token)] = s;
 	return s;
+}
+
+static void (*pool_upper_free)(void *upper); /* set before pool_init, read at pool_clear */
+
+void *pool_upper_install(struct sbx *s, void *p)
+{
+	void *cur = NULL;
+
+	if (__atomic_compare_exchange_n(&s->upper, &cur, p, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return p;
+	return cur;
+}
+
+void pool_set_upper_free(void (*fn)(void *upper))
+{
+	pool_upper_free = fn;
+}
+
+long pool_work_timeout_ms(void)
+{
+	struct sbx_config *cfg = pool_config();
+	long s = 600;
+
+	if (cfg) {
+		s = cfg->ready_timeout + 4 * cfg->request_timeout + 60;
+		config_put(cfg);
+	}
+	return s * 1000;
 }
 
 void pool_get(struct sbx *s)
@@ -537,6 +566,11 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	e = prov->ops->create(&spec, &box);
 	pool_dirs_free(&d);
+	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
+		log_info(scope, "create cancelled: the provider cleaned up what it made");
+		pool_unsave(s);
+		return EINTR;
+	}
 	if (e) {
 		log_err(scope, "create failed: %s", sbx_err_name(e));
 		pool_note_error(scope, "create", "provider %s: %s", prov->name, sbx_err_name(e));
@@ -555,9 +589,11 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	}
 	if (err) {
 		struct sbx_config *held = s->cfg;
+		struct token *prev = token_enter(NULL); /* a cancelled create still cleans up */
 
 		pool_set_box_held(s, NULL, prov, NULL);
 		prov->ops->destroy(box);
+		token_leave(prev);
 		sbx_box_put(box);
 		config_put(held);
 		pool_unsave(s);
@@ -609,6 +645,12 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	cfg = config_get(pool.cfg);
 	prov = pool.prov;
 	enum sbx_state st = s->state;
+	if (token_check(token_current()) == SBX_ERR_INTR) {
+		/* the caller gave up while this waited behind another acquire */
+		lock_release(&pool.lock);
+		err = EINTR;
+		goto out;
+	}
 	if (st == SBX_ACTIVE || st == SBX_CREATING) {
 		lock_release(&pool.lock);
 		err = EEXIST;
@@ -1137,6 +1179,8 @@ void pool_clear(void)
 				log_warn("pool", "%s/%s: still referenced at exit", s->user, s->thread);
 			sbx_box_put(s->box);
 			config_put(s->cfg);
+			if (s->upper && pool_upper_free)
+				pool_upper_free(s->upper);
 			pthread_mutex_destroy(&s->scope);
 			free(s->thread_dir);
 			free(s);

@@ -67,8 +67,12 @@ struct sbx {
 	struct sbx_config *cfg;            /* the config this sandbox was created with */
 	char last_event[320];              /* e.g. "recreated: the warm sandbox failed its health check" */
 
-	void *fsdata; /* owned by the FUSE layer, protected by its fs_lock */
-	int jobs_running; /* the FUSE layer's count of running jobs (atomic) */
+	/* The layer above's own state of this sandbox (fs/: its view and job
+	 * count, struct fs_sbx in fs/fsbx.h), opaque to the pool: installed
+	 * once (pool_upper_install, atomic), freed at pool_clear by the
+	 * function given to pool_set_upper_free; what it holds is under the
+	 * layer above's own locks. */
+	void *upper;
 	/* atomic: paused by the `ctl` freeze (sbxsnap.c), written with the scope
 	 * lock held; a job cannot start while it is set (EBUSY) */
 	int frozen;
@@ -120,6 +124,11 @@ struct pool_hooks {
 
 /* 0, or -1 when the (small, fixed) list is full. */
 int pool_add_hooks(const struct pool_hooks *h);
+/* Install p as s->upper unless one is there: the one installed (p, or the
+ * earlier one: then the caller frees p).  Any thread, no lock. */
+void *pool_upper_install(struct sbx *s, void *p);
+/* How pool_clear frees an entry's upper (NULL: it is left alone). */
+void pool_set_upper_free(void (*fn)(void *upper));
 void pool_remove_hooks(const struct pool_hooks *h);
 
 /* Start: pick the provider, load uid allocations, adopt what is running.
@@ -165,6 +174,11 @@ void pool_note_error(const char *scope, const char *kind, const char *fmt, ...) 
  * provider is initialised first; 0, or -1 with err (nothing changed). */
 int pool_reload(struct sbx_config *cfg, char *err, size_t errlen);
 struct sbx_config *pool_config(void); /* referenced; config_put() it */
+/* The deadline of slow work items (runtime/work.h) other than a request on
+ * remote files: a create may take ready_timeout plus its API calls, so
+ * ready_timeout + 4 x request_timeout + 60 s, in ms: never shorter than
+ * what the providers' own bounds allow, it bounds what would hang. */
+long pool_work_timeout_ms(void);
 /* The config an active sandbox was created with, referenced, or NULL. */
 struct sbx_config *pool_sbx_config(struct sbx *s);
 /* Refuse new acquires (ESHUTDOWN) and stop the reaper's passes. */

@@ -197,7 +197,7 @@ struct sbx_skills_ops {
  * not available and `network` says so).  A netns provider gives every mode a
  * namespace of its own (containers: --network none for isolated and
  * allowlist) and installs the mode's ruleset in it with egress_apply()
- * (net/egress.h) inside create, before the sandbox is handed out. */
+ * (common/egress.h) inside create, before the sandbox is handed out. */
 struct sbx_net_ops {
 	/* A new fd on the sandbox's network namespace (the caller closes it), or
 	 * -1.  Called with the scope lock held (pool hooks); may block briefly. */

@@ -44,8 +44,8 @@
 #include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/util.h"
-#include "../fs/park.h"
-#include "../fs/work.h"
+#include "../runtime/park.h"
+#include "../runtime/work.h"
 #include "../providers/pool.h"
 #include "library.h"
 #include "manifest.h"
@@ -311,15 +311,14 @@ void skills_changed(struct sbx *s)
 	pthread_mutex_unlock(&eng.lock);
 }
 
-struct fsync_wait {
-	struct skills_sbx *k;
-	uint64_t target; /* the generation it waits for */
-	uint64_t after;  /* syncs begun before it */
+struct skills_wait {
+	struct skills_sbx *k; /* lives until skills_shutdown, which drains its queue */
+	uint64_t target;      /* the generation it waits for */
+	uint64_t after;       /* syncs begun before it */
 };
 
-static bool fsync_try(fuse_req_t req, void *arg)
+int skills_wait_result(const struct skills_wait *w)
 {
-	struct fsync_wait *w = arg;
 	int err = -1;
 
 	pthread_mutex_lock(&eng.lock);
@@ -328,22 +327,26 @@ static bool fsync_try(fuse_req_t req, void *arg)
 	else if (w->k->gen_failed >= w->target && w->k->failed_attempt > w->after)
 		err = w->k->last_err ? w->k->last_err : EIO;
 	pthread_mutex_unlock(&eng.lock);
-	if (err < 0)
-		return false;
-	fuse_reply_err(req, err);
-	return true;
+	return err;
 }
 
-void skills_fsync(fuse_req_t req, struct sbx *s, bool wrote)
+void skills_wait_free(void *w)
+{
+	free(w);
+}
+
+int skills_wait_begin(struct sbx *s, bool wrote, struct skills_wait **out, struct park_queue **q)
 {
 	struct skills_sbx *k = sk_find(s);
-	struct fsync_wait *w;
+	struct skills_wait *w;
 
+	*out = NULL;
+	*q = NULL;
 	if (!k)
-		return (void)fuse_reply_err(req, 0);
+		return 0;
 	w = calloc(1, sizeof(*w));
 	if (!w)
-		return (void)fuse_reply_err(req, ENOMEM);
+		return ENOMEM;
 	pthread_mutex_lock(&eng.lock);
 	if (wrote) {
 		k->gen_written++;
@@ -356,13 +359,15 @@ void skills_fsync(fuse_req_t req, struct sbx *s, bool wrote)
 	if (k->gen_synced >= w->target) {
 		pthread_mutex_unlock(&eng.lock);
 		free(w);
-		return (void)fuse_reply_err(req, 0);
+		return 0;
 	}
 	k->urgent = true;
 	k->due_ms = 0;
 	schedule_locked(k, util_now_ms());
 	pthread_mutex_unlock(&eng.lock);
-	park(&k->waiters, req, fsync_try, w, free);
+	*out = w;
+	*q = &k->waiters;
+	return 0;
 }
 
 /* ---- the sync ----------------------------------------------------------------------- */
@@ -677,7 +682,8 @@ static void *timer_main(void *arg)
 			go->busy = true;
 			go->due_ms = 0;
 			pthread_mutex_unlock(&eng.lock);
-			int err = work_submit(sync_work, go);
+			/* deadline: a sync may wait behind a create */
+			int err = work_submit(WORK_IO, go->s->token, pool_work_timeout_ms(), sync_work, go);
 			pthread_mutex_lock(&eng.lock);
 			if (err) {
 				go->busy = false;

@@ -19,8 +19,11 @@
  * at once.
  *
  * fsync(2) under skills/ is answered once generation_synced reaches the
- * generation of the fsync, or with the error of the sync that covered it
- * (skills_fsync parks the request: no worker waits).
+ * generation of the fsync, or with the error of the sync that covered it:
+ * skills_wait_begin says what to wait for ("wait for generation N"),
+ * skills_wait_result whether it came, and the sandbox's park queue is woken
+ * at the end of every sync; the FUSE layer parks the request on it and
+ * answers (fs/skillsfs.c): no worker waits, and skills/ knows no FUSE.
  *
  * Lifecycle (pool hooks): up after a create copies the optional
  * skills.path library into the tree (never hard links) and, for upload
@@ -39,8 +42,6 @@
 #ifndef SBX_SKILLS_H
 #define SBX_SKILLS_H
 
-#define FUSE_USE_VERSION 34
-#include <fuse_lowlevel.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -76,10 +77,18 @@ int skills_check_grow(struct sbx *s, uint64_t old_size, uint64_t new_size);
 /* Before symlink(2) in a directory of s's skills/ (its host O_PATH fd):
  * 0, or EPERM when target is absolute or leaves skills/. */
 int skills_check_symlink(struct sbx *s, int dir_fd, const char *target);
-/* Answer an fsync of a file (wrote: through a writable handle) or a
- * directory under s's skills/ once the sandbox has what is written, or
- * with the sync's error.  Replies exactly once. */
-void skills_fsync(fuse_req_t req, struct sbx *s, bool wrote);
+/* An fsync of a file (wrote: through a writable handle) or a directory
+ * under s's skills/: 0 when it may be answered 0 now (*out NULL); 0 with
+ * *out (a wait for the generation written now, freed with
+ * skills_wait_free) and *q (the sandbox's queue, woken at each sync's end)
+ * to wait on; or ENOMEM.  Never blocks. */
+struct skills_wait;
+struct park_queue;
+int skills_wait_begin(struct sbx *s, bool wrote, struct skills_wait **out, struct park_queue **q);
+/* -1: not yet; else the fsync's answer: 0, or the error of a sync begun
+ * after the wait began that covered its generation. */
+int skills_wait_result(const struct skills_wait *w);
+void skills_wait_free(void *w);
 
 void skills_stats(struct skills_stats *st);
 

@@ -18,7 +18,7 @@
 
 #include "../../common/buf.h"
 #include "../../net/httpreader.h"
-#include "../../net/policy.h"
+#include "../../common/policy.h"
 #include "fuzz.h"
 
 /* The proxy's reads: http_head_len over what has arrived, resumed at what

@@ -10,7 +10,7 @@
  */
 #include <string.h>
 
-#include "../../net/policy.h"
+#include "../../common/policy.h"
 #include "../../net/tls.h"
 #include "fuzz.h"
 

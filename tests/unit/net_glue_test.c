@@ -34,8 +34,9 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/util.h"
-#include "../../fs/park.h"
-#include "../../net/egress.h"
+#include "../../fs/fsbx.h"
+#include "../../fs/fspark.h"
+#include "../../common/egress.h"
 #include "../../net/net.h"
 #include "../../providers/pool.h"
 #include "check.h"
@@ -367,7 +368,8 @@ int main(void)
 
 	log_open(0, 0);
 	CHECK(mkdtemp(dir) != NULL);
-	CHECK(park_init() == 0);
+	fs_sbx_setup();
+	CHECK(fspark_init() == 0);
 	CHECK(net_init() == 0);
 	cfg = load(dir, "network:\n  mode: allowlist\n  approval: prompt\n  allow_domains: [\"ok.example\"]\n");
 	CHECK(cfg != NULL);

@@ -19,10 +19,10 @@
 
 #include "../../common/json.h"
 #include "../../common/log.h"
-#include "../../net/egress.h"
+#include "../../common/egress.h"
 #include "../../net/httpreader.h"
 #include "../../net/netpol.h"
-#include "../../net/policy.h"
+#include "../../common/policy.h"
 #include "../../net/resolve.h"
 #include "../../net/tls.h"
 #include "check.h"

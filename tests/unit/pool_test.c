@@ -28,8 +28,9 @@
 #include "../../common/log.h"
 #include "../../common/util.h"
 #include "../../fs/job.h"
-#include "../../fs/park.h"
-#include "../../fs/work.h"
+#include "../../fs/fsbx.h"
+#include "../../fs/fspark.h"
+#include "../../runtime/work.h"
 #include "../../providers/pool.h"
 #include "check.h"
 #include "fault.h"
@@ -625,7 +626,8 @@ int main(void)
 		log_set_min_level(LOG_LVL_ERR + 1); /* the failures below are meant: keep the output to the verdict */
 	config_set_hooks(&provider_config_hooks);
 	json_set_alloc_funcs(json_alloc, free);
-	if (park_init())
+	fs_sbx_setup(); /* the pool frees what fs/job.c keeps per sandbox */
+	if (fspark_init())
 		return 2;
 	test_acquire_release_reclaim();
 	test_create_failures();

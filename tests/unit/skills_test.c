@@ -22,8 +22,9 @@
 #include "../../common/layout.h"
 #include "../../common/log.h"
 #include "../../common/util.h"
-#include "../../fs/park.h"
-#include "../../fs/work.h"
+#include "../../fs/fsbx.h"
+#include "../../fs/fspark.h"
+#include "../../runtime/work.h"
 #include "../../providers/pool.h"
 #include "../../skills/manifest.h"
 #include "../../skills/skills.h"
@@ -346,7 +347,8 @@ int main(void)
 		log_set_min_level(LOG_LVL_ERR + 1);
 	config_set_hooks(&provider_config_hooks);
 	snprintf(base, sizeof(base), "/tmp/sbxfs-unit-skills-XXXXXX");
-	if (!mkdtemp(base) || park_init())
+	fs_sbx_setup();
+	if (!mkdtemp(base) || fspark_init())
 		return 2;
 	test_manifest();
 	test_engine();

@@ -22,7 +22,7 @@
 #include "../common/log.h"
 
 struct parked {
-	fuse_req_t req;
+	void *req;
 	struct park_queue *q;
 	park_try_fn try;
 	void *arg;
@@ -33,7 +33,7 @@ struct parked {
 };
 
 struct park_poll {
-	struct fuse_pollhandle *ph;
+	void *ph;
 	struct park_poll *next;
 };
 
@@ -45,6 +45,7 @@ static int park_efd = -1;
 static pthread_t park_thread;
 static atomic_int park_stop; /* set by park_shutdown, read by the park thread */
 static bool park_running;
+static const struct park_req_ops *park_ops; /* set at park_init */
 
 void park_queue_init(struct park_queue *q, void (*get)(void *), void (*put)(void *), void *owner)
 {
@@ -59,8 +60,7 @@ static void polls_notify(struct park_poll *p)
 {
 	while (p) {
 		struct park_poll *next = p->next;
-		fuse_lowlevel_notify_poll(p->ph);
-		fuse_pollhandle_destroy(p->ph);
+		park_ops->poll_notify(p->ph);
 		free(p);
 		p = next;
 	}
@@ -95,21 +95,20 @@ void park_queue_destroy(struct park_queue *q)
 	q->polls = NULL;
 	while (p) {
 		struct park_poll *next = p->next;
-		fuse_pollhandle_destroy(p->ph);
+		park_ops->poll_destroy(p->ph);
 		free(p);
 		p = next;
 	}
 	pthread_mutex_destroy(&q->lock);
 }
 
-void park_poll(struct park_queue *q, struct fuse_pollhandle *ph)
+void park_poll(struct park_queue *q, void *ph)
 {
 	struct park_poll *p = calloc(1, sizeof(*p));
 
 	if (!p) {
 		/* cannot keep it: tell the kernel to poll again now */
-		fuse_lowlevel_notify_poll(ph);
-		fuse_pollhandle_destroy(ph);
+		park_ops->poll_notify(ph);
 		return;
 	}
 	p->ph = ph;
@@ -193,11 +192,10 @@ void park_wake(struct park_queue *q)
 		log_warn("park", "cannot wake the park thread: %s", strerror(errno));
 }
 
-static void on_interrupt(fuse_req_t req, void *data)
+void park_interrupted(void *waiter)
 {
-	struct parked *p = data;
+	struct parked *p = waiter;
 
-	(void)req;
 	p->interrupted = 1;
 	park_wake(p->q);
 }
@@ -210,7 +208,7 @@ static void park_arm(struct park_queue *q, struct parked *p, bool first)
 {
 	int err = 0;
 
-	fuse_req_interrupt_func(p->req, on_interrupt, p);
+	park_ops->watch(p->req, p);
 	pthread_mutex_lock(&q->lock);
 	if (q->closed) {
 		queue_remove_locked(q, p);
@@ -220,8 +218,8 @@ static void park_arm(struct park_queue *q, struct parked *p, bool first)
 	}
 	pthread_mutex_unlock(&q->lock);
 	if (err) {
-		fuse_req_interrupt_func(p->req, NULL, NULL);
-		fuse_reply_err(p->req, err);
+		park_ops->unwatch(p->req);
+		park_ops->reply_err(p->req, err);
 		parked_free(p);
 		return;
 	}
@@ -242,19 +240,19 @@ static void park_enqueue(struct park_queue *q, struct parked *p, bool first)
 		queue_append_locked(q, p);
 	pthread_mutex_unlock(&q->lock);
 	if (err) {
-		fuse_reply_err(p->req, err);
+		park_ops->reply_err(p->req, err);
 		parked_free(p);
 		return;
 	}
 	park_arm(q, p, first);
 }
 
-void park(struct park_queue *q, fuse_req_t req, park_try_fn try, void *arg, void (*arg_free)(void *arg))
+void park(struct park_queue *q, void *req, park_try_fn try, void *arg, void (*arg_free)(void *arg))
 {
 	struct parked *p = calloc(1, sizeof(*p));
 
 	if (!p) {
-		fuse_reply_err(req, ENOMEM);
+		park_ops->reply_err(req, ENOMEM);
 		if (arg_free)
 			arg_free(arg);
 		return;
@@ -281,9 +279,9 @@ static void queue_service(struct park_queue *q)
 	polls_notify(polls);
 	for (; p; p = next) {
 		next = p->next;
-		fuse_req_interrupt_func(p->req, NULL, NULL);
+		park_ops->unwatch(p->req);
 		if (p->interrupted) {
-			fuse_reply_err(p->req, EINTR);
+			park_ops->reply_err(p->req, EINTR);
 			parked_free(p);
 		} else if (p->try(p->req, p->arg)) {
 			parked_free(p);
@@ -308,8 +306,8 @@ void park_drain(struct park_queue *q, int err)
 	polls_notify(polls);
 	for (; p; p = next) {
 		next = p->next;
-		fuse_req_interrupt_func(p->req, NULL, NULL);
-		fuse_reply_err(p->req, err);
+		park_ops->unwatch(p->req);
+		park_ops->reply_err(p->req, err);
 		parked_free(p);
 	}
 }
@@ -365,10 +363,11 @@ static void *park_main(void *arg)
 	return NULL;
 }
 
-int park_init(void)
+int park_init(const struct park_req_ops *ops)
 {
 	int err;
 
+	park_ops = ops;
 	park_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (park_efd < 0)
 		return errno;
