@@ -10,8 +10,9 @@
  * cache file (regular files) under thread_dir/rfiles-cache/.
  *
  * Threads: nothing here blocks a FUSE worker on the network.  A request
- * that needs the sandbox becomes a job on the I/O queue, in the sandbox's
- * lane (runtime/work.h, fswork.h), which answers it (or an interrupt does,
+ * that needs the sandbox becomes a work item (struct rf_work, its body an
+ * rf_run_* function) on the I/O queue, in the sandbox's lane
+ * (runtime/work.h, fswork.h), which answers it (or an interrupt does,
  * EINTR at once); the worker only answers what the caches hold (fresh
  * attributes, listings, cached byte ranges, writes into the cache file).
  *
@@ -401,9 +402,9 @@ int rfiles_lookup_root(struct view *v, int which, struct fuse_entry_param *e)
 	return 0;
 }
 
-/* ---- jobs: requests served on the work pool ------------------------------------------ */
+/* ---- work items: requests served on the work pool ------------------------------------------ */
 
-struct rjob {
+struct rf_work {
 	/* first: the work item, its request, deadline (request_timeout from
 	 * the request's arrival) and cancel (the FUSE interrupt, which answers
 	 * EINTR at once); the token is current on the work thread while fn
@@ -420,11 +421,11 @@ struct rjob {
 	struct stat attr;
 	struct fuse_file_info fi;
 	bool has_fi;
-	void (*fn)(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
+	void (*fn)(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops);
 	bool queued; /* fswork_start succeeded: the token is released at the end */
 };
 
-static void rjob_free(struct rjob *j)
+static void rf_work_free(struct rf_work *j)
 {
 	if (j->r)
 		rf_unref(j->r);
@@ -438,22 +439,22 @@ static void rjob_free(struct rjob *j)
 }
 
 /* j's request, to be answered now, or NULL when an interrupt answered it
- * already (EINTR): then what the job made for the reply is undone. */
-static fuse_req_t rj_req(struct rjob *j)
+ * already (EINTR): then what the work item made for the reply is undone. */
+static fuse_req_t rf_work_req(struct rf_work *j)
 {
 	return fswork_req(&j->fw);
 }
 
-/* Answer j with err; a job whose caller gave up answers EINTR, whatever
+/* Answer j with err; a work item whose caller gave up answers EINTR, whatever
  * error the abandoned call ended with. */
-static void rj_err(struct rjob *j, int err)
+static void rf_work_err(struct rf_work *j, int err)
 {
 	fswork_reply_err(&j->fw, err);
 }
 
-static void rj_attr(struct rjob *j, const struct stat *st)
+static void rf_work_attr(struct rf_work *j, const struct stat *st)
 {
-	fuse_req_t req = rj_req(j);
+	fuse_req_t req = rf_work_req(j);
 
 	if (req)
 		fuse_reply_attr(req, st, RFILES_KERNEL_TTL);
@@ -461,41 +462,41 @@ static void rj_attr(struct rjob *j, const struct stat *st)
 
 /* fuse_reply_open's result: -ENOENT when nobody takes the handle (the
  * caller is gone, or an interrupt answered): the caller undoes the open. */
-static int rj_open(struct rjob *j, const struct fuse_file_info *fi)
+static int rf_work_open(struct rf_work *j, const struct fuse_file_info *fi)
 {
-	fuse_req_t req = rj_req(j);
+	fuse_req_t req = rf_work_req(j);
 
 	return req ? fuse_reply_open(req, fi) : -ENOENT;
 }
 
-static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops);
+static void rf_run_upload(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops);
 
-static void rjob_run(struct work *w)
+static void rf_work_run(struct work *w)
 {
-	struct rjob *j = (struct rjob *)w;
+	struct rf_work *j = (struct rf_work *)w;
 	struct sbx_box *box;
 	const struct sbx_files_ops *ops;
 	struct token *prev;
 	enum sbx_err e = token_check(&w->tok);
 
 	if (e) { /* interrupted, or too late, while queued */
-		if (j->fn == job_upload)
+		if (j->fn == rf_run_upload)
 			log_warn(j->r->n.view->sbx->token, "upload of a written file not begun: %s (kept locally; the "
 							 "next close or fsync retries)", strerror(rf_errno(e)));
-		rj_err(j, rf_errno(e));
-		rjob_free(j);
+		rf_work_err(j, rf_errno(e));
+		rf_work_free(j);
 		return;
 	}
 	box = rf_box(j->r->n.view);
 	ops = sbx_files(box);
 	prev = token_enter(&w->tok);
 	if (!ops || j->r->n.view->dead)
-		rj_err(j, ENOENT);
+		rf_work_err(j, ENOENT);
 	else
 		j->fn(j, box, ops);
 	token_leave(prev);
 	sbx_box_put(box);
-	rjob_free(j);
+	rf_work_free(j);
 }
 
 /* What bounds one remote-files request in total: the sandbox's
@@ -512,11 +513,11 @@ static long rf_timeout_ms(struct view *v)
 	return ms;
 }
 
-/* A job on r (and r2) for req; on failure req is answered. */
-static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const char *name, const char *name2,
-	void (*fn)(struct rjob *, struct sbx_box *, const struct sbx_files_ops *), struct rjob *tmpl)
+/* A work item on r (and r2) for req; on failure req is answered. */
+static void rf_work_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const char *name, const char *name2,
+	void (*fn)(struct rf_work *, struct sbx_box *, const struct sbx_files_ops *), struct rf_work *tmpl)
 {
-	struct rjob *j = calloc(1, sizeof(*j));
+	struct rf_work *j = calloc(1, sizeof(*j));
 	int err;
 
 	if (!j || (name && !(j->name = strdup(name))) || (name2 && !(j->name2 = strdup(name2)))) {
@@ -547,14 +548,14 @@ static void rjob_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, const
 	/* the sandbox's lane of the I/O queue: one sandbox's many requests
 	 * never hold another's */
 	j->queued = true; /* before: once queued, j may be gone at any time */
-	err = fswork_start(&j->fw, req, WORK_IO, r->n.view->sbx->token, rf_timeout_ms(r->n.view), true, rjob_run);
+	err = fswork_start(&j->fw, req, WORK_IO, r->n.view->sbx->token, rf_timeout_ms(r->n.view), true, rf_work_run);
 	if (err) {
 		j->queued = false; /* answered, token released */
-		rjob_free(j);
+		rf_work_free(j);
 	}
 }
 
-/* The path of r (and /name under it) for a job. */
+/* The path of r (and /name under it) for a work item. */
 static int rf_path(struct rnode *r, const char *name, struct buf *b)
 {
 	int e;
@@ -617,7 +618,7 @@ static void rf_parent_changed(struct rnode *p)
 
 /* ---- lookup and attributes -------------------------------------------------------------- */
 
-static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_lookup(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct fuse_entry_param e;
@@ -634,14 +635,14 @@ static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 	buf_free(&path);
 	if (err == ENOENT) {
 		memset(&e, 0, sizeof(e)); /* negative, not cached: a job may make it */
-		fuse_req_t req = rj_req(j);
+		fuse_req_t req = rf_work_req(j);
 
 		if (req)
 			fuse_reply_entry(req, &e);
 		return;
 	}
 	if (err)
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	r = rf_get_locked(j->r->n.view, j->r, j->r->n.which, j->name);
 	if (r) {
@@ -653,8 +654,8 @@ static void job_lookup(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!r)
-		return rj_err(j, ENOMEM);
-	rf_reply_entry(rj_req(j), r, &e);
+		return rf_work_err(j, ENOMEM);
+	rf_reply_entry(rf_work_req(j), r, &e);
 }
 
 /* rf.lock held: the parent's fresh listing says whether name exists
@@ -706,10 +707,10 @@ static void rf_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	pthread_mutex_unlock(&rf.lock);
 	if (says == 0)
 		return node_reply_entry(req, ENOENT, NULL);
-	rjob_submit(req, p, NULL, name, NULL, job_lookup, NULL);
+	rf_work_submit(req, p, NULL, name, NULL, rf_run_lookup, NULL);
 }
 
-static void job_getattr(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_getattr(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct stat st;
@@ -719,11 +720,11 @@ static void job_getattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 		err = rf_stat_into(j->r, path.ptr, box, ops);
 	buf_free(&path);
 	if (err)
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(j->r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	rj_attr(j, &st);
+	rf_work_attr(j, &st);
 }
 
 static void rf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -742,7 +743,7 @@ static void rf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return (void)fuse_reply_attr(req, &st, RFILES_KERNEL_TTL);
 	if (!r->name) /* removed: what the kernel holds open */
 		return (void)fuse_reply_err(req, ENOENT);
-	rjob_submit(req, r, NULL, NULL, NULL, job_getattr, NULL);
+	rf_work_submit(req, r, NULL, NULL, NULL, rf_run_getattr, NULL);
 }
 
 /* ---- the cache file ------------------------------------------------------------------------- */
@@ -1014,7 +1015,7 @@ static bool rf_cache_fresh_locked(const struct rnode *r)
 	       r->rmtime.tv_nsec == r->st.st_mtim.tv_nsec;
 }
 
-static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_open(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct rnode *r = j->r;
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -1080,7 +1081,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	if (err) {
 		if (charged)
 			budget_give(r->n.view->fds, BUDGET_DATA, 1);
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	}
 	pthread_mutex_lock(&rf.lock);
 	h->r = r;
@@ -1095,7 +1096,7 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	fi->keep_cache = keep;
 	fi->noflush = 0; /* close(2) uploads */
 	rf_trim(r);
-	if (rj_open(j, fi) == -ENOENT) {
+	if (rf_work_open(j, fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
 		r->nopen--;
 		if (rf_writable(fi->flags))
@@ -1109,17 +1110,17 @@ static void job_open(struct rjob *j, struct sbx_box *box, const struct sbx_files
 
 static void rf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct rjob t = { .fi = *fi, .has_fi = true };
+	struct rf_work t = { .fi = *fi, .has_fi = true };
 	struct rnode *r = rnode(ino);
 
 	if (S_ISDIR(r->st.st_mode))
 		return (void)fuse_reply_err(req, EISDIR);
 	/* the job replies with its own copy of fi: libfuse reads only what
 	 * the reply carries */
-	rjob_submit(req, r, NULL, NULL, NULL, job_open, &t);
+	rf_work_submit(req, r, NULL, NULL, NULL, rf_run_open, &t);
 }
 
-static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_read(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
@@ -1143,12 +1144,12 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 		err = rf_fetch(j->r, path.ptr, j->off, want + ahead, box, ops);
 	buf_free(&path);
 	if (err)
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	fd = j->r->cfd >= 0 ? dup(j->r->cfd) : -1;
 	pthread_mutex_unlock(&rf.lock);
 	if (fd < 0)
-		return rj_err(j, EIO);
+		return rf_work_err(j, EIO);
 	if (j->off >= size)
 		want = 0;
 	else if ((off_t)want > size - j->off)
@@ -1157,7 +1158,7 @@ static void job_read(struct rjob *j, struct sbx_box *box, const struct sbx_files
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = fd;
 	bv.buf[0].pos = j->off;
-	fuse_req_t req = rj_req(j);
+	fuse_req_t req = rf_work_req(j);
 
 	if (req)
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
@@ -1232,7 +1233,7 @@ static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 {
 	struct rnode *r = rnode(ino);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
-	struct rjob t = { .off = off, .size = size };
+	struct rf_work t = { .off = off, .size = size };
 	bool have, ra = false;
 	int fd = -1;
 	off_t csize, ra_off = 0;
@@ -1249,7 +1250,7 @@ static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!have)
-		return rjob_submit(req, r, NULL, NULL, NULL, job_read, &t);
+		return rf_work_submit(req, r, NULL, NULL, NULL, rf_run_read, &t);
 	if (ra)
 		rf_prefetch(r, ra_off, ra_len);
 	if (fd < 0)
@@ -1357,9 +1358,9 @@ out:
 	return err;
 }
 
-static void job_upload(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_upload(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
-	rj_err(j, rf_upload(j->r, box, ops));
+	rf_work_err(j, rf_upload(j->r, box, ops));
 	rf_trim(j->r);
 }
 
@@ -1372,7 +1373,7 @@ static void rf_flush_or_fsync(fuse_req_t req, struct rnode *r)
 	pthread_mutex_unlock(&rf.lock);
 	if (!dirty)
 		return (void)fuse_reply_err(req, 0);
-	rjob_submit(req, r, NULL, NULL, NULL, job_upload, NULL);
+	rf_work_submit(req, r, NULL, NULL, NULL, rf_run_upload, NULL);
 }
 
 static void rf_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1437,7 +1438,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	if ((err = budget_take(p->n.view->fds, BUDGET_DATA, 1))) /* as job_open */
+	if ((err = budget_take(p->n.view->fds, BUDGET_DATA, 1))) /* as rf_run_open */
 		return (void)fuse_reply_err(req, err);
 	h = handle_alloc(sizeof(*h), NULL);
 	if (!h) {
@@ -1499,7 +1500,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	}
 }
 
-static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_mkdir(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct fuse_entry_param e;
@@ -1517,7 +1518,7 @@ static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 	buf_free(&path);
 	if (err) {
 		rf_parent_changed(j->r);
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	}
 	pthread_mutex_lock(&rf.lock);
 	j->r->st_ms = 0; /* its mtime and link count changed */
@@ -1535,17 +1536,17 @@ static void job_mkdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!r)
-		return rj_err(j, ENOMEM);
-	rf_reply_entry(rj_req(j), r, &e);
+		return rf_work_err(j, ENOMEM);
+	rf_reply_entry(rf_work_req(j), r, &e);
 }
 
 static void rf_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	struct rjob t = { .mode = mode };
+	struct rf_work t = { .mode = mode };
 
 	if (bad_name(name))
 		return (void)fuse_reply_err(req, EPERM);
-	rjob_submit(req, rnode(parent), NULL, name, NULL, job_mkdir, &t);
+	rf_work_submit(req, rnode(parent), NULL, name, NULL, rf_run_mkdir, &t);
 }
 
 /* rf.lock held: (p, name) no longer names r in the sandbox. */
@@ -1564,7 +1565,7 @@ static void rf_detach_locked(struct rnode *p, const char *name)
 	p->st_ms = 0;
 }
 
-static void job_unlink(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_unlink(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct stat st;
@@ -1593,15 +1594,15 @@ static void job_unlink(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 		rf_detach_locked(j->r, j->name);
 		pthread_mutex_unlock(&rf.lock);
 	}
-	rj_err(j, err);
+	rf_work_err(j, err);
 }
 
 static void rf_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	rjob_submit(req, rnode(parent), NULL, name, NULL, job_unlink, NULL);
+	rf_work_submit(req, rnode(parent), NULL, name, NULL, rf_run_unlink, NULL);
 }
 
-static void job_rmdir(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_rmdir(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct sbx_dirent *ents = NULL;
@@ -1622,15 +1623,15 @@ static void job_rmdir(struct rjob *j, struct sbx_box *box, const struct sbx_file
 		rf_detach_locked(j->r, j->name);
 		pthread_mutex_unlock(&rf.lock);
 	}
-	rj_err(j, err);
+	rf_work_err(j, err);
 }
 
 static void rf_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	rjob_submit(req, rnode(parent), NULL, name, NULL, job_rmdir, NULL);
+	rf_work_submit(req, rnode(parent), NULL, name, NULL, rf_run_rmdir, NULL);
 }
 
-static void job_rename(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_rename(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf from = BUF_INIT(BUF_CAP_PATH), to = BUF_INIT(BUF_CAP_PATH);
 	struct stat sst, dst;
@@ -1707,13 +1708,13 @@ static void job_rename(struct rjob *j, struct sbx_box *box, const struct sbx_fil
 reply:
 	buf_free(&from);
 	buf_free(&to);
-	rj_err(j, err);
+	rf_work_err(j, err);
 }
 
 static void rf_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent, const char *newname,
 	unsigned int flags)
 {
-	struct rjob t = { .flags = flags };
+	struct rf_work t = { .flags = flags };
 	struct node *np = node_of(newparent);
 
 	if (bad_name(name) || bad_name(newname))
@@ -1722,10 +1723,10 @@ static void rf_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
 		return (void)fuse_reply_err(req, EXDEV);
 	if (flags & RENAME_EXCHANGE)
 		return (void)fuse_reply_err(req, EINVAL); /* the API cannot swap two names */
-	rjob_submit(req, rnode(parent), rnode(newparent), name, newname, job_rename, &t);
+	rf_work_submit(req, rnode(parent), rnode(newparent), name, newname, rf_run_rename, &t);
 }
 
-static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_setattr(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct rnode *r = j->r;
@@ -1775,17 +1776,17 @@ static void job_setattr(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 		err = rf_stat_into(r, path.ptr, box, ops);
 	buf_free(&path);
 	if (err)
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	pthread_mutex_lock(&rf.lock);
 	rf_attr_locked(r, &st);
 	pthread_mutex_unlock(&rf.lock);
-	rj_attr(j, &st);
+	rf_work_attr(j, &st);
 }
 
 static void rf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi)
 {
 	struct rnode *r = rnode(ino);
-	struct rjob t = { .valid = valid, .attr = *attr };
+	struct rf_work t = { .valid = valid, .attr = *attr };
 	struct view *v = r->n.view;
 
 	(void)fi;
@@ -1795,7 +1796,7 @@ static void rf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int va
 		return (void)fuse_reply_err(req, EPERM);
 	if (!(valid & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_SIZE)))
 		return rf_getattr(req, ino, fi);
-	rjob_submit(req, r, NULL, NULL, NULL, job_setattr, &t);
+	rf_work_submit(req, r, NULL, NULL, NULL, rf_run_setattr, &t);
 }
 
 static void rf_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -1873,7 +1874,7 @@ static int rf_ents_copy(const struct sbx_dirent *src, size_t n, struct sbx_diren
 	return 0;
 }
 
-static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_files_ops *ops)
+static void rf_run_opendir(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	struct sbx_dirent *ents = NULL, *clean = NULL, *mine = NULL;
@@ -1891,13 +1892,13 @@ static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	sbx_dirents_free(ents, n);
 	if (err) {
 		sbx_dirents_free(clean, nclean);
-		return rj_err(j, err);
+		return rf_work_err(j, err);
 	}
 	d = handle_alloc(sizeof(*d), rdir_clean);
 	if (!d) {
 		sbx_dirents_free(clean, nclean);
 		sbx_dirents_free(mine, nmine);
-		return rj_err(j, ENOMEM);
+		return rf_work_err(j, ENOMEM);
 	}
 	d->ents = mine;
 	d->n = nmine;
@@ -1909,15 +1910,15 @@ static void job_opendir(struct rjob *j, struct sbx_box *box, const struct sbx_fi
 	pthread_mutex_unlock(&rf.lock);
 	j->fi.fh = (uint64_t)(uintptr_t)d;
 	j->fi.cache_readdir = 0;
-	if (rj_open(j, &j->fi) == -ENOENT)
+	if (rf_work_open(j, &j->fi) == -ENOENT)
 		handle_discard(d);
 }
 
 static void rf_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct rjob t = { .fi = *fi, .has_fi = true };
+	struct rf_work t = { .fi = *fi, .has_fi = true };
 
-	rjob_submit(req, rnode(ino), NULL, NULL, NULL, job_opendir, &t);
+	rf_work_submit(req, rnode(ino), NULL, NULL, NULL, rf_run_opendir, &t);
 }
 
 /* The inode number a READDIR entry shows: the node's when one exists (what
