@@ -16,17 +16,10 @@
  * EINTR at once); the worker only answers what the caches hold (fresh
  * attributes, listings, cached byte ranges, writes into the cache file).
  *
- * Descriptors (issue 19): a node's cache file stays open while the node has
- * a cache; an open file is charged one descriptor of its sandbox's budget
- * (budget.h: EMFILE past it), and the caches nobody has open are evicted
- * past the rfiles_cache share, least recently used first, as past
- * remote_files.cache_size bytes.
- *
- * The cache file of a node is fetched in RFILES_CHUNK pieces on demand
- * (ranged reads: `head` of a 1 GiB file fetches one chunk), whole at open
- * for a small file or a writer (an upload sends the whole file).  A chunk
- * being fetched is marked so; a second reader of it waits on rf.cond on its
- * work thread (never holding rf.lock across the fetch).
+ * Descriptors (issue 19): an open file is charged one descriptor of its
+ * sandbox's budget (budget.h: EMFILE past it).  The cache files behind the
+ * nodes (chunks fetched on demand, the read-ahead window, the cap on the
+ * caches) are rcache.c's; rfiles_int.h is what the two share.
  *
  * Locks: rf.lock (one module mutex) protects the node table and every
  * node's fields; it is a leaf: never held across a provider call, a reply,
@@ -34,7 +27,7 @@
  * before rf.lock).  Order: pool.lock, then rf.lock, never the reverse.
  */
 #define _GNU_SOURCE
-#include "rfiles.h"
+#include "rfiles_int.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,67 +47,12 @@
 #include "handle.h"
 #include "fswork.h"
 
-#define RFILES_TTL_MS 1000               /* attributes and listings */
-#define RFILES_KERNEL_TTL 1.0            /* what the kernel may cache, s */
-#define RFILES_CHUNK (4 * 1024 * 1024)   /* fetch unit of a big file */
-#define RFILES_WHOLE (4 * 1024 * 1024)   /* fetched whole at open up to this size */
-#define RFILES_RA_MAX (32 * 1024 * 1024) /* the most a sequential reader fetches ahead */
-#define RFILES_BUCKETS 1024
-
-enum { CH_ABSENT, CH_PRESENT, CH_FETCHING };
-
-struct rnode {
-	struct node n; /* first: kind N_RFILE, view (referenced), which */
-	struct rnode *parent; /* referenced; NULL for the top of a data directory */
-	char *name;           /* in parent; NULL once removed or replaced */
-	struct rnode *hnext;  /* table chain */
-	/* all below: rf.lock */
-	uint64_t nlookup; /* the kernel's */
-	int refs;         /* nlookup != 0, children, open handles, jobs in flight */
-	struct stat st;   /* as last fetched (uid/gid presented) */
-	uint64_t st_ms;   /* when; 0 = unknown */
-	struct sbx_dirent *ents; /* the listing of a directory */
-	size_t nents;
-	uint64_t list_ms;
-	/* the cache file of a regular file */
-	int cfd;          /* -1: none */
-	char *cpath;
-	off_t csize;      /* bytes the cache stands for */
-	unsigned char *chunks;
-	size_t nchunks;
-	struct timespec rmtime; /* the sandbox's mtime and size the cache is of */
-	off_t rsize;
-	uint64_t cgen;    /* bumped when the cache file is made anew */
-	uint64_t used_ms; /* last open or read: the cache cap evicts the least recent */
-	off_t ra_next;    /* where a sequential reader reads next */
-	off_t ra_to;      /* fetched, or being fetched, up to here for it */
-	size_t ra_win;    /* what it fetches ahead: doubles while it reads on, up to RFILES_RA_MAX */
-	int nopen;        /* open handles */
-	bool local_new;   /* created here, not uploaded yet */
-	bool dirty;       /* written since the last upload */
-	uint64_t wgen;    /* bumped by each write */
-	int nwriters;
-};
-
 struct rfh { /* an open file */
 	struct rnode *r;
 	int flags;
 };
 
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond; /* a chunk fetch ended */
-	struct rnode *table[RFILES_BUCKETS];
-	uint64_t seq;
-	/* bytes in cache files: counted up as they are fetched and written,
-	 * recounted (allocated blocks) when over the cap */
-	uint64_t cached;
-	/* over the cap with nothing left to evict (files open, unsent): the
-	 * next recount waits until the caches grew past this */
-	uint64_t trim_floor;
-	long ncache;      /* cache files open (nodes with cfd >= 0) */
-	long ncache_floor; /* the same for their count (budget_rfiles_cache) */
-} rf = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+struct rf_state rf = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static const char *rf_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 
@@ -196,45 +134,10 @@ static struct rnode *rf_get_locked(struct view *v, struct rnode *p, int which, c
 	return r;
 }
 
-/* rf.lock held: what r's cache file takes on disk. */
-static uint64_t rf_cache_bytes_locked(struct rnode *r)
-{
-	struct stat st;
-
-	return r->cfd >= 0 && !fstat(r->cfd, &st) ? (uint64_t)st.st_blocks * 512 : 0;
-}
-
-static void rf_uncount_locked(struct rnode *r)
-{
-	uint64_t b = rf_cache_bytes_locked(r);
-
-	rf.cached = rf.cached > b ? rf.cached - b : 0;
-}
-
-static void rf_cache_drop_locked(struct rnode *r, bool keep_file)
-{
-	rf_uncount_locked(r);
-	if (r->cfd >= 0) {
-		close(r->cfd);
-		rf.ncache--;
-	}
-	if (r->cpath && !keep_file)
-		unlink(r->cpath);
-	else if (r->cpath)
-		log_warn(r->n.view->sbx->token, "remote file not uploaded: its content is kept in %s", r->cpath);
-	free(r->cpath);
-	free(r->chunks);
-	r->cfd = -1;
-	r->cpath = NULL;
-	r->chunks = NULL;
-	r->nchunks = 0;
-	r->csize = 0;
-}
-
 #define RF_MAX_PUT 256 /* nodes freed by one unref (a chain of parents) */
 
 /* Drop one ref; frees r, and its parents whose last ref it held. */
-static void rf_unref(struct rnode *r)
+void rf_unref(struct rnode *r)
 {
 	struct view *vput[RF_MAX_PUT];
 	int nput = 0;
@@ -245,7 +148,7 @@ static void rf_unref(struct rnode *r)
 	while (r && nput < RF_MAX_PUT && --r->refs == 0) {
 		struct rnode *p = r->parent;
 		rf_unhash_locked(r);
-		rf_cache_drop_locked(r, r->dirty);
+		rcache_drop_locked(r, r->dirty);
 		sbx_dirents_free(r->ents, r->nents);
 		free(r->name);
 		vput[nput++] = r->n.view;
@@ -354,12 +257,12 @@ static void rf_reply_entry(fuse_req_t req, struct rnode *r, struct fuse_entry_pa
 
 /* ---- the box and errors -------------------------------------------------------- */
 
-static struct sbx_box *rf_box(struct view *v)
+struct sbx_box *rf_box(struct view *v)
 {
 	return pool_box(v->sbx);
 }
 
-static int rf_errno(enum sbx_err e)
+int rf_errno(enum sbx_err e)
 {
 	return sbx_err_errno(e);
 }
@@ -501,7 +404,7 @@ static void rf_work_run(struct work *w)
 
 /* What bounds one remote-files request in total: the sandbox's
  * request_timeout (the daemon's when it has none). */
-static long rf_timeout_ms(struct view *v)
+long rf_timeout_ms(struct view *v)
 {
 	struct sbx_config *cfg = pool_sbx_config(v->sbx);
 	long ms;
@@ -556,7 +459,7 @@ static void rf_work_submit(fuse_req_t req, struct rnode *r, struct rnode *r2, co
 }
 
 /* The path of r (and /name under it) for a work item. */
-static int rf_path(struct rnode *r, const char *name, struct buf *b)
+int rf_path(struct rnode *r, const char *name, struct buf *b)
 {
 	int e;
 
@@ -746,256 +649,6 @@ static void rf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	rf_work_submit(req, r, NULL, NULL, NULL, rf_run_getattr, NULL);
 }
 
-/* ---- the cache file ------------------------------------------------------------------------- */
-
-/* rf.lock held: r has a cache file (empty) sized for size bytes, all
- * chunks absent (or present when complete). */
-static int rf_cache_make_locked(struct rnode *r, off_t size, bool complete)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	size_t nch = (size_t)((size + RFILES_CHUNK - 1) / RFILES_CHUNK);
-	int err = 0;
-
-	rf_cache_drop_locked(r, false);
-	if (layout_file(&p, r->n.view->sbx->thread_dir, "rfiles-cache") || (util_mkdir_p(p.ptr, 0700) && errno != EEXIST) ||
-	    buf_addf(&p, "/%d-%llu", (int)getpid(), (unsigned long long)++rf.seq)) {
-		buf_free(&p);
-		return errno ? errno : ENOMEM;
-	}
-	r->cfd = open(p.ptr, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (r->cfd < 0) {
-		err = errno;
-		buf_free(&p);
-		return err;
-	}
-	rf.ncache++;
-	r->cpath = buf_take(&p, NULL);
-	r->chunks = calloc(nch ? nch : 1, 1);
-	if (!r->cpath || !r->chunks) {
-		rf_cache_drop_locked(r, false);
-		return ENOMEM;
-	}
-	r->nchunks = nch;
-	r->cgen++;
-	if (complete)
-		memset(r->chunks, CH_PRESENT, nch);
-	r->csize = size;
-	if (ftruncate(r->cfd, size)) {
-		err = errno;
-		rf_cache_drop_locked(r, false);
-	}
-	return err;
-}
-
-/* rf.lock held: the cache grows to size by local writes (what is past
- * the old end is written or zeros: present).  0 or ENOMEM. */
-static int rf_grow_locked(struct rnode *r, off_t size)
-{
-	size_t nch = (size_t)((size + RFILES_CHUNK - 1) / RFILES_CHUNK);
-
-	if (size > r->csize && nch > r->nchunks) {
-		unsigned char *c = realloc(r->chunks, nch);
-		if (!c)
-			return ENOMEM;
-		memset(c + r->nchunks, CH_PRESENT, nch - r->nchunks);
-		r->chunks = c;
-		r->nchunks = nch;
-	}
-	if (size > r->csize)
-		r->csize = size;
-	return 0;
-}
-
-/* rf.lock held: chunks over [off, off+len) are all present. */
-static bool rf_have_locked(struct rnode *r, off_t off, size_t len)
-{
-	if (r->cfd < 0)
-		return false;
-	if (off >= r->csize || !len)
-		return true;
-	if ((off_t)len > r->csize - off)
-		len = (size_t)(r->csize - off);
-	for (size_t c = (size_t)(off / RFILES_CHUNK); c <= (size_t)((off + (off_t)len - 1) / RFILES_CHUNK); c++)
-		if (c >= r->nchunks || r->chunks[c] != CH_PRESENT)
-			return false;
-	return true;
-}
-
-/* Fetch [off, off+len) into the cache (work thread).  0 or an errno. */
-static int rf_fetch(struct rnode *r, const char *path, off_t off, size_t len, struct sbx_box *box,
-	const struct sbx_files_ops *ops)
-{
-	size_t first, last;
-	int err = 0;
-
-	pthread_mutex_lock(&rf.lock);
-	if (r->cfd < 0) {
-		pthread_mutex_unlock(&rf.lock);
-		return EIO;
-	}
-	if (off >= r->csize || !len) {
-		pthread_mutex_unlock(&rf.lock);
-		return 0;
-	}
-	if ((off_t)len > r->csize - off)
-		len = (size_t)(r->csize - off);
-	first = (size_t)(off / RFILES_CHUNK);
-	last = (size_t)((off + (off_t)len - 1) / RFILES_CHUNK);
-	for (size_t c = first; c <= last && !err; c++) {
-		/* another fetch of it: wait, within this request's deadline (a
-		 * reader killed meanwhile gets its EINTR now, not when the other
-		 * fetch ends) */
-		while (!err && r->cfd >= 0 && c < r->nchunks && r->chunks[c] == CH_FETCHING)
-			err = rf_errno(token_cond_wait(token_current(), &rf.cond, &rf.lock));
-		if (err)
-			break;
-		if (r->cfd < 0 || c >= r->nchunks) {
-			err = ESTALE;
-			break;
-		}
-		if (r->chunks[c] == CH_PRESENT)
-			continue;
-		/* this chunk and the absent ones after it, up to `last` */
-		size_t end = c;
-		while (end + 1 <= last && r->chunks[end + 1] == CH_ABSENT)
-			end++;
-		for (size_t k = c; k <= end; k++)
-			r->chunks[k] = CH_FETCHING;
-		uint64_t cgen = r->cgen;
-		off_t o = (off_t)c * RFILES_CHUNK;
-		off_t stop = (off_t)(end + 1) * RFILES_CHUNK < r->csize ? (off_t)(end + 1) * RFILES_CHUNK : r->csize;
-		char *cpath = strdup(r->cpath);
-		pthread_mutex_unlock(&rf.lock);
-		int fd = cpath ? open(cpath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
-		size_t got = 0;
-		if (fd < 0 || lseek(fd, o, SEEK_SET) != o) {
-			err = fd < 0 && !cpath ? ENOMEM : EIO;
-		} else {
-			enum sbx_err e = ops->read(box, path, o, (size_t)(stop - o), fd, &got);
-			err = rf_errno(e);
-		}
-		if (fd >= 0)
-			close(fd);
-		free(cpath);
-		pthread_mutex_lock(&rf.lock);
-		if (r->cgen != cgen || r->cfd < 0) {
-			err = ESTALE; /* made anew meanwhile (the sandbox's file changed) */
-			break;
-		}
-		if (c < r->nchunks)
-			for (size_t k = c; k <= end && k < r->nchunks; k++)
-				r->chunks[k] = err ? CH_ABSENT : CH_PRESENT;
-		rf.cached += got;
-		/* a short read: the file shrank in the sandbox; what is past it reads as zeros */
-		pthread_cond_broadcast(&rf.cond);
-		c = end;
-	}
-	pthread_mutex_unlock(&rf.lock);
-	return err;
-}
-
-/* ---- the cap on the caches (remote_files.cache_size) -------------------------------------------- */
-
-/* rf.lock held: r's cache may go (nobody has r open, nothing of it is
- * unsent or being fetched). */
-static bool rf_evictable_locked(const struct rnode *r)
-{
-	if (r->cfd < 0 || r->nopen || r->nwriters || r->dirty || r->local_new)
-		return false;
-	for (size_t c = 0; c < r->nchunks; c++)
-		if (r->chunks[c] == CH_FETCHING)
-			return false;
-	return true;
-}
-
-static int rf_by_use(const void *a, const void *b)
-{
-	const struct rnode *x = *(struct rnode *const *)a, *y = *(struct rnode *const *)b;
-
-	return x->used_ms < y->used_ms ? -1 : x->used_ms > y->used_ms;
-}
-
-struct rf_gone { /* a cache file evicted: closed and removed outside rf.lock */
-	int fd;
-	char *path;
-};
-
-/* rf.lock held: over 90 % of a cap (cap bytes, 0: none; ncap files)? */
-static bool rf_over_locked(uint64_t cap, long ncap)
-{
-	return (cap && rf.cached > cap / 10 * 9) || rf.ncache > ncap / 10 * 9;
-}
-
-/* rf.lock held: recount rf.cached and detach the least recently used
- * evictable caches until they are under 90 % of cap bytes and of nfiles
- * files.  *gone (malloc'd) gets the files to close and remove. */
-static size_t rf_trim_locked(uint64_t cap, long nfiles, struct rf_gone **gone)
-{
-	struct rnode **cand = NULL;
-	size_t n = 0, ncap = 0, ngone = 0;
-
-	*gone = NULL;
-	rf.cached = 0;
-	for (int b = 0; b < RFILES_BUCKETS; b++)
-		for (struct rnode *r = rf.table[b]; r; r = r->hnext) {
-			rf.cached += rf_cache_bytes_locked(r);
-			if (!rf_evictable_locked(r))
-				continue;
-			if (n == ncap) {
-				size_t nc = ncap ? ncap * 2 : 64;
-				struct rnode **p = realloc(cand, nc * sizeof(*p));
-				if (!p)
-					break;
-				cand = p;
-				ncap = nc;
-			}
-			cand[n++] = r;
-		}
-	if (n)
-		qsort(cand, n, sizeof(*cand), rf_by_use);
-	*gone = n ? calloc(n, sizeof(**gone)) : NULL;
-	for (size_t i = 0; i < n && *gone && rf_over_locked(cap, nfiles); i++) {
-		struct rnode *r = cand[i];
-		rf_uncount_locked(r);
-		(*gone)[ngone].fd = r->cfd;
-		(*gone)[ngone++].path = r->cpath;
-		r->cfd = -1;
-		rf.ncache--;
-		r->cpath = NULL; /* the next open fetches again */
-		free(r->chunks);
-		r->chunks = NULL;
-		r->nchunks = 0;
-		r->csize = 0;
-	}
-	free(cand);
-	rf.trim_floor = cap && rf.cached > cap / 10 * 9 ? rf.cached + cap / 10 : 0;
-	rf.ncache_floor = rf.ncache > nfiles / 10 * 9 ? rf.ncache + nfiles / 10 : 0;
-	return ngone;
-}
-
-/* After the caches grew: keep them under the cap of r's sandbox's
- * configuration and under the descriptors' share (work thread; the files
- * go outside rf.lock). */
-static void rf_trim(struct rnode *r)
-{
-	const struct sbx_config *cfg = r->n.view->sbx->cfg;
-	uint64_t cap = cfg ? cfg->rfiles_cache_max : 0;
-	long ncap = budget_rfiles_cache();
-	struct rf_gone *gone = NULL;
-	size_t n = 0;
-
-	pthread_mutex_lock(&rf.lock);
-	if ((cap && rf.cached > cap && rf.cached > rf.trim_floor) || (rf.ncache > ncap && rf.ncache > rf.ncache_floor))
-		n = rf_trim_locked(cap, ncap, &gone);
-	pthread_mutex_unlock(&rf.lock);
-	for (size_t i = 0; i < n; i++) {
-		close(gone[i].fd);
-		unlink(gone[i].path);
-		free(gone[i].path);
-	}
-	free(gone);
-}
-
 /* ---- open, read, write, close ----------------------------------------------------------------- */
 
 static int rf_writable(int flags)
@@ -1047,7 +700,7 @@ static void rf_run_open(struct rf_work *j, struct sbx_box *box, const struct sbx
 			keep = r->cfd >= 0 && r->rsize == st.st_size && r->rmtime.tv_sec == st.st_mtim.tv_sec &&
 			       r->rmtime.tv_nsec == st.st_mtim.tv_nsec;
 			if (!keep) {
-				err = rf_cache_make_locked(r, st.st_size, false);
+				err = rcache_make_locked(r, st.st_size, false);
 				r->rsize = st.st_size;
 				r->rmtime = st.st_mtim;
 			}
@@ -1073,7 +726,7 @@ static void rf_run_open(struct rf_work *j, struct sbx_box *box, const struct sbx
 		pthread_mutex_unlock(&rf.lock);
 		/* a writer uploads the whole file; a small file costs one request */
 		if (rf_writable(fi->flags) || size <= RFILES_WHOLE)
-			err = rf_fetch(r, path.ptr, 0, (size_t)size, box, ops);
+			err = rcache_fetch(r, path.ptr, 0, (size_t)size, box, ops);
 	}
 	buf_free(&path);
 	if (!err && !(h = handle_alloc(sizeof(*h), NULL)))
@@ -1095,7 +748,7 @@ static void rf_run_open(struct rf_work *j, struct sbx_box *box, const struct sbx
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->keep_cache = keep;
 	fi->noflush = 0; /* close(2) uploads */
-	rf_trim(r);
+	rcache_trim(r);
 	if (rf_work_open(j, fi) == -ENOENT) {
 		pthread_mutex_lock(&rf.lock);
 		r->nopen--;
@@ -1130,18 +783,10 @@ static void rf_run_read(struct rf_work *j, struct sbx_box *box, const struct sbx
 
 	pthread_mutex_lock(&rf.lock);
 	size = j->r->csize;
-	/* a sequential reader fetches ahead, more the longer it goes on (one
-	 * ranged request for the lot); a jump starts again at one chunk */
-	if (j->off == j->r->ra_next && j->r->ra_win)
-		j->r->ra_win = j->r->ra_win * 2 > RFILES_RA_MAX ? RFILES_RA_MAX : j->r->ra_win * 2;
-	else
-		j->r->ra_win = RFILES_CHUNK;
-	ahead = j->r->ra_win;
-	j->r->ra_next = j->off + (off_t)want;
-	j->r->ra_to = j->off + (off_t)(want + ahead);
+	ahead = rcache_window_locked(j->r, j->off, want);
 	pthread_mutex_unlock(&rf.lock);
 	if (!err)
-		err = rf_fetch(j->r, path.ptr, j->off, want + ahead, box, ops);
+		err = rcache_fetch(j->r, path.ptr, j->off, want + ahead, box, ops);
 	buf_free(&path);
 	if (err)
 		return rf_work_err(j, err);
@@ -1163,70 +808,7 @@ static void rf_run_read(struct rf_work *j, struct sbx_box *box, const struct sbx
 	if (req)
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 	close(fd);
-	rf_trim(j->r);
-}
-
-/* A fetch nobody waits for: the next window of a sequential reader,
- * fetched while it reads the present one.  Its errors are the reader's
- * to meet when it gets there (its own fetch of what is still absent). */
-struct rprefetch {
-	struct rnode *r; /* referenced */
-	off_t off;
-	size_t len;
-};
-
-static void rf_prefetch_run(void *arg)
-{
-	struct rprefetch *p = arg;
-	struct sbx_box *box = rf_box(p->r->n.view);
-	const struct sbx_files_ops *ops = sbx_files(box);
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	struct token tok, *prev;
-
-	/* bounded like a request: a dripping server cannot hold the thread */
-	token_init(&tok, rf_timeout_ms(p->r->n.view));
-	prev = token_enter(&tok);
-	if (ops && !p->r->n.view->dead && !rf_path(p->r, NULL, &path))
-		(void)rf_fetch(p->r, path.ptr, p->off, p->len, box, ops);
-	token_leave(prev);
-	token_release(&tok);
-	buf_free(&path);
-	sbx_box_put(box);
-	rf_unref(p->r);
-	free(p);
-}
-
-static void rf_prefetch(struct rnode *r, off_t off, size_t len)
-{
-	struct rprefetch *p = calloc(1, sizeof(*p));
-
-	if (!p)
-		return;
-	pthread_mutex_lock(&rf.lock);
-	r->refs++;
-	pthread_mutex_unlock(&rf.lock);
-	*p = (struct rprefetch){ r, off, len };
-	if (work_submit(WORK_IO, r->n.view->sbx->token, rf_timeout_ms(r->n.view), rf_prefetch_run, p)) {
-		rf_unref(r);
-		free(p);
-	}
-}
-
-/* rf.lock held: a read of [off, off+size) from the cache.  When it goes
- * on from where the reader was and comes within a window of the end of
- * what is fetched, the next window is due: true, with its range. */
-static bool rf_readahead_locked(struct rnode *r, off_t off, size_t size, off_t *ra_off, size_t *ra_len)
-{
-	bool seq = off == r->ra_next && r->ra_win;
-
-	r->ra_next = off + (off_t)size;
-	if (!seq || r->ra_to >= r->csize || r->ra_next + (off_t)r->ra_win < r->ra_to)
-		return false;
-	r->ra_win = r->ra_win * 2 > RFILES_RA_MAX ? RFILES_RA_MAX : r->ra_win * 2;
-	*ra_off = r->ra_to;
-	*ra_len = r->ra_win;
-	r->ra_to += (off_t)r->ra_win;
-	return true;
+	rcache_trim(j->r);
 }
 
 static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -1241,18 +823,18 @@ static void rf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
 
 	(void)fi;
 	pthread_mutex_lock(&rf.lock);
-	have = rf_have_locked(r, off, size);
+	have = rcache_have_locked(r, off, size);
 	csize = r->csize;
 	r->used_ms = util_now_ms();
 	if (have) {
-		ra = rf_readahead_locked(r, off, size, &ra_off, &ra_len);
+		ra = rcache_readahead_locked(r, off, size, &ra_off, &ra_len);
 		fd = dup(r->cfd);
 	}
 	pthread_mutex_unlock(&rf.lock);
 	if (!have)
 		return rf_work_submit(req, r, NULL, NULL, NULL, rf_run_read, &t);
 	if (ra)
-		rf_prefetch(r, ra_off, ra_len);
+		rcache_prefetch(r, ra_off, ra_len);
 	if (fd < 0)
 		return (void)fuse_reply_err(req, EIO);
 	if (off >= csize)
@@ -1289,7 +871,7 @@ static void rf_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *in,
 	if (res < 0)
 		return (void)fuse_reply_err(req, (int)-res);
 	pthread_mutex_lock(&rf.lock);
-	if (rf_grow_locked(r, off + res)) {
+	if (rcache_grow_locked(r, off + res)) {
 		pthread_mutex_unlock(&rf.lock);
 		return (void)fuse_reply_err(req, ENOMEM);
 	}
@@ -1361,7 +943,7 @@ out:
 static void rf_run_upload(struct rf_work *j, struct sbx_box *box, const struct sbx_files_ops *ops)
 {
 	rf_work_err(j, rf_upload(j->r, box, ops));
-	rf_trim(j->r);
+	rcache_trim(j->r);
 }
 
 static void rf_flush_or_fsync(fuse_req_t req, struct rnode *r)
@@ -1456,7 +1038,7 @@ static void rf_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 			err = ENOMEM;
 	}
 	if (!err) {
-		err = rf_cache_make_locked(r, 0, true);
+		err = rcache_make_locked(r, 0, true);
 		if (!err) {
 			memset(&r->st, 0, sizeof(r->st));
 			r->st.st_mode = S_IFREG | (mode & 07777);
@@ -1755,7 +1337,7 @@ static void rf_run_setattr(struct rf_work *j, struct sbx_box *box, const struct 
 				err = errno;
 			} else {
 				if (j->attr.st_size > r->csize)
-					err = rf_grow_locked(r, j->attr.st_size); /* the new bytes are zeros */
+					err = rcache_grow_locked(r, j->attr.st_size); /* the new bytes are zeros */
 				else
 					r->csize = j->attr.st_size;
 				r->dirty = true;
@@ -1767,7 +1349,7 @@ static void rf_run_setattr(struct rf_work *j, struct sbx_box *box, const struct 
 			pthread_mutex_lock(&rf.lock);
 			r->st_ms = 0;
 			if (r->cfd >= 0 && !err)
-				rf_cache_drop_locked(r, false); /* the next open fetches the new content */
+				rcache_drop_locked(r, false); /* the next open fetches the new content */
 			pthread_mutex_unlock(&rf.lock);
 		}
 	}
@@ -2080,6 +1662,6 @@ void rfiles_shutdown(void)
 	for (int b = 0; b < RFILES_BUCKETS; b++)
 		for (struct rnode *r = rf.table[b]; r; r = r->hnext)
 			if (r->cfd >= 0)
-				rf_cache_drop_locked(r, r->dirty); /* a copy that never reached the sandbox stays */
+				rcache_drop_locked(r, r->dirty); /* a copy that never reached the sandbox stays */
 	pthread_mutex_unlock(&rf.lock);
 }
