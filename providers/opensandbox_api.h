@@ -272,8 +272,9 @@ int osapi_parse_time(const char *s, double *out);
  * code says the sandbox itself is not found. */
 enum sbx_err osapi_error(long status, const char *body, size_t len, bool *gone, char *err, size_t errlen);
 
-/* One event-stream parser (both forms: bare JSON lines and "data: " lines;
- * blank, ":" comment, event:, id: and retry: lines are skipped). */
+/* One event-stream parser, in opensandbox_sse.c (both forms: bare JSON
+ * lines and "data: " lines; blank, ":" comment, event:, id: and retry:
+ * lines are skipped). */
 struct osapi_sse {
 	char *line;   /* the current line (malloc'd, grows up to OSAPI_SSE_LINE_MAX) */
 	size_t len, alloc;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sse.c - fuzz execd's event-stream parser (providers/opensandbox_api.c,
+ * sse.c - fuzz execd's event-stream parser (providers/opensandbox_sse.c,
  * osapi_sse_feed), which reads the stream of POST /command from a sandbox's
  * execd (a server the sandbox's own code can replace) on a job's pump
  * thread: bare JSON lines and "data:" lines, in whatever pieces libcurl
