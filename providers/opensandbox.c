@@ -18,25 +18,20 @@
  *     /mnt/user-data/{workspace,uploads,outputs} and the skills path, health,
  *     delete (404 = already gone), adoption by record or by metadata,
  *     discovery of orphans, and renewal of the expiry while a sandbox lives
- *     (active or warm: the pool holds it), by one renewer thread;
+ *     (active or warm: the pool holds it), by one renewer thread
+ *     (opensandbox_renew.c);
  *   - terminal failures: a 404 naming the sandbox (it expired, someone
  *     deleted it) is reported with sbx_box_gone(): the pool invalidates it;
  *   - jobs through execd's POST /command event stream (opensandbox_jobs.c);
  *   - remote files and skills by upload through execd's files API
  *     (opensandbox_files.c).
  *
- * Creates whose outcome is unknown (a timeout, a dropped answer: the server
- * may still make the sandbox after the client gave up) leave a "suspect"
- * scope: the renewer looks for sandboxes of that scope and this state_dir
- * that no box holds for a while afterwards and deletes them, so a failed
- * mkdir leaves no remote sandbox behind, even late.  Deletes that failed
- * (server away) are retried the same way.
+ * The expiry renewal, and the watch over creates of unknown outcome and
+ * failed deletes (suspects), are opensandbox_renew.c's: one thread, with
+ * the list of live boxes it walks (os_register) and its lock, os.lock.
  *
- * Locks: os.lock (the box list, suspects, renewal bookkeeping) and each
- * box's own lock (its execd endpoint) are leaves: never held across a
- * network call, never both at once.  The renewer takes references on boxes
- * under os.lock (never on a box whose count already reached zero: box_free
- * unlinks it under the same lock) and renews outside it.
+ * Locks: each box's own lock (its execd endpoint) is a leaf: never held
+ * across a network call, never with os.lock.
  */
 #define _GNU_SOURCE
 #include "opensandbox_int.h"
@@ -64,26 +59,7 @@
 #define OS_DEFAULT_IMAGE "python:3.11"
 #define OS_DEFAULT_DOMAIN "localhost:8080"
 #define OS_RECORD "opensandbox.json"
-#define OS_SUSPECT_S 180        /* how long an unknown create is watched for a late sandbox */
-#define OS_SUSPECTS 64
-#define OS_RENEW_RETRY_MS 5000  /* a renewal that failed (not 404) is tried again this soon */
 #define OS_PING_INTERVAL_US 200000
-
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct obox *boxes; /* protected by lock: every live box (renewal, suspects) */
-	struct {
-		char token[SCOPE_TOKEN_LEN + 1];
-		char id[80]; /* "" when only the scope is known */
-		uint64_t until_ms;
-		struct sbx_config *cfg; /* referenced */
-		char state_id[NAMES_STATE_ID_LEN + 1];
-	} suspects[OS_SUSPECTS]; /* protected by lock */
-	int n_suspects;
-	pthread_t renewer;
-	bool running, stop; /* protected by lock */
-} os = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 struct obox *obox(struct sbx_box *b)
 {
@@ -291,8 +267,6 @@ void os_server(const struct sbx_config *cfg, struct osapi_server *srv, const cha
 
 /* ---- start and end of day -------------------------------------------------------------------- */
 
-static void *os_renewer(void *arg);
-
 static enum sbx_err os_preflight(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	if (!os_conf_of(cfg)->base) {
@@ -306,7 +280,6 @@ static enum sbx_err os_init(const struct sbx_config *cfg, char *err, size_t errl
 {
 	const struct os_conf *oc = os_conf_of(cfg);
 	enum sbx_err e = os_preflight(cfg, err, errlen);
-	bool start;
 
 	if (e)
 		return e;
@@ -324,48 +297,12 @@ static enum sbx_err os_init(const struct sbx_config *cfg, char *err, size_t errl
 		log_warn("opensandbox", "plain HTTP to %s, a host that is not this one: the API key and every file "
 					"travel unencrypted (protocol: https)", oc->base);
 	log_info("opensandbox", "lifecycle API at %s%s", oc->base, cfg->use_server_proxy ? " (execd through the server's proxy)" : "");
-	pthread_mutex_lock(&os.lock);
-	start = !os.running;
-	os.stop = false;
-	if (start)
-		os.running = true;
-	pthread_mutex_unlock(&os.lock);
-	if (start && pthread_create(&os.renewer, NULL, os_renewer, NULL)) {
-		pthread_mutex_lock(&os.lock);
-		os.running = false;
-		pthread_mutex_unlock(&os.lock);
-		snprintf(err, errlen, "opensandbox provider: cannot start the renewer thread");
-		return SBX_ERR_NOMEM;
-	}
-	return SBX_OK;
-}
-
-static void os_suspects_clear(void)
-{
-	for (int i = 0; i < os.n_suspects; i++)
-		config_put(os.suspects[i].cfg);
-	os.n_suspects = 0;
+	return os_renew_start(err, errlen);
 }
 
 static void os_shutdown(void)
 {
-	bool join;
-
-	pthread_mutex_lock(&os.lock);
-	join = os.running;
-	os.stop = true;
-	pthread_cond_broadcast(&os.cond);
-	pthread_mutex_unlock(&os.lock);
-	if (join)
-		pthread_join(os.renewer, NULL);
-	pthread_mutex_lock(&os.lock);
-	os.running = false;
-	for (int i = 0; i < os.n_suspects; i++)
-		log_warn("opensandbox", "%s: %s could not be checked for a late or undeleted sandbox before exit; the "
-					"next start's discovery removes it", os.suspects[i].token,
-			os.suspects[i].id[0] ? os.suspects[i].id : "a create of unknown outcome");
-	os_suspects_clear();
-	pthread_mutex_unlock(&os.lock);
+	os_renew_stop();
 }
 
 /* ---- boxes ------------------------------------------------------------------------------------- */
@@ -398,62 +335,6 @@ static void obox_free(struct obox *ob)
 	config_put(ob->cfg);
 	free(ob->thread_dir);
 	free(ob);
-}
-
-/* A reference unless the count already reached zero (box_free is on its way). */
-static bool obox_tryget(struct obox *ob)
-{
-	int n = __atomic_load_n(&ob->base.refs, __ATOMIC_RELAXED);
-
-	while (n > 0)
-		if (__atomic_compare_exchange_n(&ob->base.refs, &n, n + 1, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			return true;
-	return false;
-}
-
-static void os_register(struct obox *ob)
-{
-	pthread_mutex_lock(&os.lock);
-	if (!ob->listed) {
-		ob->next = os.boxes;
-		os.boxes = ob;
-		ob->listed = true;
-		ob->next_renew_ms = util_now_ms(); /* the renewer looks at it at once */
-	}
-	pthread_cond_broadcast(&os.cond);
-	pthread_mutex_unlock(&os.lock);
-}
-
-static void os_unregister(struct obox *ob)
-{
-	pthread_mutex_lock(&os.lock);
-	for (struct obox **p = &os.boxes; *p; p = &(*p)->next)
-		if (*p == ob) {
-			*p = ob->next;
-			break;
-		}
-	ob->listed = false;
-	pthread_mutex_unlock(&os.lock);
-}
-
-/* Watch scope token (and id, when known) for a sandbox nobody holds: an
- * unknown create, or a delete that failed. */
-static void os_suspect(const struct sbx_config *cfg, const char *token, const char *state_id, const char *id)
-{
-	pthread_mutex_lock(&os.lock);
-	if (os.n_suspects < OS_SUSPECTS) {
-		int i = os.n_suspects++;
-		snprintf(os.suspects[i].token, sizeof(os.suspects[i].token), "%s", token);
-		snprintf(os.suspects[i].state_id, sizeof(os.suspects[i].state_id), "%s", state_id);
-		snprintf(os.suspects[i].id, sizeof(os.suspects[i].id), "%s", id ? id : "");
-		os.suspects[i].until_ms = util_now_ms() + OS_SUSPECT_S * 1000ULL;
-		os.suspects[i].cfg = config_get((struct sbx_config *)cfg);
-		pthread_cond_broadcast(&os.cond);
-	} else {
-		log_warn("opensandbox", "%s: too many sandboxes to watch: %s may be left on the server until the next "
-					"start's discovery", token, id && id[0] ? id : "a create of unknown outcome");
-	}
-	pthread_mutex_unlock(&os.lock);
 }
 
 /* The box's execd endpoint (a copy), resolving it when it is not known yet
@@ -831,10 +712,7 @@ static enum sbx_err os_health(struct sbx_box *b)
 		return SBX_ERR_GONE;
 	}
 	/* reclaimed: push the expiry now rather than at the renewer's next turn */
-	pthread_mutex_lock(&os.lock);
-	ob->next_renew_ms = util_now_ms();
-	pthread_cond_broadcast(&os.cond);
-	pthread_mutex_unlock(&os.lock);
+	os_renew_now(ob);
 	return SBX_OK;
 }
 
@@ -868,15 +746,9 @@ static void os_box_free(struct sbx_box *b)
 	obox_free(ob);
 }
 
-struct pick {
-	char id[80];
-	int n;
-	char all[16][80]; /* the first 16 */
-};
-
-static void pick_one(const struct osapi_sandbox *sb, void *arg)
+void os_pick_one(const struct osapi_sandbox *sb, void *arg)
 {
-	struct pick *p = arg;
+	struct os_pick *p = arg;
 
 	if (!p->n)
 		snprintf(p->id, sizeof(p->id), "%s", sb->id);
@@ -905,8 +777,8 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	if (!ob->id[0]) {
 		/* no record: a create cut short before it was written; find it by metadata */
 		struct osapi_kv meta[] = { { OS_META_STATE_ID, s->state_id }, { OS_META_SCOPE, s->token } };
-		struct pick p = { "", 0, { "" } };
-		e = osapi_list(&srv, meta, 2, NULL, pick_one, &p, err, sizeof(err));
+		struct os_pick p = { "", 0, { "" } };
+		e = osapi_list(&srv, meta, 2, NULL, os_pick_one, &p, err, sizeof(err));
 		if (e) {
 			log_warn(ob->scope, "opensandbox: cannot look for the sandbox of this scope: %s", err);
 			os_suspect(s->cfg, s->token, s->state_id, NULL);
@@ -1002,181 +874,25 @@ static enum sbx_err os_discover(const struct sbx_config *cfg, const char *state_
 	return e;
 }
 
-/* ---- the renewer: expiry renewal and suspects -------------------------------------------------------- */
-
-/* When a box's expiry is renewed: a third of the TTL after the last
- * renewal (so two renewals can fail before it expires), at most every
- * 5 s when failing. */
-static uint64_t renew_period_ms(const struct sbx_config *cfg)
-{
-	uint64_t p = (uint64_t)cfg->sandbox_timeout * 1000 / 3;
-
-	return p < 1000 ? 1000 : p;
-}
-
-static void os_renew_one(struct obox *ob)
-{
-	struct osapi_server srv;
-	char err[OSAPI_ERR_LEN];
-	double got = 0, at = util_wall_now() + (double)ob->cfg->sandbox_timeout;
-	enum sbx_err e;
-
-	os_server(ob->cfg, &srv, ob->scope);
-	e = osapi_renew(&srv, ob->id, at, &got, err, sizeof(err));
-	pthread_mutex_lock(&os.lock);
-	if (!e) {
-		ob->expires_at = got;
-		ob->renew_err[0] = '\0';
-		ob->next_renew_ms = util_now_ms() + renew_period_ms(ob->cfg);
-	} else if (e == SBX_ERR_EXIST) {
-		/* 409: the sandbox has no TTL (made without one): nothing to renew */
-		ob->next_renew_ms = UINT64_MAX;
-	} else {
-		snprintf(ob->renew_err, sizeof(ob->renew_err), "%s", err);
-		ob->next_renew_ms = util_now_ms() + OS_RENEW_RETRY_MS;
-	}
-	pthread_mutex_unlock(&os.lock);
-	if (e == SBX_ERR_GONE)
-		sbx_box_gone(&ob->base, "the remote sandbox %s is gone (expired or deleted: 404 on renewal)", ob->id);
-	else if (e && e != SBX_ERR_EXIST)
-		log_warn(ob->scope, "opensandbox: renewal of %s failed: %s", ob->id, err);
-}
-
-static void os_check_suspect(const char *token, const char *state_id, const char *id, struct sbx_config *cfg,
-	bool *settled)
-{
-	struct osapi_kv meta[] = { { OS_META_STATE_ID, state_id }, { OS_META_SCOPE, token } };
-	struct osapi_server srv;
-	struct pick p = { "", 0, { "" } };
-	char err[OSAPI_ERR_LEN];
-
-	*settled = false;
-	os_server(cfg, &srv, "opensandbox");
-	if (id[0]) { /* a delete that failed: again */
-		if (!osapi_delete(&srv, id, err, sizeof(err))) {
-			log_info("opensandbox", "sandbox %s deleted (its delete had failed before)", id);
-			*settled = true;
-		}
-		return;
-	}
-	if (osapi_list(&srv, meta, 2, NULL, pick_one, &p, err, sizeof(err)))
-		return;
-	for (int i = 0; i < p.n && i < 16; i++) {
-		bool held = false;
-
-		pthread_mutex_lock(&os.lock);
-		for (struct obox *ob = os.boxes; ob; ob = ob->next)
-			held |= !strcmp(ob->id, p.all[i]);
-		pthread_mutex_unlock(&os.lock);
-		if (held)
-			continue; /* the scope's live sandbox (a later mkdir made it, or is making it) */
-		if (!osapi_delete(&srv, p.all[i], err, sizeof(err)))
-			log_warn("opensandbox", "%s: sandbox %s appeared after its create had failed: deleted", token,
-				p.all[i]);
-	}
-}
-
-static void *os_renewer(void *arg)
-{
-	(void)arg;
-	pthread_mutex_lock(&os.lock);
-	while (!os.stop) {
-		struct obox *due[64];
-		int n = 0, ns = 0;
-		uint64_t now = util_now_ms(), next = now + 60000;
-		struct {
-			char token[SCOPE_TOKEN_LEN + 1], state_id[NAMES_STATE_ID_LEN + 1], id[80];
-			struct sbx_config *cfg;
-		} sus[8];
-		struct timespec ts;
-
-		for (struct obox *ob = os.boxes; ob; ob = ob->next) {
-			if (ob->cfg->sandbox_timeout <= 0 || sbx_box_is_gone(&ob->base))
-				continue;
-			if (ob->next_renew_ms <= now && n < 64 && obox_tryget(ob))
-				due[n++] = ob;
-			else if (ob->next_renew_ms > now && ob->next_renew_ms < next)
-				next = ob->next_renew_ms;
-		}
-		/* suspects: checked every few seconds until they expire */
-		for (int i = 0; i < os.n_suspects;) {
-			if (os.suspects[i].until_ms <= now) {
-				if (os.suspects[i].id[0])
-					log_warn("opensandbox", "sandbox %s could not be deleted: the next start's discovery "
-								"removes it", os.suspects[i].id);
-				config_put(os.suspects[i].cfg);
-				os.suspects[i] = os.suspects[--os.n_suspects];
-				continue;
-			}
-			if (ns < 8) {
-				memcpy(sus[ns].token, os.suspects[i].token, sizeof(sus[ns].token));
-				memcpy(sus[ns].state_id, os.suspects[i].state_id, sizeof(sus[ns].state_id));
-				memcpy(sus[ns].id, os.suspects[i].id, sizeof(sus[ns].id));
-				sus[ns].cfg = config_get(os.suspects[i].cfg);
-				ns++;
-			}
-			i++;
-		}
-		if (os.n_suspects && next > now + 3000)
-			next = now + 3000;
-		pthread_mutex_unlock(&os.lock);
-		for (int i = 0; i < n; i++) {
-			os_renew_one(due[i]);
-			sbx_box_put(&due[i]->base);
-		}
-		for (int i = 0; i < ns; i++) {
-			bool settled;
-			os_check_suspect(sus[i].token, sus[i].state_id, sus[i].id, sus[i].cfg, &settled);
-			if (settled) {
-				pthread_mutex_lock(&os.lock);
-				for (int k = 0; k < os.n_suspects; k++)
-					if (!strcmp(os.suspects[k].id, sus[i].id) && !strcmp(os.suspects[k].token, sus[i].token)) {
-						config_put(os.suspects[k].cfg);
-						os.suspects[k] = os.suspects[--os.n_suspects];
-						break;
-					}
-				pthread_mutex_unlock(&os.lock);
-			}
-			config_put(sus[i].cfg);
-		}
-		pthread_mutex_lock(&os.lock);
-		if (n || os.stop)
-			continue; /* renewals moved the schedule: look again at once */
-		clock_gettime(CLOCK_REALTIME, &ts); /* os.cond waits on the realtime clock */
-		{
-			uint64_t wait = next > util_now_ms() ? next - util_now_ms() : 0;
-			ts.tv_sec += (time_t)(wait / 1000);
-			ts.tv_nsec += (long)(wait % 1000) * 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-		}
-		pthread_cond_timedwait(&os.cond, &os.lock, &ts);
-	}
-	pthread_mutex_unlock(&os.lock);
-	return NULL;
-}
-
 /* ---- status --------------------------------------------------------------------------------------- */
 
 static void os_box_status(struct sbx_box *b, struct json_t *out)
 {
 	struct obox *ob = obox(b);
 	json_t *o = (json_t *)out;
-	char at[32];
+	char at[32], renew_err[OSAPI_ERR_LEN];
+	double expires_at;
 
 	json_object_set_new(o, "sandbox_id", json_string(ob->id));
-	pthread_mutex_lock(&os.lock);
-	if (ob->expires_at > 0) {
-		util_iso8601(ob->expires_at, at);
+	os_renew_status(ob, &expires_at, renew_err, sizeof(renew_err));
+	if (expires_at > 0) {
+		util_iso8601(expires_at, at);
 		json_object_set_new(o, "expires_at", json_string(at));
 	} else {
 		json_object_set_new(o, "expires_at", json_null());
 	}
-	if (ob->renew_err[0])
-		json_object_set_new(o, "renew_error", json_string(ob->renew_err));
-	pthread_mutex_unlock(&os.lock);
+	if (renew_err[0])
+		json_object_set_new(o, "renew_error", json_string(renew_err));
 	pthread_mutex_lock(&ob->lock);
 	/* the endpoint without its headers (they may carry an access token) */
 	json_object_set_new(o, "execd", ob->have_ex ? json_string(ob->ex.base) : json_null());

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * opensandbox_int.h - what the parts of the opensandbox provider share:
- * opensandbox.c (configuration, lifecycle, renewal), opensandbox_jobs.c
+ * opensandbox.c (configuration, lifecycle), opensandbox_renew.c (the
+ * renewer thread, the box list, suspects), opensandbox_jobs.c
  * (jobs through execd's command stream), opensandbox_files.c (remote files
  * and skills by upload through execd's files API).
  *
@@ -61,7 +62,7 @@ struct obox {
 	struct osapi_execd ex;  /* execd's endpoint, copied out by obox_execd() */
 	bool have_ex;
 
-	/* protected by os.lock (opensandbox.c) */
+	/* protected by os.lock (opensandbox_renew.c) */
 	struct obox *next;
 	bool listed;
 	uint64_t next_renew_ms;
@@ -87,6 +88,33 @@ void obox_failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, c
  * code, and the first bytes of its stderr in errtext. */
 enum sbx_err os_run(struct obox *ob, const char *script, const struct osapi_kv *envs, size_t n_envs, int *exit_code,
 	char *errtext, size_t errlen);
+
+/* The sandboxes of an osapi_list (os_pick_one): the first id, how many,
+ * the first 16 ids. */
+struct os_pick {
+	char id[80];
+	int n;
+	char all[16][80];
+};
+void os_pick_one(const struct osapi_sandbox *sb, void *arg);
+
+/* opensandbox_renew.c: the box list, the renewer thread, the suspects
+ * (os.lock). */
+/* Start the renewer (once; again after os_renew_stop).  SBX_ERR_NOMEM when
+ * the thread cannot start. */
+enum sbx_err os_renew_start(char *err, size_t errlen);
+/* Stop and join the renewer; log and forget what is still watched. */
+void os_renew_stop(void);
+/* Put ob on the list the renewer walks (renewed at once), or take it off. */
+void os_register(struct obox *ob);
+void os_unregister(struct obox *ob);
+/* Watch scope token (and id, when known) for a sandbox nobody holds: an
+ * unknown create, or a delete that failed. */
+void os_suspect(const struct sbx_config *cfg, const char *token, const char *state_id, const char *id);
+/* Renew ob's expiry now rather than at the renewer's next turn. */
+void os_renew_now(struct obox *ob);
+/* ob's known expiry (0: none) and last renewal error ("" if none), copied. */
+void os_renew_status(struct obox *ob, double *expires_at, char *err, size_t errlen);
 
 /* opensandbox_jobs.c: the exec slots. */
 enum sbx_err os_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out);
