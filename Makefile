@@ -58,7 +58,8 @@ RUNTIME := runtime/work.o runtime/park.o
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
-	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
+	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
+	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
       fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
@@ -128,7 +129,8 @@ run: deps all
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
-	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
+	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
+	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	providers/docker_freeze.o $(COMMON_NET)
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
@@ -155,7 +157,8 @@ NET_GLUE_OBJS := $(POOL_TEST_OBJS) $(COMMON_NET) $(NET)
 tests/unit/net_glue_test: tests/unit/net_glue_test.c $(NET_GLUE_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(NET_GLUE_OBJS) $(LDFLAGS) $(LDLIBS)
 
-HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o providers/opensandbox_sse.o
+HTTP_TEST_OBJS := $(COMMON) providers/providers.o providers/api.o providers/docker_api.o providers/aio_api.o \
+	providers/opensandbox_api.o providers/opensandbox_sse.o
 
 tests/unit/http_test: tests/unit/http_test.c tests/unit/canned.c tests/unit/canned.h $(HTTP_TEST_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ tests/unit/http_test.c tests/unit/canned.c $(HTTP_TEST_OBJS) $(LDFLAGS) $(LDLIBS)
@@ -285,7 +288,8 @@ FUZZ_OBJS_http := net/httpreader.o common/policy.o common/names.o common/buf.o
 FUZZ_OBJS_tls := net/tls.o
 FUZZ_OBJS_sse := common/buf.o providers/opensandbox_sse.o
 FUZZ_OBJS_demux := $(FUZZ_API_OBJS) providers/docker_api.o
-FUZZ_OBJS_json := $(FUZZ_API_OBJS) providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o providers/opensandbox_sse.o
+FUZZ_OBJS_json := $(FUZZ_API_OBJS) providers/docker_api.o providers/aio_api.o providers/opensandbox_api.o \
+	providers/opensandbox_sse.o
 FUZZ_OBJS_config := $(UNIT_OBJS)
 FUZZ_BINS := $(foreach t,$(FUZZ_TARGETS),build/fuzz/bin/fuzz-$(t))
 .PRECIOUS: build/fuzz/obj/%.o

@@ -325,6 +325,8 @@ void rcache_trim(struct rnode *r)
 	free(gone);
 }
 
+/* ---- the read-ahead window and its prefetch ---------------------------------------------------- */
+
 /* A fetch nobody waits for: the next window of a sequential reader,
  * fetched while it reads the present one.  Its errors are the reader's
  * to meet when it gets there (its own fetch of what is still absent). */
