@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Remote files (fs/rfiles.c, DESIGN §5, issue 11 point 3): workspace/,
+"""Remote files (fs/rfiles.c, fs/rcache.c, DESIGN §5, issue 11 point 3): workspace/,
 uploads/ and outputs/ of a remote sandbox are the sandbox's own files,
 reached through its files API with a close-to-open cache on the host.
 
@@ -27,7 +27,7 @@ from remoteutil import fake, remote, sbxfs  # noqa: F401
 from sbxutil import wait_until
 
 MiB = 1 << 20
-CHUNK = 4 * MiB  # fs/rfiles.c RFILES_CHUNK
+CHUNK = 4 * MiB  # fs/rfiles_int.h RFILES_CHUNK
 
 
 # ---- the two fakes behind one face ------------------------------------------------
