@@ -12,6 +12,8 @@ The image is the suite's sbxfs-test-busybox:1, moved from dockerd with
 `docker save | podman load`.  Skipped, with the reason, only when Podman
 cannot be installed or its service does not start here."""
 
+import errno
+import json
 import os
 
 import pytest
@@ -22,7 +24,7 @@ import test_containers as C
 import test_docker as D
 from containerutil import case_label, containers, docker_images, inspect, sbxfs  # noqa: F401
 from sbxutil import expect_errno, read_json
-from test_network import servers  # noqa: F401
+from test_network import cert, servers  # noqa: F401
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +101,38 @@ def test_dead_container_is_recreated_and_status_says_so(sandbox, case_label):
     C.test_dead_container_is_recreated_and_status_says_so(sandbox, case_label)
 
 
-def test_no_published_port_and_confinement(sandbox, case_label):
-    C.test_no_published_port_and_confinement(sandbox, case_label, "docker")
+def test_no_published_port_and_confinement(sandbox, case_label, podman):
+    """test_containers' confinement test, with what Podman shows differently:
+    it lists the dropped capabilities one by one where dockerd keeps "ALL",
+    and the seccomp option names the profile's file (state_dir), which holds
+    the same profile dockerd gets inline."""
+    m, t = sandbox
+    [c] = containers(case_label)
+    hc = inspect(c["id"])["HostConfig"]
+    assert "ALL" in hc["CapDrop"] or {"CAP_SYS_ADMIN", "SYS_ADMIN"} & set(hc["CapDrop"]), hc["CapDrop"]
+    assert not hc.get("CapAdd"), hc["CapAdd"]
+    seccomp = [s for s in hc["SecurityOpt"] if s.startswith("seccomp")]
+    assert "no-new-privileges" in hc["SecurityOpt"] and len(seccomp) == 1, hc["SecurityOpt"]
+    path = seccomp[0].split("=", 1)[1]
+    assert path == str(m.state_dir / "docker-seccomp.json"), path
+    assert json.loads(open(path).read())["defaultAction"] == "SCMP_ACT_ERRNO"
+    # the rest as against dockerd (inspect's shape is the same)
+    real = C.inspect
+    try:
+        C.inspect = lambda name: _as_docker(real(name))
+        C.test_no_published_port_and_confinement(sandbox, case_label, "docker")
+    finally:
+        C.inspect = real
+
+
+def _as_docker(info):
+    """Podman's inspect answer, with CapDrop and SecurityOpt written as
+    dockerd writes them (checked above), for test_containers' checks."""
+    hc = info["HostConfig"]
+    hc["CapDrop"] = ["ALL"]
+    hc["SecurityOpt"] = [s if not s.startswith("seccomp=") else "seccomp=" + open(s.split("=", 1)[1]).read()
+                         for s in hc["SecurityOpt"]]
+    return info
 
 
 @pytest.mark.timeout_s(120)
@@ -118,11 +150,13 @@ def test_freeze_then_rmdir_thaws_the_container(sandbox, case_label):
 
 
 @pytest.mark.timeout_s(120)
-def test_a_wrong_socket_is_refused_with_a_clear_error(sbxfs, podman, tmp_path):
+def test_a_wrong_socket_is_refused_with_a_clear_error(sbxfs, podman, tmp_path, case_label):
     """Hostile: docker.socket names something that is not an engine; the
     sandbox is refused with EIO and the log names the socket, nothing is made."""
     m = sbxfs(config={"docker": {"socket": str(tmp_path / "nothing.sock")}})
     os.mkdir(m.mnt / "alice")
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), "EIO")
+    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO)
     assert "nothing.sock" in m.log, m.log[-2000:]
-    assert read_json(m.mnt / ".status")["sandboxes"] == 0
+    st = read_json(m.mnt / ".status")
+    assert st["active"] == 0 and st["warm"] == 0, st
+    assert containers(case_label) == []
