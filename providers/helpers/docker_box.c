@@ -261,6 +261,22 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The job's end, its zombie kept (WNOWAIT): while the daemon is still on
+ * the line it reads the job's host pid from our children, where a quick
+ * job that was reaped already would be missing (found against Podman).
+ * The zombie goes with the next reap, or with us. */
+static bool reap_keep_job(struct sup *s)
+{
+	siginfo_t si = { 0 };
+
+	if (waitid(P_PID, (id_t)s->job, &si, WEXITED | WNOHANG | WNOWAIT) || si.si_pid != s->job)
+		return false;
+	s->status = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 :
+						(si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+	s->ended = true;
+	return true;
+}
+
 static void reap(struct sup *s)
 {
 	int st;
@@ -509,11 +525,6 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	char **envp;
 	int cmdfd, sigfd, tfd = -1, conn = FD_CONN, out[2] = { -1, -1 }, err[2] = { -1, -1 };
 	uint64_t ran = 0, last = 0; /* the timeout's clock: ms the job could run */
-	/* the job is not reaped before the daemon hung up (at most 2 s): it
-	 * reads the job's host pid from our children, where a quick job that
-	 * was reaped already is missing (found against Podman) */
-	uint64_t reap_after = 0;
-	bool reap_pending = false;
 	sigset_t mask;
 
 	(void)name;
@@ -584,7 +595,6 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		snprintf(text, sizeof(text), "started %d", (int)s.job);
 		send_text(conn, text);
 	}
-	reap_after = now_ms() + 2000;
 	if (timeout > 0) {
 		struct itimerspec it = { .it_interval = { .tv_nsec = BOX_TICK_MS * 1000000L },
 			.it_value = { .tv_nsec = BOX_TICK_MS * 1000000L } };
@@ -603,8 +613,6 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 
 		if (s.kill_at)
 			wait_ms = s.kill_at > now ? (int)(s.kill_at - now) : 0;
-		if (reap_pending && (wait_ms < 0 || (uint64_t)wait_ms > reap_after - now))
-			wait_ms = reap_after > now ? (int)(reap_after - now) : 0;
 		poll(p, 5, wait_ms);
 		for (int i = 0; i < 2; i++)
 			if (p[3 + i].revents)
@@ -613,7 +621,8 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 			struct signalfd_siginfo si;
 			while (read(sigfd, &si, sizeof(si)) > 0)
 				;
-			reap_pending = true;
+			if (conn < 0 || !reap_keep_job(&s))
+				reap(&s);
 		}
 		if (tfd >= 0 && p[1].revents) {
 			uint64_t v, t = now_ms();
@@ -636,10 +645,6 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 				close(conn); /* the daemon hung up: fine */
 				conn = -1;
 			}
-		}
-		if (reap_pending && (conn < 0 || now_ms() >= reap_after)) {
-			reap_pending = false;
-			reap(&s);
 		}
 		if (s.kill_at && now_ms() >= s.kill_at) {
 			s.kill_at = 0;
