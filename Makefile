@@ -77,7 +77,7 @@ DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-de
 	       dpkg-dev meson ninja-build debian-archive-keyring \
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
-	       python3-pip python3-setuptools python3-wheel xfsprogs rsync
+	       python3-pip python3-setuptools python3-wheel xfsprogs rsync podman
 
 .PHONY: all run test unit asan tsan-unit bench bench-network bench-remote deps clean distclean install uninstall check-style check-man check-layers \
 	fuzz fuzz-ci fuzz-build fuzz-deps

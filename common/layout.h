@@ -14,6 +14,8 @@
  *       restore.json                            the journal of a restore in progress (snapshot.h)
  *       <provider files>                        local.json, sandbox.log, pasta.log, ...
  *
+ *   STATE/docker-seccomp.json                   the containers' seccomp profile (docker provider; Podman reads it)
+ *
  * and where a sandbox sees them (LAYOUT_SANDBOX_*).  Path builders append
  * to a bounded buffer and return 0 or -1 (buf.h).
  */

@@ -66,6 +66,7 @@
 #define DOCKER_MAX_CLIENTS 8
 #define DOCKER_MAX_MOUNTS 64
 #define DOCKER_MAX_LABELS 40
+#define DOCKER_SECCOMP_FILE "docker-seccomp.json" /* in state_dir: the profile, for Podman */
 #define AIO_DEFAULT_IMAGE "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest"
 
 char docker_box_helper[4096];
@@ -402,6 +403,21 @@ static int docker_find_helper(const char *dir, char *out, size_t len)
 	return -1;
 }
 
+/* The profile in a file too, state_dir/docker-seccomp.json: Podman's
+ * compat API reads "seccomp=" as a path on its host (docker_api.c). */
+static int docker_seccomp_write(const struct sbx_config *cfg, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+
+	if (str_fmt(path, sizeof(path), "%s/" DOCKER_SECCOMP_FILE, cfg->state_dir) ||
+	    util_write_atomic(path, dk.seccomp.ptr, dk.seccomp.len, 0644)) {
+		snprintf(err, errlen, "%s provider: cannot write %s/%s: %s", cfg->use, cfg->state_dir,
+			DOCKER_SECCOMP_FILE, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct docker_conf *dc = docker_conf_of(cfg);
@@ -450,6 +466,8 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
 		return SBX_ERR_INVAL;
 	}
+	if (docker_seccomp_write(cfg, err, errlen))
+		return SBX_ERR_IO;
 	if (!dk.uids) {
 		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
 		return SBX_ERR_NOMEM;
@@ -463,7 +481,8 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	/* dockerd may come later (or come back): sandboxes fail until it answers */
 	switch (docker_negotiate(api, version, sizeof(version), derr, sizeof(derr))) {
 	case SBX_OK:
-		log_info("docker", "dockerd at unix://%s, Engine API %s", path, version);
+		log_info("docker", "%s at unix://%s, Engine API %s", docker_is_podman(api) ? "Podman" : "dockerd", path,
+			version);
 		break;
 	case SBX_ERR_NOTSUP:
 		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
@@ -754,7 +773,7 @@ struct create_ctx {
 	size_t n_env;
 	const char *cmd[64];
 	const char *caps[64];
-	char user[32], hostname[64], runpath[PATH_MAX];
+	char user[32], hostname[64], runpath[PATH_MAX], seccomp_file[PATH_MAX];
 };
 
 static void ctx_mount(struct create_ctx *c, const char *src, const char *dst, bool ro)
@@ -839,6 +858,8 @@ static int docker_spec(struct create_ctx *c, struct docker_create_spec *d, const
 	d->n_mounts = c->n_mounts;
 	d->network_mode = cfg->net_mode == NET_OPEN ? "bridge" : "none";
 	d->seccomp_profile = dk.seccomp.ptr;
+	d->seccomp_profile_file = str_fmt(c->seccomp_file, sizeof(c->seccomp_file), "%s/" DOCKER_SECCOMP_FILE,
+					  cfg->state_dir) ? NULL : c->seccomp_file;
 	d->memory = (long long)cfg->res.memory;
 	d->nano_cpus = (long long)(cfg->res.cpus * 1e9);
 	d->pids_limit = (long long)cfg->res.pids;

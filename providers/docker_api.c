@@ -34,6 +34,7 @@ struct docker {
 	long timeout_ms;
 	pthread_mutex_t lock;
 	char version[DOCKER_VLEN]; /* protected by lock: "" until negotiated */
+	bool podman;               /* protected by lock: the engine is Podman (its compat API), with version */
 };
 
 struct docker *docker_new(const char *socket_path, long timeout_ms)
@@ -322,6 +323,21 @@ enum sbx_err docker_decode_version(const char *body, size_t len, char *version, 
 	return e;
 }
 
+bool docker_decode_podman(const char *body, size_t len)
+{
+	json_t *o = api_load(body, len), *c;
+	size_t i;
+	bool podman = false;
+
+	json_array_foreach(json_object_get(o, "Components"), i, c) {
+		const char *name = json_string_value(json_object_get(c, "Name"));
+
+		podman |= name && !strcmp(name, "Podman Engine");
+	}
+	json_decref(o);
+	return podman;
+}
+
 enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LEN + 1], char *err, size_t errlen)
 {
 	json_t *o = api_load(body, len);
@@ -412,11 +428,22 @@ static void docker_version_get(struct docker *d, char *out, size_t len)
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void docker_version_set(struct docker *d, const char *v)
+static void docker_version_set(struct docker *d, const char *v, bool podman)
 {
 	pthread_mutex_lock(&d->lock);
 	snprintf(d->version, sizeof(d->version), "%s", v);
+	d->podman = podman;
 	pthread_mutex_unlock(&d->lock);
+}
+
+bool docker_is_podman(struct docker *d)
+{
+	bool p;
+
+	pthread_mutex_lock(&d->lock);
+	p = d->podman;
+	pthread_mutex_unlock(&d->lock);
+	return p;
 }
 
 struct docker_call {
@@ -474,7 +501,7 @@ static enum sbx_err docker_call(struct docker *d, const struct docker_call *c, l
 		else
 			api_seterr(err, errlen, "dockerd is not reachable at unix://%s: %s (%s)", d->socket, rs.error, rs.id);
 		if (e != SBX_ERR_TOOBIG)
-			docker_version_set(d, "");
+			docker_version_set(d, "", false);
 		return e == SBX_ERR_TOOBIG ? SBX_ERR_IO : e;
 	}
 	*status = rs.status;
@@ -523,11 +550,21 @@ static enum sbx_err docker_api(struct docker *d, const struct api_req *q, char *
 	return api_call(&cl, q, err, errlen);
 }
 
+/* What GET /version tells: the API version, and whether the engine is Podman. */
+struct version_out {
+	char v[DOCKER_VLEN];
+	bool podman;
+};
+
 /* The decoders in api.h's shape (dockerd's answers never need the status). */
 static enum sbx_err dec_version(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
 {
+	struct version_out *vo = out;
+	enum sbx_err e = docker_decode_version(body, len, vo->v, sizeof(vo->v), err, errlen);
+
 	(void)status;
-	return docker_decode_version(body, len, out, DOCKER_VLEN, err, errlen);
+	vo->podman = docker_decode_podman(body, len);
+	return e;
 }
 
 static enum sbx_err dec_id(long status, const char *body, size_t len, void *out, char *err, size_t errlen)
@@ -576,25 +613,25 @@ static enum sbx_err dec_image(long status, const char *body, size_t len, void *o
 
 enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char *err, size_t errlen)
 {
-	char v[DOCKER_VLEN];
+	struct version_out vo = { .v = "" };
 	struct api_client cl = { .send = docker_send_raw, .error = docker_error_doc, .ctx = d };
 	struct api_req q = { .method = "GET", .path = "/version", .what = "GET /version", .want = 200,
-		.decode = dec_version, .out = v };
+		.decode = dec_version, .out = &vo };
 	enum sbx_err e;
 
-	docker_version_get(d, v, sizeof(v));
-	if (v[0]) {
-		snprintf(version, vlen, "%s", v);
+	docker_version_get(d, vo.v, sizeof(vo.v));
+	if (vo.v[0]) {
+		snprintf(version, vlen, "%s", vo.v);
 		return SBX_OK;
 	}
 	e = api_call(&cl, &q, err, errlen);
 	if (e == SBX_ERR_NOTSUP)
-		api_seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket, v,
-			DOCKER_MIN_API);
+		api_seterr(err, errlen, "dockerd at unix://%s speaks Engine API %s; sbxfs needs %s or newer", d->socket,
+			vo.v, DOCKER_MIN_API);
 	if (e)
 		return e;
-	docker_version_set(d, v);
-	snprintf(version, vlen, "%s", v);
+	docker_version_set(d, vo.v, vo.podman);
+	snprintf(version, vlen, "%s", vo.v);
 	return SBX_OK;
 }
 
@@ -612,7 +649,16 @@ static json_t *jstrv(const char *const *v)
 	return a;
 }
 
-static json_t *docker_create_body(const struct docker_create_spec *s)
+/* The seccomp security option: dockerd takes the profile itself
+ * ("seccomp=<JSON>", what the docker CLI sends after reading the file),
+ * Podman's compat API takes a path on its host ("seccomp=<file>") and
+ * refuses JSON ("opening seccomp profile failed"). */
+static const char *docker_seccomp_opt(const struct docker_create_spec *s, bool podman)
+{
+	return podman ? s->seccomp_profile_file : s->seccomp_profile;
+}
+
+static json_t *docker_create_body(const struct docker_create_spec *s, bool podman)
 {
 	json_t *o = json_object(), *hc = json_object(), *labels = json_object(), *mounts = json_array(), *tmpfs, *secopt;
 	struct buf seccomp = BUF_INIT(2 << 20);
@@ -652,7 +698,7 @@ static json_t *docker_create_body(const struct docker_create_spec *s)
 	if (s->cap_add)
 		r |= json_object_set_new(hc, "CapAdd", jstrv(s->cap_add));
 	secopt = json_pack("[s]", "no-new-privileges");
-	if (secopt && s->seccomp_profile && (buf_addf(&seccomp, "seccomp=%s", s->seccomp_profile) ||
+	if (secopt && docker_seccomp_opt(s, podman) && (buf_addf(&seccomp, "seccomp=%s", docker_seccomp_opt(s, podman)) ||
 					      json_array_append_new(secopt, json_string(buf_str(&seccomp)))))
 		r = -1;
 	r |= json_object_set_new(hc, "SecurityOpt", secopt);
@@ -708,10 +754,18 @@ enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s,
 	char *err, size_t errlen)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	json_t *body = docker_create_body(s);
-	char name[300];
-	enum sbx_err e = SBX_ERR_NOMEM;
+	char name[300], version[DOCKER_VLEN];
+	enum sbx_err e = docker_negotiate(d, version, sizeof(version), err, errlen); /* which engine: the body differs */
+	json_t *body;
 
+	if (e)
+		return e;
+	if (s->seccomp_profile && docker_is_podman(d) && !s->seccomp_profile_file) {
+		api_seterr(err, errlen, "create: Podman takes a seccomp profile as a file and none was written");
+		return SBX_ERR_INVAL;
+	}
+	body = docker_create_body(s, docker_is_podman(d));
+	e = SBX_ERR_NOMEM;
 	if (!body || docker_query_escape(s->name, name, sizeof(name)) ||
 	    buf_addf(&path, "/containers/create?name=%s", name))
 		api_seterr(err, errlen, "cannot build the create request");

@@ -41,6 +41,9 @@ void docker_free(struct docker *d);
 const char *docker_socket_path(const struct docker *d);
 /* GET /version: SBX_OK and the version in use ("1.41"), or why not. */
 enum sbx_err docker_negotiate(struct docker *d, char *version, size_t vlen, char *err, size_t errlen);
+/* Whether the last negotiation found Podman's Docker-compatible API (its
+ * /version names a "Podman Engine" component); false before one. */
+bool docker_is_podman(struct docker *d);
 
 /* ---- containers ------------------------------------------------------------------- */
 
@@ -71,6 +74,7 @@ struct docker_create_spec {
 	const char *network_mode;      /* "none", "bridge", ... */
 	const char *const *cap_add;    /* added after dropping ALL, NULL-terminated, or NULL */
 	const char *seccomp_profile;   /* a seccomp profile (JSON) in place of Docker's default, or NULL */
+	const char *seccomp_profile_file; /* the same profile in a file on the engine's host (Podman reads it) */
 	long long memory;              /* bytes (also the memory+swap limit: no swap); 0 = none */
 	long long nano_cpus;           /* 1e9 = one CPU; 0 = none */
 	long long pids_limit;          /* 0 = none */
@@ -173,6 +177,8 @@ enum sbx_err docker_decode_error(long status, const char *body, size_t len, cons
 /* GET /version: its ApiVersion; SBX_ERR_NOTSUP below DOCKER_MIN_API. */
 enum sbx_err docker_decode_version(const char *body, size_t len, char *version, size_t vlen, char *err,
 	size_t errlen);
+/* GET /version: whether a component is "Podman Engine". */
+bool docker_decode_podman(const char *body, size_t len);
 /* The 201 of a create (container, exec): its Id. */
 enum sbx_err docker_decode_id(const char *body, size_t len, char id[DOCKER_ID_LEN + 1], char *err, size_t errlen);
 /* GET /containers/{id}/json (c zeroed, then owned by the caller on SBX_OK). */

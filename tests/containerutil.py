@@ -32,6 +32,10 @@ import dockerutil  # noqa: E402
 from conftest_docker_example import docker_images  # noqa: E402,F401
 
 CASE_LABEL = "org.sbxfs.testcase"
+# The engine the container tests talk to: dockerd (the default), or a Podman
+# service (tests/test_podman.py sets it): "socket" goes into docker.socket,
+# "cli" runs the docker CLI against it.
+ENGINE = {"socket": None, "cli": None}
 PROVIDERS = ("docker", "aio")
 _seq = [0]
 
@@ -54,6 +58,8 @@ def provider_config(provider, case, extra=None):
             "labels": {dockerutil.TEST_LABEL: dockerutil.RUN_ID, CASE_LABEL: case},
         },
     }
+    if ENGINE["socket"]:
+        cfg["docker"]["socket"] = ENGINE["socket"]
     for k, v in (extra or {}).items():
         if k in ("network", "docker", "aio") and isinstance(v, dict) and isinstance(cfg.get(k), dict):
             merged = dict(cfg[k])
@@ -96,7 +102,12 @@ def sbxfs(request, sbxfs, provider, docker_images, case_label):  # noqa: F811 - 
         inst.cleanup()
     left = containers(case_label)
     if left:
-        dockerutil.remove_containers(f"{CASE_LABEL}={case_label}")
+        cli("rm", "-f", "-v", *[c["id"] for c in left], check=False, timeout=120)
+
+
+def cli(*args, **kw):
+    """The docker CLI against the engine under test."""
+    return (ENGINE["cli"] or dockerutil.docker)(*args, **kw)
 
 
 def containers(case, all_states=True):
@@ -104,7 +115,7 @@ def containers(case, all_states=True):
     args = ["ps", "--no-trunc", "--format", "{{json .}}", "--filter", f"label={CASE_LABEL}={case}"]
     if all_states:
         args.insert(1, "-a")
-    r = dockerutil.docker(*args, timeout=60)
+    r = cli(*args, timeout=60)
     out = []
     for line in r.stdout.splitlines():
         if line.strip():
@@ -124,7 +135,7 @@ def wait_containers(case, n, timeout=20):
 
 
 def inspect(name):
-    r = dockerutil.docker("inspect", name, timeout=60)
+    r = cli("inspect", name, timeout=60)
     return json.loads(r.stdout)[0]
 
 

@@ -25,7 +25,7 @@ import sbxutil
 import test_jobs as J
 import test_lifecycle as L
 import test_snapshots as S
-from containerutil import (CASE_LABEL, DockerProxy, case_label, containers, docker_images, inspect,  # noqa: F401
+from containerutil import (CASE_LABEL, DockerProxy, case_label, cli, containers, docker_images, inspect,  # noqa: F401
                            needs, provider, provider_config, sbxfs, scope_token, wait_containers)
 from sbxutil import ProcRef, expect_errno, read_json, read_text, wait_until
 
@@ -409,8 +409,8 @@ def test_dead_container_is_recreated_and_status_says_so(sandbox, case_label):
     m, t = sandbox
     (t / "workspace" / "keep").write_text("k\n")
     [c] = containers(case_label)
-    dockerutil.docker("kill", c["id"])
-    dockerutil.docker("wait", c["id"])  # kill returns once the signal is sent
+    cli("kill", c["id"])
+    cli("wait", c["id"])  # kill returns once the signal is sent
     os.rmdir(t)
     os.mkdir(t)
     st = sbxutil.status(t)

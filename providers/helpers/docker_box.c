@@ -261,6 +261,22 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* The job's end, its zombie kept (WNOWAIT): while the daemon is still on
+ * the line it reads the job's host pid from our children, where a quick
+ * job that was reaped already would be missing (found against Podman).
+ * The zombie goes with the next reap, or with us. */
+static bool reap_keep_job(struct sup *s)
+{
+	siginfo_t si = { 0 };
+
+	if (waitid(P_PID, (id_t)s->job, &si, WEXITED | WNOHANG | WNOWAIT) || si.si_pid != s->job)
+		return false;
+	s->status = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8 :
+						(si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+	s->ended = true;
+	return true;
+}
+
 static void reap(struct sup *s)
 {
 	int st;
@@ -605,7 +621,8 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 			struct signalfd_siginfo si;
 			while (read(sigfd, &si, sizeof(si)) > 0)
 				;
-			reap(&s);
+			if (conn < 0 || !reap_keep_job(&s))
+				reap(&s);
 		}
 		if (tfd >= 0 && p[1].revents) {
 			uint64_t v, t = now_ms();

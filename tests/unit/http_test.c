@@ -744,6 +744,30 @@ static void test_docker_api(void)
 	CHECK(docker_negotiate(d, ver, sizeof(ver), err, sizeof(err)) == SBX_ERR_NOTSUP && strstr(err, "1.40"));
 	canned_stop(&old);
 	docker_free(d);
+
+	/* Podman's compat API: found at /version; the seccomp profile goes by
+	 * its file (Podman opens "seccomp=" as a path), dockerd's inline */
+	CHECK(!docker_decode_podman(VERSION_JSON, strlen(VERSION_JSON)));
+	CHECK(!docker_decode_podman("[]", 2) && !docker_decode_podman("{\"Components\":[{\"Name\":7}]}", 27));
+	{
+		static const char podman_version[] = "{\"Components\":[{\"Name\":\"Conmon\"},{\"Name\":\"Podman Engine\","
+						     "\"Version\":\"4.3.1\"}],\"ApiVersion\":\"1.41\",\"Version\":\"4.3.1\"}";
+		char pr[2][512];
+		struct canned pod = { .n_replies = 2 };
+
+		d = docker_new(sock_path, 2000);
+		pod.replies[0] = reply(pr[0], sizeof(pr[0]), 200, podman_version);
+		pod.replies[1] = reply(pr[1], sizeof(pr[1]), 201, "{\"Id\":\"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}");
+		canned_start(&pod, canned_unix_listener(sock_path));
+		spec.image = "busybox:1";
+		spec.seccomp_profile = "{\"defaultAction\":\"SCMP_ACT_ERRNO\"}";
+		spec.seccomp_profile_file = "/state/docker-seccomp.json";
+		CHECK(docker_create(d, &spec, id, err, sizeof(err)) == SBX_OK && docker_is_podman(d));
+		CHECK(pod.n_requests == 2 && strstr(pod.requests[1], "\"seccomp=/state/docker-seccomp.json\"") &&
+		      !strstr(pod.requests[1], "SCMP_ACT_ERRNO"));
+		canned_stop(&pod);
+		docker_free(d);
+	}
 }
 
 /* dockerd's times (RFC 3339, nanoseconds): what proves a create's container ours */
