@@ -10,7 +10,9 @@ hostile cases (a stranger's container under our labels, a dead container).
 
 The image is the suite's sbxfs-test-busybox:1, moved from dockerd with
 `docker save | podman load`.  Skipped, with the reason, only when Podman
-cannot be installed or its service does not start here."""
+cannot be installed or its service does not start here, and with
+SBXFS_CI_SHORT=1 (CI's time budget: the group runs in the libfuse >= 3.16
+pass only; the provider code it drives is the same in every build)."""
 
 import errno
 import json
@@ -25,6 +27,9 @@ import test_docker as D
 from containerutil import case_label, containers, docker_images, inspect, sbxfs  # noqa: F401
 from sbxutil import expect_errno, read_json
 from test_network import cert, servers  # noqa: F401
+
+pytestmark = pytest.mark.skipif(os.environ.get("SBXFS_CI_SHORT") == "1",
+                                reason="SBXFS_CI_SHORT=1: the Podman group runs in one CI pass only")
 
 
 @pytest.fixture(scope="module")
