@@ -55,7 +55,8 @@ Test control channel (never under /v1; this text is served at GET /_fake/help)
          "path": REGEX (default any /v1 path), "method": "POST" (default any),
          "times": N (default 1; null = until removed), "after": K (let K
          matching requests through first), "status": 500, "body": {...},
-         "seconds": 2.0 (delay), "message": "..."}
+         "seconds": 2.0 (delay), "message": "...", "retry_after": N (error:
+         a Retry-After header, as a proxy at capacity sends with 429/503)}
         error: HTTP `status` with `body` (default: the envelope with success
         false for 5xx, FastAPI's {"detail": ...} for 401/403/404/405/422/503);
         delay: wait `seconds`, then answer normally; drop: close the
@@ -943,7 +944,7 @@ class Faults:
                  "method": (spec.get("method") or "").upper() or None,
                  "times": times, "after": after, "status": int(spec.get("status", 500)),
                  "body": spec.get("body"), "seconds": float(spec.get("seconds", 1.0)),
-                 "message": spec.get("message"), "hits": 0}
+                 "message": spec.get("message"), "retry_after": spec.get("retry_after"), "hits": 0}
             self.next_id += 1
             self.items.append(f)
             return dict(f)
@@ -2627,7 +2628,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         st, ("Error",))[0]}
                 else:
                     body = envelope(None, message=f["message"] or "Internal Server Error", success=False)
-            self.send_json(st, body)
+            ra = f["retry_after"]
+            self.send_json(st, body, {"Retry-After": str(ra)} if ra is not None else None)
         elif kind == "tool_failure":
             self.send_json(200, f["body"] or failure(f["message"] or "Injected tool failure"))
         elif kind == "malformed_json":

@@ -563,6 +563,11 @@ def test_faults_error_delay_drop_malformed(aio):
     # after: the third matching request fails
     aio.post("/_fake/faults", {"kind": "error", "status": 503, "path": "^/v1/sandbox$", "after": 2})
     assert [aio.get("/v1/sandbox").status for _ in range(4)] == [200, 200, 503, 200]
+    # retry_after: a 429 (a proxy at capacity) with its Retry-After header
+    aio.post("/_fake/faults", {"kind": "error", "status": 429, "retry_after": 3, "path": "^/v1/sandbox$"})
+    r = aio.get("/v1/sandbox")
+    assert r.status == 429 and r.headers["Retry-After"] == "3" and r.json["success"] is False
+    assert "Retry-After" not in aio.get("/v1/sandbox").headers
     aio.post("/_fake/faults", {"kind": "delay", "seconds": 0.7, "path": "^/v1/sandbox$"})
     t0 = time.monotonic()
     assert aio.get("/v1/sandbox").status == 200 and time.monotonic() - t0 >= 0.6
