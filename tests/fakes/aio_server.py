@@ -62,7 +62,8 @@ Test control channel (never under /v1; this text is served at GET /_fake/help)
         delay: wait `seconds`, then answer normally; drop: close the
         connection without an answer (reset: with a TCP RST); malformed_json:
         200 with a cut JSON body; truncate: 200 whose body ends before its
-        Content-Length; tool_failure: 200 {"success": false, "message"};
+        Content-Length (a download: half the file's
+        own bytes, then the connection closes); tool_failure: 200 {"success": false, "message"};
         drip: a download's body goes one byte every `seconds` (a hostile
         server that never stalls long enough for a client's stall timeout).
         Faults apply before authentication and readiness, in the order added.
@@ -2530,6 +2531,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
         self.resp_bytes = 0
         self.drip = None
+        self.cut = None
         try:
             fault = srv.faults.match(method, path)
             if fault:
@@ -2612,6 +2614,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if kind == "drip":  # applied by send_download
             self.drip = f
             return False
+        if kind == "truncate" and req.path == "/v1/file/download":
+            self.drip = None
+            self.cut = f  # applied by send_download: the file's own bytes, cut
+            return False
         if kind in ("drop", "reset"):
             self.drop(reset=(kind == "reset"))
             return True
@@ -2690,6 +2696,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             f.seek(start)
             left = length
+            if self.cut is not None:  # half the body, then the connection closes
+                self.wfile.write(f.read(length // 2))
+                self.wfile.flush()
+                self.resp_bytes += length // 2
+                self.drop()
+                return
             while left > 0:
                 if self.drip is not None:  # one byte, then a pause: never silent for long
                     if left < length and self.srv.stopping.wait(self.drip["seconds"]):
