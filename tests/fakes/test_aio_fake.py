@@ -614,6 +614,25 @@ def test_fault_drip(aio):
     assert time.monotonic() - t0 < 1.5  # times 1 (the default): used up
 
 
+def test_fault_truncate_of_a_download_cuts_the_files_own_bytes(aio):
+    """truncate on a download: the file's headers (its Content-Length) and
+    the first half of its own bytes, then the connection closes."""
+    import http.client
+    ok(aio.post("/v1/file/write", {"file": f"{WS}/cut.txt", "content": "0123456789"}))
+    aio.post("/_fake/faults", {"kind": "truncate", "path": "^/v1/file/download$"})
+    conn = http.client.HTTPConnection("127.0.0.1", int(aio.base.rsplit(":", 1)[1]), timeout=10)
+    try:
+        conn.request("GET", f"/v1/file/download?path={WS}/cut.txt")
+        r = conn.getresponse()
+        assert r.status == 200 and r.headers["Content-Length"] == "10"
+        with pytest.raises(http.client.IncompleteRead) as e:
+            r.read()
+        assert e.value.partial == b"01234"
+    finally:
+        conn.close()
+    assert aio.get(f"/v1/file/download?path={WS}/cut.txt").body == b"0123456789"
+
+
 def test_request_log_and_counters(aio):
     ok(aio.post("/v1/bash/exec", {"command": "echo x", "env": {"K": "V"}}))
     aio.get("/v1/sandbox")
