@@ -263,6 +263,16 @@ class Load:
         lo, hi = (0.0, span / 10) if first else (span * 0.9, span)
         return [dt for t, dt in self.lat[op] if lo <= t < hi or (not first and t >= hi)]
 
+    def by_tenth(self):
+        """[rss_kb, fds] of the last sample in each tenth of the run: where
+        a slope comes from (a rise that levels off, or one that does not)."""
+        span = getattr(self, "elapsed", self.duration)
+        out = []
+        for i in range(10):
+            xs = [(r, f) for t, r, f in self.samples if t <= span * (i + 1) / 10]
+            out.append(list(xs[-1]) if xs else None)
+        return out
+
     def result(self):
         lat = {}
         for op in OPS:
@@ -291,6 +301,8 @@ class Load:
                     "max": max((f for _, f in fds), default=None),
                     "slope_per_h": _round(slope_per_hour(fds), 2),
                     "slope_after_warmup_per_h": _round(slope_per_hour(fds_w), 2)},
+            "by_tenth": self.by_tenth(),
+            "series": [[round(t, 1), r, f] for t, r, f in self.samples],
             "latency": lat, "counts": dict(self.counts), "errors": list(self.errors),
             "pass": not self.errors,
         }
@@ -305,6 +317,7 @@ class Load:
                  f"{r['rss_kb']['slope_after_warmup_kb_per_h']} kB/h",
                  f"  fds: {r['fds']['first']} -> {r['fds']['last']} (max {r['fds']['max']}), "
                  f"slope {r['fds']['slope_per_h']} /h, after the first tenth {r['fds']['slope_after_warmup_per_h']} /h",
+                 f"  rss kB, fds at the end of each tenth: {r['by_tenth']}",
                  "  latency (ms)   first tenth: n    p50     p99 | last tenth: n    p50     p99"]
         for op in OPS:
             f, la = r["latency"][op]["first"], r["latency"][op]["last"]

@@ -90,6 +90,7 @@ def test_load_short_local():
     for k in ("rss_kb", "fds"):
         assert all(v is not None for v in r[k].values()), text
     assert 0 < r["fds"]["max"] < chaos.FD_LIMIT // 2, text
+    assert all(x is not None for x in r["by_tenth"]) and len(r["series"]) == r["samples"], text
     for op in load.OPS:
         for part in ("first", "last"):
             w = r["latency"][op][part]
