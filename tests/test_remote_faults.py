@@ -18,6 +18,9 @@ download).  Each call is driven through the mount as a user would, and must:
   * create no sandbox twice and leak none (a create whose answer was lost is
     deleted by the late-create watcher), and run no command twice.
 
+The AIO sandbox at a base_url (tests/fakes/aio_server.py) has its own
+matrix below (test_aio_call_under_every_fault), through the same checks.
+
 One test per call, the faults in a loop inside it (one sandbox per call:
 the matrix costs a server and a mount per call, not per cell)."""
 
