@@ -18,6 +18,9 @@ download).  Each call is driven through the mount as a user would, and must:
   * create no sandbox twice and leak none (a create whose answer was lost is
     deleted by the late-create watcher), and run no command twice.
 
+The AIO sandbox at a base_url (tests/fakes/aio_server.py) has its own
+matrix below (test_aio_call_under_every_fault), through the same checks.
+
 One test per call, the faults in a loop inside it (one sandbox per call:
 the matrix costs a server and a mount per call, not per cell)."""
 
@@ -178,4 +181,138 @@ def test_remote_call_under_every_fault(sbxfs, remote, fake, call):
         return st["active"] + st["warm"]
     assert wait_until(lambda: len(fake.sandboxes()) == held(), 40), \
         f"remote sandboxes: {[s.get('id') for s in fake.sandboxes()]}, the daemon holds {held()}"
+    assert not problems, "\n".join(problems) + "\n" + m.log[-4000:]
+
+
+# --------------------------------------------------------------------------
+# the AIO sandbox at a base_url (tests/fakes/aio_server.py): its fault switch
+# is POST /_fake/faults {kind, path, method, times: null = until removed}
+
+AIO_ONLY = pytest.mark.parametrize("remote", ["aio_url"], indirect=True)
+
+AIO_FAULTS = {
+    "timeout": ({"kind": "delay", "seconds": REQUEST_TIMEOUT + 4}, {errno.ETIMEDOUT}),
+    "reset": ({"kind": "reset"}, {errno.EIO}),
+    "cut": ({"kind": "truncate"}, {errno.EIO}),  # 200, the body cut short of its Content-Length
+    "5xx": ({"kind": "error", "status": 500}, {errno.EIO}),
+    "429": ({"kind": "error", "status": 429, "retry_after": 1}, {errno.EBUSY}),
+    "malformed": ({"kind": "malformed_json"}, {errno.EIO}),
+}
+
+# call -> (method, path regex, the faults that apply).  mkdir's readiness
+# probe is GET /v1/sandbox; a job starts with POST /v1/bash/exec and is
+# followed by POST /v1/bash/output; stat is a file command (the 1.9.4 API
+# has no stat route: POST /v1/bash/exec, aio_remote.c)
+AIO_CALLS = {
+    "acquire": ("GET", "^/v1/sandbox$", list(AIO_FAULTS)),
+    "command": ("POST", "^/v1/bash/exec$", list(AIO_FAULTS)),
+    "output": ("POST", "^/v1/bash/output$", list(AIO_FAULTS)),
+    "download": ("GET", "^/v1/file/download$", ["timeout", "reset", "cut", "5xx", "429"]),
+    "stat": ("POST", "^/v1/bash/exec$", list(AIO_FAULTS)),
+    "list": ("POST", "^/v1/file/list$", list(AIO_FAULTS)),
+    "upload": ("POST", "^/v1/file/upload$", ["timeout", "reset", "5xx", "429", "malformed"]),
+    "skills": ("POST", "^/v1/file/upload$", ["timeout", "reset", "5xx", "429"]),
+}
+
+# the output long-poll of a running job is an idempotent read (an offset):
+# the daemon polls again, so a job outlives a few failed polls with its
+# exit and output (a fault until removed would keep `exit` waiting, as it
+# waits for the job's end by design); the others fail every request
+AIO_TIMES = {"output": 2}
+AIO_RECOVERABLE = {"output": tuple(AIO_FAULTS), "acquire": ("malformed",)}
+# mkdir's readiness probe is DeerFlow's loop: every answer but a 200 is
+# polled again until ready_timeout (ETIMEDOUT, docs/interface.md), and
+# readiness is the 200 itself (a body that does not parse is not looked at)
+AIO_WANT = {"acquire": {errno.ETIMEDOUT}}
+
+
+def _aio_requests(fake, since=0):
+    r = fake.api.get(f"/_fake/requests?since={since}")
+    assert r.status == 200, r
+    return r.json["requests"]
+
+
+def _aio_seq(fake):
+    return max((e["seq"] for e in _aio_requests(fake)), default=0)
+
+
+class AioCell(Cell):
+    def drive(self):
+        if self.call == "acquire":
+            try:
+                os.mkdir(self.m.mnt / "alice" / f"c{self.n}")
+                os.rmdir(self.m.mnt / "alice" / f"c{self.n}")
+            except OSError as e:
+                return e.errno
+            return None
+        if self.call == "output":
+            self.call = "command"
+            try:
+                return Cell.drive(self)
+            finally:
+                self.call = "output"
+        if self.call == "stat":
+            self.call = "info"
+            try:
+                return Cell.drive(self)
+            finally:
+                self.call = "stat"
+        return Cell.drive(self)
+
+    def prepare(self):
+        if self.call in ("download", "stat"):
+            code, _, _ = J.run_job(self.t, f"p{self.n}", f"printf 'remote data\\n' > d{self.n}")
+            assert code == 0
+
+
+@pytest.mark.timeout_s(120)
+@pytest.mark.parametrize("call", list(AIO_CALLS))
+@AIO_ONLY
+def test_aio_call_under_every_fault(sbxfs, remote, fake, call):
+    """The matrix above for the AIO sandbox at a base_url: each call through
+    each fault fails with DESIGN's errno (or recovers without replaying),
+    within request_timeout, and the daemon keeps serving."""
+    # acquire: every cell waits out ready_timeout, so it is short there
+    m = sbxfs(config={"request_timeout": REQUEST_TIMEOUT, "ready_timeout": 2 if call == "acquire" else 4})
+    t = m.mnt / "alice" / "t"
+    if call != "acquire":
+        os.makedirs(t)
+    else:
+        os.mkdir(m.mnt / "alice")
+    method, path, faults = AIO_CALLS[call]
+    bound = REQUEST_TIMEOUT + SLACK + (4 if call in ("acquire", "command", "output") else 0)
+    problems = []
+    for n, name in enumerate(faults):
+        cell = AioCell(m, t, call, n)
+        cell.prepare()
+        base, want = AIO_FAULTS[name]
+        want = AIO_WANT.get(call, want)
+        seq = _aio_seq(fake)
+        r = fake.api.post("/_fake/faults", dict(base, method=method, path=path, times=AIO_TIMES.get(call)))
+        assert r.status == 200, r
+        t0 = time.monotonic()
+        got = cell.drive()
+        took = time.monotonic() - t0
+        assert fake.api.delete("/_fake/faults").status == 200
+        label = f"{call}/{name}"
+        if not wait_until(lambda: any(e.get("fault") for e in _aio_requests(fake, seq)), 15):
+            problems.append(f"{label}: the call never reached the faulty endpoint (got "
+                            f"{errno.errorcode.get(got, got)})")
+        if got is None and name not in AIO_RECOVERABLE.get(call, ()):
+            problems.append(f"{label}: succeeded although the server failed it")
+        if got is not None and got not in want:
+            problems.append(f"{label}: errno {errno.errorcode.get(got, got)}, want "
+                            f"{'/'.join(errno.errorcode[w] for w in want)}")
+        if took > bound:
+            problems.append(f"{label}: took {took:.1f} s (request_timeout {REQUEST_TIMEOUT} s)")
+        if not m.running():
+            pytest.fail(f"{label}: the daemon died\n{m.log[-3000:]}")
+        again = AioCell(m, t, call, 100 + n)
+        again.prepare()
+        if again.drive() is not None:
+            problems.append(f"{label}: the call fails after the fault was removed")
+        if call in ("command", "output"):
+            runs = J.cat(t / "workspace" / f"ran{n}")[1].count(b"run")
+            if runs > 1:
+                problems.append(f"{label}: the command ran {runs} times")
     assert not problems, "\n".join(problems) + "\n" + m.log[-4000:]

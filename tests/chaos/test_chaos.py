@@ -11,6 +11,8 @@ for the system-libfuse and ASan passes: CI's time budget runs it once)."""
 import os
 import random
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,61 @@ def test_start_deletes_half_written_records_a_kill_left(sbxfs):
     os.mkdir(t)
     assert (t / "workspace" / "user.tmp.7").read_text() == "mine"
     assert (t / "jobs" / "j" / "stdout").read_text() == "hi\n"
+
+
+@pytest.mark.skipif(os.environ.get("SBXFS_CI_SHORT") == "1",
+                    reason="SBXFS_CI_SHORT=1: the load run costs 45 s and runs in one CI pass only")
+@pytest.mark.timeout_s(60)
+def test_load_short_local():
+    """The load mode (tests/chaos/load.py) for ~40 s with 8 sandboxes: the
+    report is complete (RSS and fd samples with their slopes, p50/p99 of
+    mkdir, stat and job round trip in both the first and the last tenth),
+    every kind of operation ran, and no error the workload did not cause."""
+    import load
+    seed = int(os.environ.get("SBXFS_CHAOS_SEED", random.randrange(1 << 31)))
+    ld = load.Load(seed, duration=40.0, sandboxes=8, users=3, workers=4, sample_every=2.0,
+                   log=lambda s: print(s, flush=True))
+    try:
+        r, text = ld.run()
+    finally:
+        ld.d.cleanup()
+    print(text)
+    assert r["pass"] and not r["errors"], text
+    assert r["samples"] >= 15, text
+    for k in ("rss_kb", "fds"):
+        assert all(v is not None for v in r[k].values()), text
+    assert 0 < r["fds"]["max"] < chaos.FD_LIMIT // 2, text
+    assert all(x is not None for x in r["by_tenth"]) and len(r["series"]) == r["samples"], text
+    for op in load.OPS:
+        for part in ("first", "last"):
+            w = r["latency"][op][part]
+            assert w["n"] >= 5 and w["p50_ms"] is not None and w["p99_ms"] >= w["p50_ms"], text
+    for k in ("mkdir", "rmdir", "stat", "write", "job"):
+        assert r["counts"][k] > 0, text
+    ld.remove()
+
+
+@pytest.mark.timeout_s(60)
+def test_load_reports_a_daemon_that_dies():
+    """Hostile: the daemon killed under the load run is an error the workload
+    did not cause; the report fails and says so (and nothing is left)."""
+    import load
+    ld = load.Load(3, duration=30.0, sandboxes=4, users=2, workers=2, sample_every=1.0,
+                   log=lambda s: None)
+
+    def killer():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and ld.counts["job"] < 5:
+            time.sleep(0.1)
+        ld.d.kill9()
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    try:
+        r, text = ld.run()
+    finally:
+        t.join(timeout=30)
+        ld.d.cleanup()
+    assert not r["pass"], text
+    assert any("daemon died" in e for e in r["errors"]), text
+    assert r["duration_s"] < 25, text
+    ld.remove()

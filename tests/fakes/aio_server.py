@@ -55,13 +55,15 @@ Test control channel (never under /v1; this text is served at GET /_fake/help)
          "path": REGEX (default any /v1 path), "method": "POST" (default any),
          "times": N (default 1; null = until removed), "after": K (let K
          matching requests through first), "status": 500, "body": {...},
-         "seconds": 2.0 (delay), "message": "..."}
+         "seconds": 2.0 (delay), "message": "...", "retry_after": N (error:
+         a Retry-After header, as a proxy at capacity sends with 429/503)}
         error: HTTP `status` with `body` (default: the envelope with success
         false for 5xx, FastAPI's {"detail": ...} for 401/403/404/405/422/503);
         delay: wait `seconds`, then answer normally; drop: close the
         connection without an answer (reset: with a TCP RST); malformed_json:
         200 with a cut JSON body; truncate: 200 whose body ends before its
-        Content-Length; tool_failure: 200 {"success": false, "message"};
+        Content-Length (a download: half the file's
+        own bytes, then the connection closes); tool_failure: 200 {"success": false, "message"};
         drip: a download's body goes one byte every `seconds` (a hostile
         server that never stalls long enough for a client's stall timeout).
         Faults apply before authentication and readiness, in the order added.
@@ -943,7 +945,7 @@ class Faults:
                  "method": (spec.get("method") or "").upper() or None,
                  "times": times, "after": after, "status": int(spec.get("status", 500)),
                  "body": spec.get("body"), "seconds": float(spec.get("seconds", 1.0)),
-                 "message": spec.get("message"), "hits": 0}
+                 "message": spec.get("message"), "retry_after": spec.get("retry_after"), "hits": 0}
             self.next_id += 1
             self.items.append(f)
             return dict(f)
@@ -2529,6 +2531,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
         self.resp_bytes = 0
         self.drip = None
+        self.cut = None
         try:
             fault = srv.faults.match(method, path)
             if fault:
@@ -2611,6 +2614,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if kind == "drip":  # applied by send_download
             self.drip = f
             return False
+        if kind == "truncate" and req.path == "/v1/file/download":
+            self.drip = None
+            self.cut = f  # applied by send_download: the file's own bytes, cut
+            return False
         if kind in ("drop", "reset"):
             self.drop(reset=(kind == "reset"))
             return True
@@ -2627,7 +2634,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                         st, ("Error",))[0]}
                 else:
                     body = envelope(None, message=f["message"] or "Internal Server Error", success=False)
-            self.send_json(st, body)
+            ra = f["retry_after"]
+            self.send_json(st, body, {"Retry-After": str(ra)} if ra is not None else None)
         elif kind == "tool_failure":
             self.send_json(200, f["body"] or failure(f["message"] or "Injected tool failure"))
         elif kind == "malformed_json":
@@ -2688,6 +2696,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return
             f.seek(start)
             left = length
+            if self.cut is not None:  # half the body, then the connection closes
+                self.wfile.write(f.read(length // 2))
+                self.wfile.flush()
+                self.resp_bytes += length // 2
+                self.drop()
+                return
             while left > 0:
                 if self.drip is not None:  # one byte, then a pause: never silent for long
                     if left < length and self.srv.stopping.wait(self.drip["seconds"]):

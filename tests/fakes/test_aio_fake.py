@@ -563,6 +563,11 @@ def test_faults_error_delay_drop_malformed(aio):
     # after: the third matching request fails
     aio.post("/_fake/faults", {"kind": "error", "status": 503, "path": "^/v1/sandbox$", "after": 2})
     assert [aio.get("/v1/sandbox").status for _ in range(4)] == [200, 200, 503, 200]
+    # retry_after: a 429 (a proxy at capacity) with its Retry-After header
+    aio.post("/_fake/faults", {"kind": "error", "status": 429, "retry_after": 3, "path": "^/v1/sandbox$"})
+    r = aio.get("/v1/sandbox")
+    assert r.status == 429 and r.headers["Retry-After"] == "3" and r.json["success"] is False
+    assert "Retry-After" not in aio.get("/v1/sandbox").headers
     aio.post("/_fake/faults", {"kind": "delay", "seconds": 0.7, "path": "^/v1/sandbox$"})
     t0 = time.monotonic()
     assert aio.get("/v1/sandbox").status == 200 and time.monotonic() - t0 >= 0.6
@@ -607,6 +612,25 @@ def test_fault_drip(aio):
     t0 = time.monotonic()
     assert aio.get(f"/v1/file/download?path={WS}/drip.txt").body == b"abcdef"
     assert time.monotonic() - t0 < 1.5  # times 1 (the default): used up
+
+
+def test_fault_truncate_of_a_download_cuts_the_files_own_bytes(aio):
+    """truncate on a download: the file's headers (its Content-Length) and
+    the first half of its own bytes, then the connection closes."""
+    import http.client
+    ok(aio.post("/v1/file/write", {"file": f"{WS}/cut.txt", "content": "0123456789"}))
+    aio.post("/_fake/faults", {"kind": "truncate", "path": "^/v1/file/download$"})
+    conn = http.client.HTTPConnection("127.0.0.1", int(aio.base.rsplit(":", 1)[1]), timeout=10)
+    try:
+        conn.request("GET", f"/v1/file/download?path={WS}/cut.txt")
+        r = conn.getresponse()
+        assert r.status == 200 and r.headers["Content-Length"] == "10"
+        with pytest.raises(http.client.IncompleteRead) as e:
+            r.read()
+        assert e.value.partial == b"01234"
+    finally:
+        conn.close()
+    assert aio.get(f"/v1/file/download?path={WS}/cut.txt").body == b"0123456789"
 
 
 def test_request_log_and_counters(aio):
