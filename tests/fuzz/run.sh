@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Run libFuzzer harnesses one after the other (make fuzz): run.sh SECONDS TARGET...
+# Run libFuzzer harnesses (make fuzz): run.sh SECONDS TARGET...
+# FUZZ_JOBS targets run at once (default: the CPUs, at most 2: CI's machine
+# has 2 and nothing else runs while it fuzzes), each for SECONDS.
 #
 # Each target starts from its committed seeds (tests/fuzz/corpus/<target>/,
 # read only) and what earlier runs found (build/fuzz/corpus/<target>/, where
@@ -17,18 +19,30 @@ shift
 [ $# -gt 0 ] || { echo "usage: $0 SECONDS TARGET..." >&2; exit 2; }
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-summary=()
-for t in "$@"; do
+jobs=${FUZZ_JOBS:-$(nproc)}
+[ "$jobs" -gt 2 ] && jobs=2
+[ "$jobs" -lt 1 ] && jobs=1
+
+# One target: its summary line in build/fuzz/logs/<target>.summary, and
+# build/fuzz/logs/<target>.failed when it failed.
+fuzz_one() {
+	local t=$1 bin work crashes log seeds before after rc execs rate last cov ft corp line
+	local dict=()
 	bin=build/fuzz/bin/fuzz-$t
 	work=build/fuzz/corpus/$t
 	crashes=build/fuzz/crashes/$t
 	log=build/fuzz/logs/$t.log
 	seeds=tests/fuzz/corpus/$t
 	mkdir -p "$work" "$crashes" build/fuzz/logs
-	[ -x "$bin" ] || { echo "fuzz: $bin is not built (make fuzz-build)"; failed+=("$t"); continue; }
-	[ -d "$seeds" ] || { echo "fuzz: no seeds in $seeds"; failed+=("$t"); continue; }
-	dict=()
+	rm -f "build/fuzz/logs/$t.failed"
+	if [ ! -x "$bin" ]; then
+		echo "fuzz: $bin is not built (make fuzz-build)"
+		echo "$t    not built" >"build/fuzz/logs/$t.summary"; : >"build/fuzz/logs/$t.failed"; return
+	fi
+	if [ ! -d "$seeds" ]; then
+		echo "fuzz: no seeds in $seeds"
+		echo "$t    no seeds" >"build/fuzz/logs/$t.summary"; : >"build/fuzz/logs/$t.failed"; return
+	fi
 	[ -f tests/fuzz/$t.dict ] && dict=(-dict=tests/fuzz/$t.dict)
 	before=$(ls "$crashes" | wc -l)
 	echo "== fuzz $t: $secs s (log $log)"
@@ -45,13 +59,30 @@ for t in "$@"; do
 	line=$(printf '%-7s %10s execs %7s/s  cov %5s  ft %6s  corpus %s' "$t" "${execs:-?}" "${rate:-?}" "${cov:-?}" \
 		"${ft:-?}" "${corp:-?}")
 	if [ "$rc" -ne 0 ] || [ "$after" -ne "$before" ]; then
-		failed+=("$t")
+		: >"build/fuzz/logs/$t.failed"
 		line="$line  FAILED (exit $rc)"
 		echo "fuzz $t failed: the end of $log:"
 		grep -E 'ERROR|SUMMARY|FUZZ_CHECK|runtime error|Test unit written' "$log" | head -20
 		ls -t "$crashes" | head -5 | sed "s|^|  reproducer: $crashes/|"
 	fi
-	summary+=("$line")
+	echo "$line" >"build/fuzz/logs/$t.summary"
+}
+
+running=0
+for t in "$@"; do
+	if [ "$running" -ge "$jobs" ]; then
+		wait -n
+		running=$((running - 1))
+	fi
+	fuzz_one "$t" &
+	running=$((running + 1))
+done
+wait
+failed=()
+summary=()
+for t in "$@"; do
+	summary+=("$(cat "build/fuzz/logs/$t.summary" 2>/dev/null || echo "$t    no result")")
+	[ -e "build/fuzz/logs/$t.failed" ] || [ ! -e "build/fuzz/logs/$t.summary" ] && failed+=("$t")
 done
 echo "== fuzz summary ($secs s each)"
 printf '%s\n' "${summary[@]}"
