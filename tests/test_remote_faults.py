@@ -34,6 +34,12 @@ import test_jobs as J
 from remoteutil import fake, remote, sbxfs  # noqa: F401
 from sbxutil import read_json, wait_until
 
+# CI's time budget: the matrices (~100 s) run in the libfuse >= 3.16 pass; the
+# provider code they drive is the same in every build (they passed under ASan
+# by hand: docs/reliability.md).
+pytestmark = pytest.mark.skipif(os.environ.get("SBXFS_CI_SHORT") == "1",
+                                reason="SBXFS_CI_SHORT=1: the remote fault matrices run in one CI pass only")
+
 OS_ONLY = pytest.mark.parametrize("remote", ["opensandbox"], indirect=True)
 REQUEST_TIMEOUT = 2
 SLACK = 4.0  # a loaded CI machine: scheduling, not waiting
