@@ -265,18 +265,32 @@ void park(struct park_queue *q, void *req, park_try_fn try, void *arg, void (*ar
 	park_enqueue(q, p, true);
 }
 
-/* Park thread: retry every armed waiter of q. */
-static void queue_service(struct park_queue *q)
+/* Claim q's armed waiters and notify its pollers; close it first (later
+ * parks answered err) when close is set. */
+static struct parked *queue_take(struct park_queue *q, bool close, int err)
 {
-	struct parked *p, *next;
+	struct parked *p;
 	struct park_poll *polls;
 
 	pthread_mutex_lock(&q->lock);
+	if (close) {
+		q->closed = true;
+		q->close_err = err;
+	}
 	p = queue_claim_locked(q);
 	polls = q->polls;
 	q->polls = NULL;
 	pthread_mutex_unlock(&q->lock);
 	polls_notify(polls);
+	return p;
+}
+
+/* Park thread: retry every armed waiter of q. */
+static void queue_service(struct park_queue *q)
+{
+	struct parked *p, *next;
+
+	p = queue_take(q, false, 0);
 	for (; p; p = next) {
 		next = p->next;
 		park_ops->unwatch(p->req);
@@ -294,16 +308,8 @@ static void queue_service(struct park_queue *q)
 void park_drain(struct park_queue *q, int err)
 {
 	struct parked *p, *next;
-	struct park_poll *polls;
 
-	pthread_mutex_lock(&q->lock);
-	q->closed = true;
-	q->close_err = err;
-	p = queue_claim_locked(q);
-	polls = q->polls;
-	q->polls = NULL;
-	pthread_mutex_unlock(&q->lock);
-	polls_notify(polls);
+	p = queue_take(q, true, err);
 	for (; p; p = next) {
 		next = p->next;
 		park_ops->unwatch(p->req);

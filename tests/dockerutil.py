@@ -79,12 +79,13 @@ def docker_installed():
     return docker_bin() is not None and shutil.which("dockerd") is not None
 
 
-def ping(timeout=2.0):
-    """True when the Engine API answers GET /_ping with 200 OK."""
+def ping_socket(path, timeout=2.0):
+    """True when the Engine API on the unix socket path (dockerd's or a
+    Podman service's) answers GET /_ping with 200 OK."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(docker_socket())
+            s.connect(path)
             s.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
             data = b""
             while True:
@@ -95,6 +96,11 @@ def ping(timeout=2.0):
     except OSError:
         return False
     return data.startswith(b"HTTP/1.") and b" 200 " in data.split(b"\r\n", 1)[0]
+
+
+def ping(timeout=2.0):
+    """True when dockerd answers GET /_ping with 200 OK."""
+    return ping_socket(docker_socket(), timeout)
 
 
 def _remove_stale_pidfile(path="/var/run/docker.pid"):

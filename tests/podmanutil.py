@@ -22,7 +22,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -52,23 +51,6 @@ def ensure_installed():
     if r.returncode or not shutil.which("podman"):
         return f"apt-get install podman failed: {r.stderr.strip()[-500:]}"
     return None
-
-
-def _ping(path, timeout=2.0):
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            s.sendall(b"GET /_ping HTTP/1.0\r\nHost: podman\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-    except OSError:
-        return False
-    return b" 200 " in data.split(b"\r\n", 1)[0]
 
 
 class PodmanService:
@@ -111,7 +93,7 @@ class PodmanService:
                                          stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                          start_new_session=True, env=self.env)
         deadline = time.monotonic() + timeout
-        while not _ping(self.socket):
+        while not dockerutil.ping_socket(self.socket):
             if self.proc.poll() is not None or time.monotonic() >= deadline:
                 tail = self.log.read_text(errors="replace")[-2000:]
                 self.stop()

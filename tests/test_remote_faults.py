@@ -132,6 +132,30 @@ class Cell:
             assert code == 0
 
 
+def _judge(m, label, got, want, took, bound, reached, recoverable, again):
+    """What is wrong with one cell of a matrix: got (None or the errno) after
+    took seconds; reached: the fault met the call; recoverable: the call may
+    succeed through this fault; again: a fresh cell of the same call, which
+    must work now that the fault is gone.  The daemon dying fails at once."""
+    problems = []
+    if not reached:
+        problems.append(f"{label}: the call never reached the faulty endpoint (got "
+                        f"{errno.errorcode.get(got, got)})")
+    if got is None and not recoverable:
+        problems.append(f"{label}: succeeded although the server failed it")
+    if got is not None and got not in want:
+        problems.append(f"{label}: errno {errno.errorcode.get(got, got)}, want "
+                        f"{'/'.join(errno.errorcode[w] for w in want)}")
+    if took > bound:
+        problems.append(f"{label}: took {took:.1f} s (request_timeout {REQUEST_TIMEOUT} s)")
+    if not m.running():
+        pytest.fail(f"{label}: the daemon died\n{m.log[-3000:]}")
+    again.prepare()
+    if again.drive() is not None:
+        problems.append(f"{label}: the call fails after the fault was removed")
+    return problems
+
+
 @pytest.mark.timeout_s(240)
 @pytest.mark.parametrize("call", list(CALLS))
 @OS_ONLY
@@ -153,29 +177,15 @@ def test_remote_call_under_every_fault(sbxfs, remote, fake, call):
         took = time.monotonic() - t0
         fake.clear_faults()
         label = f"{call}/{name}"
-        # the fault did meet the call (a stream logs when it closes)
-        if not wait_until(lambda: any(r["faults"] for r in fake.requests(since=seq)["log"]), 15):
-            problems.append(f"{label}: the call never reached the faulty endpoint (got "
-                            f"{errno.errorcode.get(got, got)})")
-        if got is None and name not in RECOVERABLE.get(call, ()):
-            problems.append(f"{label}: succeeded although the server failed it")
         if got is None and call in ("upload", "skills"):
             where = "/mnt/user-data/workspace" if call == "upload" else "/mnt/skills"
             code, out, _ = J.run_job(t, f"v{n}", f"wc -c < {where}/u{n}")
             if out.strip() != "4096":
                 problems.append(f"{label}: acknowledged, but the sandbox has {out.strip()!r} bytes")
-        if got is not None and got not in want:
-            problems.append(f"{label}: errno {errno.errorcode.get(got, got)}, want "
-                            f"{'/'.join(errno.errorcode[w] for w in want)}")
-        if took > bound:
-            problems.append(f"{label}: took {took:.1f} s (request_timeout {REQUEST_TIMEOUT} s)")
-        if not m.running():
-            pytest.fail(f"{label}: the daemon died\n{m.log[-3000:]}")
-        # the same call without the fault works
-        again = Cell(m, t, call, 100 + n)
-        again.prepare()
-        if again.drive() is not None:
-            problems.append(f"{label}: the call fails after the fault was removed")
+        # the fault did meet the call (a stream logs when it closes)
+        reached = wait_until(lambda: any(r["faults"] for r in fake.requests(since=seq)["log"]), 15)
+        problems += _judge(m, label, got, want, took, bound, reached, name in RECOVERABLE.get(call, ()),
+                           Cell(m, t, call, 100 + n))
         if call == "command":
             runs = J.cat(t / "workspace" / f"ran{n}")[1].count(b"run")
             if runs > 1:
@@ -301,22 +311,9 @@ def test_aio_call_under_every_fault(sbxfs, remote, fake, call):
         took = time.monotonic() - t0
         assert fake.api.delete("/_fake/faults").status == 200
         label = f"{call}/{name}"
-        if not wait_until(lambda: any(e.get("fault") for e in _aio_requests(fake, seq)), 15):
-            problems.append(f"{label}: the call never reached the faulty endpoint (got "
-                            f"{errno.errorcode.get(got, got)})")
-        if got is None and name not in AIO_RECOVERABLE.get(call, ()):
-            problems.append(f"{label}: succeeded although the server failed it")
-        if got is not None and got not in want:
-            problems.append(f"{label}: errno {errno.errorcode.get(got, got)}, want "
-                            f"{'/'.join(errno.errorcode[w] for w in want)}")
-        if took > bound:
-            problems.append(f"{label}: took {took:.1f} s (request_timeout {REQUEST_TIMEOUT} s)")
-        if not m.running():
-            pytest.fail(f"{label}: the daemon died\n{m.log[-3000:]}")
-        again = AioCell(m, t, call, 100 + n)
-        again.prepare()
-        if again.drive() is not None:
-            problems.append(f"{label}: the call fails after the fault was removed")
+        reached = wait_until(lambda: any(e.get("fault") for e in _aio_requests(fake, seq)), 15)
+        problems += _judge(m, label, got, want, took, bound, reached, name in AIO_RECOVERABLE.get(call, ()),
+                           AioCell(m, t, call, 100 + n))
         if call in ("command", "output"):
             runs = J.cat(t / "workspace" / f"ran{n}")[1].count(b"run")
             if runs > 1:
