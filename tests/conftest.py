@@ -158,6 +158,7 @@ class SbxfsInstance:
         self.env.update(env or {})
         self.args = list(args)
         self.detach = detach  # start without -f, as an administrator would
+        self.ignored_signals = ()  # started with these ignored (nohup, a script's `&`)
         self.proc = None
         self.tracked = []  # ProcRefs of sandbox processes seen by the test
         self.leaks = []
@@ -206,9 +207,11 @@ class SbxfsInstance:
             pytest.fail(f"daemon binary {SBXFS_BIN} does not exist (run make)")
         logf = open(self.log_path, "ab")
         try:
+            ignored = tuple(self.ignored_signals)
             self.proc = subprocess.Popen(
                 self.command(), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
-                env=self.env, cwd=str(self.base))
+                env=self.env, cwd=str(self.base),
+                preexec_fn=(lambda: [signal.signal(s, signal.SIG_IGN) for s in ignored]) if ignored else None)
         finally:
             logf.close()
         if self.detach:

@@ -622,6 +622,28 @@ def test_kill_with_signal(sandbox, spec, sig):
 
 
 @pytest.mark.timeout_s(60)
+def test_a_job_starts_with_every_signal_at_its_default(sbxfs):
+    """A daemon started with signals ignored (`nohup`; a script's `cmd &`
+    ignores SIGINT and SIGQUIT) does not pass that on: ignored signals
+    survive exec, and a job's `kill SIGQUIT` did nothing."""
+    m = sbxfs(start=False)
+    m.ignored_signals = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGPIPE, signal.SIGUSR2)
+    m.start()
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    code, out, err = run_job(t, "ign", "grep -E '^Sig(Ign|Blk)' /proc/self/status")
+    assert code == 0, err
+    masks = dict(line.split(":") for line in out.splitlines())
+    for k, v in masks.items():  # signals 1-31 (32 and 33 are the C library's own)
+        assert int(v, 16) & 0x7fffffff == 0, f"the job starts with {k} {v.strip()}"
+    j = mkjob(t, "q")
+    start_ready(j)
+    write_ctl(j / "ctl", "kill SIGQUIT")
+    assert wait_exit(j, 10) == 128 + signal.SIGQUIT
+    assert jstatus(j)["signal"] == signal.SIGQUIT
+
+
+@pytest.mark.timeout_s(60)
 def test_kill_usr1_reaches_a_trap(sandbox):
     m, t = sandbox
     j = mkjob(t, "trap")

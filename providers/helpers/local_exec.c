@@ -411,6 +411,8 @@ static void join_cgroups(const int *fds, int n)
 static void __attribute__((noreturn)) job_main(const struct exec_args *a, struct job_fds *f, const char *cmd,
 	char **env, const struct sock_fprog *filter)
 {
+	sigset_t none;
+
 	join_cgroups(f->join, f->njoin);
 	if (f->cgns >= 0 && setns(f->cgns, CLONE_NEWCGROUP))
 		exec_die("joining the sandbox's cgroup namespace");
@@ -426,8 +428,13 @@ static void __attribute__((noreturn)) job_main(const struct exec_args *a, struct
 	script_fd(cmd);
 	if (chdir("/mnt/user-data/workspace") && chdir("/"))
 		exec_die("chdir");
-	signal(SIGPIPE, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
+	/* every disposition the default (as a container runtime does): a daemon
+	 * started by `nohup` or in a script's background ignores SIGHUP,
+	 * SIGINT, SIGQUIT, and ignored signals survive exec */
+	for (int sig = 1; sig < NSIG; sig++)
+		signal(sig, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* last: after this only what the sandbox may do works (no_new_privs is set) */
 	if (filter->len && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, filter))
 		exec_die("loading the seccomp filter");
