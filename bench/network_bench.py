@@ -14,6 +14,10 @@ interleaved so that load on the host moves both sides alike:
            (curl in an allowlist sandbox, HTTP_PROXY from its environment)
            against the same download made directly by curl on the host;
            ratio = proxied / direct (goal >= 0.9).
+  relay    the proxy thread's CPU seconds per GiB relayed (1 GiB downloads
+           through it) against one loopback TCP hop carrying the same bytes
+           (sendfile into the socket, splice out to /dev/null): the proxy
+           does one hop's receive and the next one's send (goal <= 1.2x).
   open     the same download from an open-mode sandbox (pasta) against the
            host's own curl, from a server in a network namespace the bench
            makes (198.51.100.1 on a veth pair: a "public" host).
@@ -62,12 +66,12 @@ def serve(c):
             if not b:
                 return
             req += b
-        n = int(req.split(b" ")[1].split(b"/")[-1])
-        n = min(n, size)
+        n = int(req.split(b" ")[1].split(b"/")[-1])  # more than the file: it again and again
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % n)
-        off = 0
-        while off < n:
-            off += os.sendfile(c.fileno(), fd, off, n - off)
+        sent = 0
+        while sent < n:
+            off = sent % size
+            sent += os.sendfile(c.fileno(), fd, off, min(n - sent, size - off))
     except OSError:
         pass
     finally:
@@ -79,6 +83,45 @@ print("ready", flush=True)
 while True:
     c, _ = s.accept()
     threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+# The peer of the relay row: one loopback TCP hop carrying N bytes with the
+# cheapest calls at both ends (sendfile from the page cache into the socket,
+# splice from the socket through a pipe into /dev/null), two threads of one
+# process; it prints that process's CPU seconds.
+HOP = r"""
+import fcntl, os, resource, socket, sys, threading
+path, n = sys.argv[1], int(sys.argv[2])
+fd = os.open(path, os.O_RDONLY)
+size = os.fstat(fd).st_size
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(1)
+def send():
+    c = socket.create_connection(ls.getsockname())
+    sent = 0
+    while sent < n:
+        off = sent % size
+        sent += os.sendfile(c.fileno(), fd, off, min(n - sent, size - off))
+    c.close()
+t = threading.Thread(target=send)
+t.start()
+c, _ = ls.accept()
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+null = os.open("/dev/null", os.O_WRONLY)
+got = 0
+while True:
+    k = os.splice(c.fileno(), w, 1 << 20)
+    if not k:
+        break
+    got += k
+    while k:
+        k -= os.splice(r, null, k)
+t.join()
+u = resource.getrusage(resource.RUSAGE_SELF)
+print(got, u.ru_utime + u.ru_stime)
 """
 
 
@@ -269,6 +312,50 @@ for i in range({n}):
                 "sandbox_mib_s": [med_s / MiB, min(sbx) / MiB, max(sbx) / MiB], "ratio": med_s / med_d,
                 "direct_cpu_s_per_gib": statistics.median(dcpu), "sandbox_cpu_s_per_gib": statistics.median(scpu)}
 
+    @staticmethod
+    def thread_cpu(pid, comm):
+        """CPU seconds so far of pid's threads named comm."""
+        total = 0.0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                    if f.read().strip() != comm:
+                        continue
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    rest = f.read().rsplit(")", 1)[1].split()
+                total += (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+            except (OSError, IndexError):
+                pass
+        return total
+
+    def row_relay(self, t, sandbox_url):
+        """The proxy's CPU per GiB relayed (its thread's ticks over a download
+        of relay_mib through it) against one loopback TCP hop (HOP): the proxy
+        does one hop's receive and the next one's send, so with no copy
+        through user space it costs about one hop.  Interleaved rounds."""
+        n = self.args.relay_mib * MiB
+        gib = n / (1 << 30)
+        daemon = self.daemon_of(t)
+        proxy, whole, hop = [], [], []
+        for r in range(self.args.rounds):
+            for side in (["proxy", "hop"] if r % 2 == 0 else ["hop", "proxy"]):
+                if side == "proxy":
+                    p0, d0 = self.thread_cpu(daemon, "sbxfs-proxy"), self.cpu(daemon)
+                    self.sandbox_curl(t, f"relay{r}", f"{sandbox_url}/big/{n}", [])
+                    proxy.append((self.thread_cpu(daemon, "sbxfs-proxy") - p0) / gib)
+                    whole.append((self.cpu(daemon) - d0) / gib)
+                else:
+                    out = sh(sys.executable, "-c", HOP, self.blob, str(n), timeout=300).stdout.split()
+                    if int(out[0]) != n:
+                        raise RuntimeError(f"the hop carried {out[0]} of {n} bytes")
+                    hop.append(float(out[1]) / gib)
+            log(f"relay round {r}: proxy thread {proxy[-1]:.3f} CPU s/GiB (daemon {whole[-1]:.3f}), "
+                f"one loopback hop {hop[-1]:.3f} CPU s/GiB")
+        return {"mib": self.args.relay_mib, "proxy_cpu_s_per_gib": statistics.median(proxy),
+                "daemon_cpu_s_per_gib": statistics.median(whole), "hop_cpu_s_per_gib": statistics.median(hop),
+                "proxy_range": [min(proxy), max(proxy)], "hop_range": [min(hop), max(hop)],
+                "ratio": statistics.median(proxy) / statistics.median(hop)}
+
     def netns_server(self):
         self.lockf = open(LOCK, "w")
         fcntl.flock(self.lockf, fcntl.LOCK_EX)
@@ -301,6 +388,9 @@ for i in range({n}):
             log("proxy: allowed download through the proxy vs direct")
             res["proxy"] = self.row_throughput("proxy", f"http://{self.addr}", t, "http://bench.example.test",
                                                [srv], [srv, self.daemon_of(t)])
+        if "relay" in self.args.only:
+            log(f"relay: the proxy's CPU per GiB relayed vs one loopback TCP hop ({self.args.relay_mib} MiB)")
+            res["relay"] = self.row_relay(t, "http://bench.example.test")
         if "open" in self.args.only:
             url = self.netns_server()
             srv2 = self.procs[-1].pid
@@ -362,6 +452,13 @@ def table(res, args):
             lines.append(f"| {label}: CPU of the whole path (curl, server, {'daemon' if k == 'proxy' else 'pasta'}) | "
                          f"{r['sandbox_cpu_s_per_gib']:.2f} CPU s/GiB | {r['direct_cpu_s_per_gib']:.2f} CPU s/GiB | "
                          f"{r['direct_cpu_s_per_gib'] / r['sandbox_cpu_s_per_gib']:.2f}x |")
+    if "relay" in res:
+        r = res["relay"]
+        lines.append(f"| proxy relay: its thread's CPU per GiB ({r['mib']} MiB downloads; whole daemon "
+                     f"{r['daemon_cpu_s_per_gib']:.3f}) | {r['proxy_cpu_s_per_gib']:.3f} CPU s/GiB "
+                     f"[{r['proxy_range'][0]:.3f}-{r['proxy_range'][1]:.3f}] | one loopback TCP hop (sendfile -> "
+                     f"splice to /dev/null): {r['hop_cpu_s_per_gib']:.3f} CPU s/GiB "
+                     f"[{r['hop_range'][0]:.3f}-{r['hop_range'][1]:.3f}] | {r['ratio']:.2f}x (goal <= 1.2x) |")
     return "\n".join(lines) + "\n"
 
 
@@ -370,7 +467,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--size-mib", type=int, default=100)
     ap.add_argument("--events", type=int, default=50)
-    ap.add_argument("--only", default="events,proxy,open")
+    ap.add_argument("--relay-mib", type=int, default=1024)
+    ap.add_argument("--only", default="events,proxy,relay,open")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "network.md"))
     args = ap.parse_args()
     args.only = args.only.split(",")
