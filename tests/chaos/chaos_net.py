@@ -58,14 +58,18 @@ SLACK = 3.0                    # seconds of clock and scheduling slack around a 
 DECISIONS = (("allow_sandbox", 0.35), ("deny", 0.45), ("allow_temporary", 0.20))
 
 # One status per host: curl where the sandbox has it (local), else busybox
-# wget (the docker test image).  Both take the proxy from http_proxy, which
-# every allowlist sandbox has.
+# nc to the proxy (the docker test image: its static busybox wget crashes on
+# any name lookup, and its nc is the small one, without -q).  curl takes the
+# proxy from http_proxy, which every allowlist sandbox has.
 FETCH = r'''get() {
   if command -v curl >/dev/null 2>&1; then
     curl -s -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/chaos"
   else
-    o=$(wget -q -O /dev/null -T 40 "http://$1/chaos" 2>&1) && printf 200 ||
-      printf '%s' "$o" | sed -n 's/.*HTTP\/1\.[01] \([0-9][0-9]*\).*/\1/p' | head -n 1
+    # (busybox nc exits at the end of its input: hold it open until the answer)
+    r=/tmp/.fetch.$$; : > "$r"
+    { printf 'GET http://%s/chaos HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1"; i=0
+      while [ ! -s "$r" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done; } | nc -w 40 127.0.0.1 3128 > "$r" 2>&1
+    head -n 1 "$r" | sed -n 's/^HTTP\/1\.[01] \([0-9][0-9]*\).*/\1/p'; rm -f "$r"
   fi
 }
 for h in HOSTS; do printf '%s %s\n' "$h" "$(get "$h")"; done
