@@ -849,10 +849,15 @@ class Chaos:
                  f"{len(self.scopes)} sandboxes, provider {self.provider}, dir {self.base}")
         t_end = time.monotonic() + self.duration
         threads = []
+        finished = False
         try:
             self.d.start()
             if self.net:
-                self.first_sandboxes()
+                try:
+                    self.first_sandboxes()
+                except Violation as e:
+                    self.violate(str(e))
+                    return self.report()
             per = [self.scopes[i::self.nworkers] for i in range(self.nworkers)]
             for wid, sc in enumerate(per):
                 t = threading.Thread(target=self.worker, args=(wid, sc), daemon=True)
@@ -887,13 +892,14 @@ class Chaos:
             self.pause()
             if not self.violations:
                 self.final_check()
+            finished = True
         finally:
             with self.cond:
                 self.stop_flag = True
                 self.cond.notify_all()
             for t in threads:
                 t.join(timeout=30)
-            if self.violations:
+            if self.violations or not finished:  # or a harness error: nothing left behind
                 self.d.cleanup()
             if self.net:
                 self.net.close()

@@ -93,6 +93,7 @@ class NetModel:
         self.maybe_decided = {}     # id -> (decision, host), cut short
         self.quiet = False          # nothing pending: a read of events now is EAGAIN
         self.hosts = {}             # consumed id -> its host
+        self.orphans = set()        # fetch jobs the kill cut off from their worker (may still ask)
 
     def expect(self, host, t0):
         """The status a fetch started at t0 must get: 200, 403 or None (either)."""
@@ -157,6 +158,7 @@ class NetChaos:
         except OSError as e:
             if c.failed(ep, e):
                 s.maybe_jobs.add(name)
+                m.orphans.add(name)
             return
         s.jobs[name] = {"kind": "net", "content": None, "killed": False, "started": False}
         try:
@@ -168,6 +170,7 @@ class NetChaos:
         except OSError as e:
             if c.failed(ep, e):
                 s.jobs[name]["started"] = s.jobs[name]["started"] or None
+                m.orphans.add(name)  # it runs on in the sandbox
             return
         self.stats["net_fetches"] += 1
         got = dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
@@ -239,9 +242,24 @@ class NetChaos:
                 m.quiet = False
             return
         if ev is None:
-            m.quiet = True
+            m.quiet = self.settled(s)
             return
         self.take(s, ev, "read")
+
+    def settled(self, s):
+        """No fetch job of a cut operation is still running (one could still
+        make an event)."""
+        for name in sorted(s.net.orphans):
+            try:
+                st = json.loads(self.c.p(s, "jobs", name, "status").read_text()).get("state")
+            except FileNotFoundError:
+                st = None
+            except (OSError, ValueError):
+                return False
+            if st in ("starting", "running"):
+                return False
+            s.net.orphans.discard(name)
+        return True
 
     def write_network(self, s, text):
         fd = os.open(self.c.p(s, "network"), os.O_WRONLY)
@@ -282,7 +300,7 @@ class NetChaos:
                 m.quiet = False
             return
         self.stats["net_deny_pending"] += 1
-        m.quiet = True
+        m.quiet = self.settled(s)
 
     # ---- the checks (workers paused, the daemon up, the scope active)
     def check(self, s):
@@ -338,7 +356,7 @@ class NetChaos:
         except OSError as e:
             raise Violation(f"{s.rel}/events unreadable after a restart: {e}")
         if e is None:
-            m.quiet = True
+            m.quiet = self.settled(s)
         else:
             self.take(s, e, "after a restart")
 
