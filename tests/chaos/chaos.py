@@ -857,13 +857,13 @@ class Chaos:
                     self.first_sandboxes()
                 except Violation as e:
                     self.violate(str(e))
-                    return self.report()
             per = [self.scopes[i::self.nworkers] for i in range(self.nworkers)]
             for wid, sc in enumerate(per):
                 t = threading.Thread(target=self.worker, args=(wid, sc), daemon=True)
                 t.start()
                 threads.append(t)
-            self.resume()
+            if not self.violations:
+                self.resume()
             while not self.violations:
                 left = t_end - time.monotonic()
                 if left <= 0 and self.stats["kills"] >= self.kills_wanted:
