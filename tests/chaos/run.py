@@ -5,6 +5,7 @@
     python3 tests/chaos/run.py --short --seed 7            # 2 min, >= 20 kills, local
     python3 tests/chaos/run.py --long --seed 7             # 30 min, >= 200 kills
     python3 tests/chaos/run.py --long --provider docker --seed 7
+    python3 tests/chaos/run.py --seed 7 --no-network       # without network decisions
 
 Prints the figures; exit status 1 and the seed, the violations, the last
 operations and the daemon's log when an invariant breaks (the run's
