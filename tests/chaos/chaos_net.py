@@ -63,7 +63,7 @@ DECISIONS = (("allow_sandbox", 0.35), ("deny", 0.45), ("allow_temporary", 0.20))
 # proxy from http_proxy, which every allowlist sandbox has.
 FETCH = r'''get() {
   if command -v curl >/dev/null 2>&1; then
-    curl -s -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/chaos"
+    curl -sS -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/chaos"
   else
     # (busybox nc exits at the end of its input: hold it open until the answer)
     r=/tmp/.fetch.$$; : > "$r"
@@ -179,7 +179,12 @@ class NetChaos:
             code = got.get(h, "missing")
             self.stats["net_hosts_fetched"] += 1
             if code not in ("200", "403"):
-                raise Violation(f"{s.rel}/jobs/{name}: fetch of {h} answered {code!r} (exit {ex}): {out!r}")
+                try:
+                    err = (jd / "stderr").read_text()[-500:]
+                except OSError as e:
+                    err = f"({e})"
+                raise Violation(f"{s.rel}/jobs/{name}: fetch of {h} answered {code!r} (exit {ex}): {out!r}, "
+                                f"stderr {err!r}")
             if want is not None and int(code) != want:
                 why = ("an acknowledged allow_sandbox" if h in m.granted else
                        "allow_domains" if h == STATIC else "no grant was ever acknowledged or cut")
