@@ -69,7 +69,8 @@ FETCH = r'''get() {
     r=/tmp/.fetch.$$; : > "$r"
     { printf 'GET http://%s/chaos HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1"; i=0
       while [ ! -s "$r" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done; } | nc -w 40 127.0.0.1 3128 > "$r" 2>&1
-    head -n 1 "$r" | sed -n 's/^HTTP\/1\.[01] \([0-9][0-9]*\).*/\1/p'; rm -f "$r"
+    l=$(head -n 1 "$r" | tr -d '\r'); rm -f "$r"
+    c=$(printf '%s' "$l" | sed -n 's/^HTTP\/1\.[01] \([0-9][0-9]*\).*/\1/p'); printf '%s' "${c:-no status: $l}"
   fi
 }
 for h in HOSTS; do printf '%s %s\n' "$h" "$(get "$h")"; done
