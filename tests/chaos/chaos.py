@@ -283,7 +283,7 @@ class Scope:
 
 class Chaos:
     def __init__(self, seed, duration=120.0, kills=20, sandboxes=8, workers=4, provider="local",
-                 base=None, log=print, umount_every=4, network=True):
+                 base=None, log=print, umount_every=4, network=True, net_share=0.12):
         self.seed = seed
         self.duration = duration
         self.kills_wanted = kills
@@ -311,6 +311,7 @@ class Chaos:
         # another mode (open; isolated for docker, which has no bridge here),
         # the others after a restart into allowlist + prompt
         self.net = None
+        self.net_share = net_share  # of an allowlist sandbox's operations
         self.first_mode = "open" if provider == "local" else "isolated"
         if network:
             import chaos_net
@@ -381,7 +382,7 @@ class Chaos:
         self.stats["ops"] += 1
         if s.state in ("absent", "warm", "unknown"):
             return self.op_acquire(wid, s, ep)
-        if self.net and s.mode == "allowlist" and rng.random() < 0.12:
+        if self.net and s.mode == "allowlist" and rng.random() < self.net_share:
             return self.net.step(wid, rng, s, ep)
         r = rng.random()
         if r < 0.06:

@@ -63,11 +63,11 @@ DECISIONS = (("allow_sandbox", 0.35), ("deny", 0.45), ("allow_temporary", 0.20))
 # proxy from http_proxy, which every allowlist sandbox has.
 FETCH = r'''get() {
   if command -v curl >/dev/null 2>&1; then
-    curl -sS -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/chaos"
+    curl -sS -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/PATH/$1"
   else
     # (busybox nc exits at the end of its input: hold it open until the answer)
     r=/tmp/.fetch.$$; : > "$r"
-    { printf 'GET http://%s/chaos HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1"; i=0
+    { printf 'GET http://%s/PATH/%s HTTP/1.1\r\nHost: %s\r\n\r\n' "$1" "$1" "$1"; i=0
       while [ ! -s "$r" ] && [ $i -lt 400 ]; do sleep 0.1; i=$((i + 1)); done; } | nc -w 40 127.0.0.1 3128 > "$r" 2>&1
     l=$(head -n 1 "$r" | tr -d '\r'); rm -f "$r"
     c=$(printf '%s' "$l" | sed -n 's/^HTTP\/1\.[01] \([0-9][0-9]*\).*/\1/p'); printf '%s' "${c:-no status: $l}"
@@ -164,7 +164,7 @@ class NetChaos:
         s.jobs[name] = {"kind": "net", "content": None, "killed": False, "started": False}
         try:
             with open(jd / "cmd", "w") as f:
-                f.write(FETCH.replace("HOSTS", " ".join(hosts)))
+                f.write(FETCH.replace("HOSTS", " ".join(hosts)).replace("PATH", f"{s.token}/{name}"))
             s.jobs[name]["started"] = True
             ex = (jd / "exit").read_text().strip()   # waits for the job's end
             out = (jd / "stdout").read_text()
@@ -184,12 +184,13 @@ class NetChaos:
                     err = (jd / "stderr").read_text()[-500:]
                 except OSError as e:
                     err = f"({e})"
+                path = f"/{s.token}/{name}/{h}"
+                seen = sum(1 for r in list(self.srv.requests) if r[1] == path)
                 raise Violation(f"{s.rel}/jobs/{name}: fetch of {h} answered {code!r} (exit {ex}): {out!r}, "
-                                f"stderr {err!r}")
+                                f"stderr {err!r}; expected {want} ({self._why(m, h)}); the test server "
+                                f"answered {path} {seen} times")
             if want is not None and int(code) != want:
-                why = ("an acknowledged allow_sandbox" if h in m.granted else
-                       "allow_domains" if h == STATIC else "no grant was ever acknowledged or cut")
-                raise Violation(f"{s.rel}: fetch of {h} answered {code}, expected {want} ({why}); "
+                raise Violation(f"{s.rel}: fetch of {h} answered {code}, expected {want} ({self._why(m, h)}); "
                                   f"events decided for it: {self._decisions_of(m, h)}")
         try:
             os.rmdir(jd)
@@ -199,6 +200,12 @@ class NetChaos:
                 del s.jobs[name]
             return
         del s.jobs[name]
+
+    @staticmethod
+    def _why(m, h):
+        return ("an acknowledged allow_sandbox" if h in m.granted else "allow_domains" if h == STATIC else
+                "a cut allow_sandbox" if h in m.maybe_granted else "a temporary grant" if h in m.temp else
+                "no grant was ever acknowledged or cut")
 
     @staticmethod
     def _decisions_of(m, host):

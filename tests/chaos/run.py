@@ -31,12 +31,14 @@ def main():
     ap.add_argument("--duration", type=float, default=None, help="seconds (overrides the mode)")
     ap.add_argument("--kills", type=int, default=None, help="at least this many kill -9s (0: none, load only)")
     ap.add_argument("--no-network", action="store_true", help="no network decisions (chaos_net.py)")
+    ap.add_argument("--net-share", type=float, default=0.12, help="network operations' share in allowlist sandboxes")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     dur, kills, n = (1800.0, 200, 16) if a.long else (120.0, 20, 8)
     c = chaos.Chaos(seed, duration=a.duration or dur, kills=kills if a.kills is None else a.kills,
                     sandboxes=a.sandboxes or n,
-                    provider=a.provider, log=lambda s: print(s, flush=True), network=not a.no_network)
+                    provider=a.provider, log=lambda s: print(s, flush=True), network=not a.no_network,
+                    net_share=a.net_share)
     if a.provider == "docker":
         # an image built locally (tests/images/build.sh busybox); container names
         # of this run only, so no other daemon's container is ever in the way
