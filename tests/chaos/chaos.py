@@ -746,13 +746,21 @@ class Chaos:
                 tok = token(tf.parent.parent.name, tf.name)
                 if tok not in live and tok not in maybe:
                     raise Violation(f"{when}: {tf}/sandbox.json of a sandbox that does not exist")
+        tmps = []
         for root, dirs, files in os.walk(d.state_dir):
             if "user-data" in Path(root).parts or "skills" in Path(root).parts:
                 dirs[:] = []
                 continue
-            for f in files:
-                if ".tmp." in f:
-                    raise Violation(f"{when}: half-written state file left: {root}/{f}")
+            tmps += [Path(root, f) for f in files if ".tmp." in f]
+        # a kill's leftover stays; the live daemon's own atomic write in
+        # flight (a job ending during the check writes its result) is gone
+        # a moment later
+        deadline = time.monotonic() + 3.0
+        while tmps and time.monotonic() < deadline:
+            time.sleep(0.1)
+            tmps = [t for t in tmps if t.exists()]
+        if tmps:
+            raise Violation(f"{when}: half-written state file left: {tmps[0]}")
         n = d.fd_count()
         self.stats["fd_max"] = max(self.stats["fd_max"], n)
         # the daemon runs with RLIMIT_NOFILE = FD_LIMIT: its shares (docs/security.md)
