@@ -312,9 +312,26 @@ void net_stats(struct net_stats *st)
 
 /* ---- start and end ----------------------------------------------------------------------- */
 
+/* The status's network_mode is the sandbox's own policy's (network.json),
+ * which an adopted sandbox keeps, not the current configuration's (the
+ * pool's s->cfg after an adoption).  Under pool.lock: net_lock only, no
+ * reference taken (whose last put would free). */
+static void net_status(struct sbx *s, json_t *status)
+{
+	struct net_sbx *n;
+
+	pthread_mutex_lock(&net_lock);
+	for (n = table[bucket(s)]; n && n->s != s; n = n->next)
+		;
+	if (n && n->pol)
+		json_object_set_new(status, "network_mode", json_string(config_net_mode_name(netpol_conf(n->pol)->mode)));
+	pthread_mutex_unlock(&net_lock);
+}
+
 static const struct pool_hooks net_pool_hooks = {
 	.up = net_sandbox_up,
 	.down = net_sandbox_down,
+	.status = net_status,
 };
 
 int net_init(void)

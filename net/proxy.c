@@ -253,6 +253,21 @@ static void set_mask(int fd, struct tag *t, unsigned *cur, unsigned want)
 	*cur = want;
 }
 
+/* Close a watched descriptor: out of the epoll set first.  A close alone
+ * leaves the registration behind while another reference to the file
+ * exists (a child forked for a job or a sandbox holds a copy until its
+ * exec), and its event then names a connection already freed (the chaos
+ * run's segfaults in proxy_main). */
+static void unwatch_close(int fd, unsigned *cur)
+{
+	if (fd < 0)
+		return;
+	if (*cur)
+		epoll_ctl(px.ep, EPOLL_CTL_DEL, fd, NULL);
+	*cur = 0;
+	close(fd);
+}
+
 /* ---- connections: life and death ------------------------------------------------------ */
 
 static void dir_close(struct conn *c, struct dir *d)
@@ -280,10 +295,8 @@ static void conn_free(struct conn *c)
 
 static void conn_close(struct conn *c)
 {
-	if (c->cfd >= 0)
-		close(c->cfd);
-	if (c->ufd >= 0)
-		close(c->ufd);
+	unwatch_close(c->cfd, &c->cmask);
+	unwatch_close(c->ufd, &c->umask);
 	c->cfd = c->ufd = -1;
 	dir_close(c, &c->d[0]);
 	dir_close(c, &c->d[1]);
@@ -353,9 +366,8 @@ static void conn_reply(struct conn *c, int status, const char *fmt, ...)
 	body[blen++] = '\n';
 	body[blen] = '\0';
 	if (c->ufd >= 0) {
-		close(c->ufd);
+		unwatch_close(c->ufd, &c->umask);
 		c->ufd = -1;
-		c->umask = 0;
 	}
 	buf_reset(&c->out);
 	c->out_off = 0;
@@ -1053,9 +1065,8 @@ static void on_relay(struct conn *c)
 		/* plain: the answer is through; drop what else the client sent */
 		c->st = CS_LINGER;
 		c->deadline = util_now_ms() + PROXY_LINGER_MS;
-		close(c->ufd);
+		unwatch_close(c->ufd, &c->umask);
 		c->ufd = -1;
-		c->umask = 0;
 		return;
 	}
 masks:
@@ -1157,9 +1168,8 @@ static void conn_step(struct conn *c, bool upstream_event, unsigned events)
 				if (err == EINPROGRESS || err == EALREADY) {
 					break;
 				} else if (err) {
-					close(c->ufd);
+					unwatch_close(c->ufd, &c->umask);
 					c->ufd = -1;
-					c->umask = 0;
 					c->ai++;
 					try_connect(c);
 				} else {
@@ -1302,6 +1312,8 @@ static void listener_free(struct listener *l)
 	}
 	if (l->paused)
 		px.paused--;
+	else
+		epoll_ctl(px.ep, EPOLL_CTL_DEL, l->fd, NULL); /* as unwatch_close */
 	close(l->fd);
 	netpol_put(l->pol);
 	budget_acct_put(l->acct);

@@ -865,7 +865,7 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
 	for (int i = 0; o && skills && i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
 		if (pool_hooks[i]->status)
-			pool_hooks[i]->status(s, skills);
+			pool_hooks[i]->status(s, o);
 	if (o)
 		json_object_set_new(o, "frozen", json_boolean(frozen));
 	if (o)

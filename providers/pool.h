@@ -109,9 +109,9 @@ extern const char *const pool_error_kinds[3];
  * all with the sandbox's scope lock held and s->box, s->prov and s->cfg
  * set, on a work thread (or the main thread at start and exit); they may
  * block.
- *   status   add to the "skills" object of the sandbox's status JSON; called
- *            with pool.lock held: MUST NOT block or take a lock that is
- *            held across a call out.
+ *   status   add to the sandbox's status JSON (the object; its "skills"
+ *            object is there to fill); called with pool.lock held: MUST NOT
+ *            block or take a lock that is held across a call out.
  * Any slot may be NULL.  Added before pool_init, removed after pool_shutdown. */
 struct json_t;
 struct pool_hooks {
@@ -119,7 +119,7 @@ struct pool_hooks {
 	void (*down)(struct sbx *s);
 	void (*release)(struct sbx *s);
 	void (*reclaim)(struct sbx *s);
-	void (*status)(struct sbx *s, struct json_t *skills);
+	void (*status)(struct sbx *s, struct json_t *status);
 };
 
 /* 0, or -1 when the (small, fixed) list is full. */

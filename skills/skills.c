@@ -798,13 +798,14 @@ static void hook_down(struct sbx *s)
 	park_wake(&k->waiters);
 }
 
-static void hook_status(struct sbx *s, json_t *o)
+static void hook_status(struct sbx *s, json_t *status)
 {
+	json_t *o = json_object_get(status, "skills");
 	struct skills_sbx *k;
 
 	pthread_mutex_lock(&eng.lock);
 	k = sk_find_locked(s);
-	if (k) {
+	if (k && o) {
 		const char *state = !k->upload		       ? "mounted"
 				    : k->syncing		       ? "syncing"
 				    : k->gen_synced >= k->gen_written ? "synced"

@@ -384,6 +384,38 @@ def test_open_pasta_adopted_after_kill9_and_ended_with_the_sandbox(sbxfs):
 
 
 @pytest.mark.timeout_s(150)
+def test_adopted_sandboxes_keep_the_network_mode_they_were_created_with(sbxfs, servers):
+    """A daemon restarted with another network.mode adopts each sandbox with
+    the mode it was created with (network.json), and says so: status's
+    network_mode, the network view and the jobs' proxy environment agree.
+    The chaos run found status giving the new configuration's mode."""
+    import conftest
+    m = sbxfs(config={"network": {"mode": "open"}})
+    a = acquire(m, "alice", "a")
+    init_a = sbxutil.init_pid(a)
+    m.kill9()
+    m.conf.write_text(conftest.dump_yaml({**m.config, **allowlist_conf(servers)}))
+    m.restart()
+    a = acquire(m, "alice", "a")
+    b = acquire(m, "alice", "b")
+    assert sbxutil.init_pid(a) == init_a, "not the same sandbox"
+    m.kill9()
+    m.conf.write_text(conftest.dump_yaml({**m.config, "network": {"mode": "isolated"}}))
+    m.restart()
+    for t, mode in ((a, "open"), (b, "allowlist")):
+        os.makedirs(t)
+        assert sbxutil.status(t)["network_mode"] == mode, (t, sbxutil.status(t))
+        assert network(t)["mode"] == mode
+        code, out, err = run_job(t, "env", "printf '%s' \"$http_proxy\"", timeout=30)
+        assert out == ("http://127.0.0.1:3128" if mode == "allowlist" else ""), (mode, out, err)
+    r = py(b, "static", "show(a=raw(b'GET http://static.example.test/k HTTP/1.1\\r\\nHost: static.example.test\\r\\n\\r\\n'))")
+    assert r["a"].startswith("HTTP/1.1 200"), r
+    # a sandbox made now has the current configuration's mode
+    c = acquire(m, "alice", "c")
+    assert sbxutil.status(c)["network_mode"] == "isolated"
+
+
+@pytest.mark.timeout_s(150)
 def test_open_sandbox_without_pasta_is_recreated(sbxfs):
     m = sbxfs(config={"network": {"mode": "open"}})
     t = acquire(m)

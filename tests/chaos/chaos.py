@@ -108,12 +108,16 @@ class Daemon:
         self.mnt.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o755)
         os.chmod(self.mnt, 0o755)
-        cfg = {"use": provider, "state_dir": str(self.state_dir), "replicas": 64, "idle_timeout": 0,
-               "keep_on_exit": False}
-        cfg.update(extra or {})
-        self.conf.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in cfg.items()))
+        self.cfg = {"use": provider, "state_dir": str(self.state_dir), "replicas": 64, "idle_timeout": 0,
+                    "keep_on_exit": False}
+        self.configure(**(extra or {}))
         self.proc = None
         self.key = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+
+    def configure(self, **keys):
+        """Set mount.conf keys (read at the next start)."""
+        self.cfg.update(keys)
+        self.conf.write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in self.cfg.items()))
 
     def start(self, timeout=30):
         logf = open(self.log_path, "ab")
@@ -269,6 +273,8 @@ class Scope:
         self.jobs = {}          # name -> dict(kind, content, killed)
         self.maybe_jobs = set() # slots whose creation or removal the kill cut short
         self.counter = 0
+        self.mode = None        # network_mode it was created with
+        self.net = None         # chaos_net.NetModel when the run has network decisions
 
     @property
     def rel(self):
@@ -277,7 +283,7 @@ class Scope:
 
 class Chaos:
     def __init__(self, seed, duration=120.0, kills=20, sandboxes=8, workers=4, provider="local",
-                 base=None, log=print, umount_every=4):
+                 base=None, log=print, umount_every=4, network=True, net_share=0.12):
         self.seed = seed
         self.duration = duration
         self.kills_wanted = kills
@@ -301,6 +307,18 @@ class Chaos:
         self.oplog = []          # (time, epoch, worker, text), bounded
         self.stats = {"ops": 0, "ops_failed_by_kill": 0, "kills": 0, "umounts": 0, "checks": 0,
                       "jobs": 0, "bytes_acked": 0, "fd_max": 0, "restart_s_max": 0.0}
+        # network decisions (chaos_net.py): the first sandboxes are created in
+        # another mode (open; isolated for docker, which has no bridge here),
+        # the others after a restart into allowlist + prompt
+        self.net = None
+        self.net_share = net_share  # of an allowlist sandbox's operations
+        self.first_mode = "open" if provider == "local" else "isolated"
+        if network:
+            import chaos_net
+            self.net = chaos_net.NetChaos(self)
+            for s in self.scopes:
+                s.net = chaos_net.NetModel()
+            self.d.configure(network={"mode": self.first_mode})
 
     # ---- bookkeeping
     def note(self, wid, text):
@@ -364,6 +382,8 @@ class Chaos:
         self.stats["ops"] += 1
         if s.state in ("absent", "warm", "unknown"):
             return self.op_acquire(wid, s, ep)
+        if self.net and s.mode == "allowlist" and rng.random() < self.net_share:
+            return self.net.step(wid, rng, s, ep)
         r = rng.random()
         if r < 0.06:
             return self.op_release(wid, s, ep)
@@ -408,6 +428,13 @@ class Chaos:
         pid = st.get("init_pid")
         if prev == "warm" and s.init_pid and pid != s.init_pid:
             raise Violation(f"{s.rel}: reclaim of a warm sandbox gave init {pid}, it was {s.init_pid}")
+        mode = st.get("network_mode")
+        if s.init_pid is None or pid != s.init_pid:  # a new sandbox
+            s.mode = mode
+            if s.net:
+                s.net.reset()
+        elif mode != s.mode:
+            raise Violation(f"{s.rel}: created in network mode {s.mode}, its status now says {mode}")
         s.init_pid = pid
         s.state = "active"
 
@@ -719,13 +746,21 @@ class Chaos:
                 tok = token(tf.parent.parent.name, tf.name)
                 if tok not in live and tok not in maybe:
                     raise Violation(f"{when}: {tf}/sandbox.json of a sandbox that does not exist")
+        tmps = []
         for root, dirs, files in os.walk(d.state_dir):
             if "user-data" in Path(root).parts or "skills" in Path(root).parts:
                 dirs[:] = []
                 continue
-            for f in files:
-                if ".tmp." in f:
-                    raise Violation(f"{when}: half-written state file left: {root}/{f}")
+            tmps += [Path(root, f) for f in files if ".tmp." in f]
+        # a kill's leftover stays; the live daemon's own atomic write in
+        # flight (a job ending during the check writes its result) is gone
+        # a moment later
+        deadline = time.monotonic() + 3.0
+        while tmps and time.monotonic() < deadline:
+            time.sleep(0.1)
+            tmps = [t for t in tmps if t.exists()]
+        if tmps:
+            raise Violation(f"{when}: half-written state file left: {tmps[0]}")
         n = d.fd_count()
         self.stats["fd_max"] = max(self.stats["fd_max"], n)
         # the daemon runs with RLIMIT_NOFILE = FD_LIMIT: its shares (docs/security.md)
@@ -772,16 +807,27 @@ class Chaos:
         for s in self.scopes:
             if s.state == "absent":
                 continue
-            if s.state == "unknown":
-                s.init_pid = None
+            # unknown (a cut mkdir or rmdir): the same init, or a new sandbox
+            # (op_acquire tells them apart by the init)
             s.state = "warm" if s.state != "unknown" else "unknown"
             self.op_acquire("check", s, self.epoch)
             if s.state != "active":
                 raise Violation(f"{s.rel}: could not reclaim after restart")
             self.check_scope_files(s, live=True)
             self.check_jobs(s)
+            if self.net and s.mode == "allowlist":
+                self.net.check(s)
         # after the reclaims: one cgroup per live scope, none more
         self.check_leaks(when + " (after reclaim)")
+        if self.net:
+            self.net.check_netns(when + " (after reclaim)", {s.token: s.init_pid for s in self.scopes
+                                                             if s.state == "active"})
+            allow = [s for s in self.scopes if s.mode == "allowlist" and s.state == "active"]
+            if allow:
+                s = self.rng.choice(allow)
+                self.net.probe(s, self.rng)
+                if self.stats["kills"] % 5 == 0:
+                    self.net.hostile(s)
         self.stats["checks"] += 1
 
     # ---- the run
@@ -812,14 +858,21 @@ class Chaos:
                  f"{len(self.scopes)} sandboxes, provider {self.provider}, dir {self.base}")
         t_end = time.monotonic() + self.duration
         threads = []
+        finished = False
         try:
             self.d.start()
+            if self.net:
+                try:
+                    self.first_sandboxes()
+                except Violation as e:
+                    self.violate(str(e))
             per = [self.scopes[i::self.nworkers] for i in range(self.nworkers)]
             for wid, sc in enumerate(per):
                 t = threading.Thread(target=self.worker, args=(wid, sc), daemon=True)
                 t.start()
                 threads.append(t)
-            self.resume()
+            if not self.violations:
+                self.resume()
             while not self.violations:
                 left = t_end - time.monotonic()
                 if left <= 0 and self.stats["kills"] >= self.kills_wanted:
@@ -848,15 +901,34 @@ class Chaos:
             self.pause()
             if not self.violations:
                 self.final_check()
+            finished = True
         finally:
             with self.cond:
                 self.stop_flag = True
                 self.cond.notify_all()
             for t in threads:
                 t.join(timeout=30)
-            if self.violations:
+            if self.violations or not finished:  # or a harness error: nothing left behind
                 self.d.cleanup()
+            if self.net:
+                self.net.close()
+                self.stats.update(self.net.stats)
         return self.report()
+
+    def first_sandboxes(self):
+        """Network runs: half the sandboxes made in the first mode, then a
+        kill -9 and a restart into allowlist + prompt (they keep their mode)."""
+        for s in self.scopes[::2]:
+            self.op_acquire("first", s, self.epoch)
+            if s.state != "active" or s.mode != self.first_mode:
+                raise Violation(f"{s.rel}: not created in {self.first_mode}: state {s.state}, mode {s.mode}")
+        with self.lock:
+            self.epoch += 1
+        self.d.kill9()
+        self.stats["kills"] += 1
+        self.d.configure(network=self.net.config())
+        self.restart()
+        self.check_after_restart()
 
     def final_check(self):
         """Stop cleanly: every sandbox ends, data stays on disk, nothing left."""

@@ -5,6 +5,7 @@
     python3 tests/chaos/run.py --short --seed 7            # 2 min, >= 20 kills, local
     python3 tests/chaos/run.py --long --seed 7             # 30 min, >= 200 kills
     python3 tests/chaos/run.py --long --provider docker --seed 7
+    python3 tests/chaos/run.py --seed 7 --no-network       # without network decisions
 
 Prints the figures; exit status 1 and the seed, the violations, the last
 operations and the daemon's log when an invariant breaks (the run's
@@ -29,18 +30,23 @@ def main():
     ap.add_argument("--sandboxes", type=int, default=None)
     ap.add_argument("--duration", type=float, default=None, help="seconds (overrides the mode)")
     ap.add_argument("--kills", type=int, default=None, help="at least this many kill -9s (0: none, load only)")
+    ap.add_argument("--no-network", action="store_true", help="no network decisions (chaos_net.py)")
+    ap.add_argument("--net-share", type=float, default=0.12, help="network operations' share in allowlist sandboxes")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 31)
     dur, kills, n = (1800.0, 200, 16) if a.long else (120.0, 20, 8)
     c = chaos.Chaos(seed, duration=a.duration or dur, kills=kills if a.kills is None else a.kills,
                     sandboxes=a.sandboxes or n,
-                    provider=a.provider, log=lambda s: print(s, flush=True))
+                    provider=a.provider, log=lambda s: print(s, flush=True), network=not a.no_network,
+                    net_share=a.net_share)
     if a.provider == "docker":
         # an image built locally (tests/images/build.sh busybox); container names
         # of this run only, so no other daemon's container is ever in the way
-        c.d.conf.write_text(c.d.conf.read_text() + f"image: {os.environ.get('SBXFS_CHAOS_IMAGE', 'sbxfs-test-busybox:1')}\n"
-                            f"container_prefix: sbxchaos-{seed % 100000}\n"
-                            "network: {\"mode\": \"isolated\"}\n")  # no docker0 bridge needed
+        # (network: isolated, then allowlist: no docker0 bridge needed)
+        c.d.configure(image=os.environ.get("SBXFS_CHAOS_IMAGE", "sbxfs-test-busybox:1"),
+                      container_prefix=f"sbxchaos-{seed % 100000}")
+        if a.no_network:
+            c.d.configure(network={"mode": "isolated"})
         c.container_prefix = f"sbxchaos-{seed % 100000}"
     ok, text = c.run()
     print(text, flush=True)

@@ -2,7 +2,9 @@
 """The short chaos run (issue 22, docs/reliability.md): 2 minutes of a
 seeded random workload over 8 local sandboxes with >= 20 kill -9s of the
 daemon, each followed by a restart over the stale mount (every 4th after an
-unmount) and a check of DESIGN §4's invariants (tests/chaos/chaos.py).
+unmount) and a check of DESIGN §4's invariants (tests/chaos/chaos.py), with
+network decisions in the allowlist sandboxes and DESIGN §7's invariants
+(tests/chaos/chaos_net.py).
 
 The seed is SBXFS_CHAOS_SEED or a fresh random one, printed on failure with
 the command that replays it.  Skipped when SBXFS_CI_SHORT=1 (.ci/run sets it
@@ -36,6 +38,8 @@ def test_chaos_short_local():
     assert ok, text
     assert c.stats["kills"] >= 20, text
     assert c.stats["checks"] >= 20, text
+    for k in ("net_fetches", "net_events", "net_decisions", "net_checked_grants"):
+        assert c.stats[k] > 0, text
     c.remove()
 
 
