@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * aio.c - jobs in aio sandboxes, through the AIO HTTP API (aio_api.c)
- * inside the container's network namespace, and the readiness and health
- * checks of the AIO server.  The container itself is docker.c's.
+ * aio_jobs.c - jobs in AIO sandboxes, through the AIO HTTP API
+ * (aio_api.c), for both kinds (aio_int.h): the aio provider's containers
+ * (aio.c: the API reached inside the container's network namespace) and
+ * an existing sandbox at a base_url (aio_remote.c).
  *
  * A job: the daemon copies the command (and stdin) into the job's run
  * directory, thread_dir/aio-jobs/NAME, which the container sees at
@@ -29,10 +30,10 @@
  * process group); other signals are EOPNOTSUPP (the provider does not
  * declare SBX_CAP_SIGNALS).
  *
- * An AIO sandbox at a base_url (aio_remote.c; db->remote) runs jobs the same
- * way, with two differences: the API is reached at the URL (no network
- * namespace), and the job's command, stdin and env.sh are uploaded
- * (POST /v1/file/upload) to db->run_path/NAME in the sandbox instead of
+ * An AIO sandbox at a base_url (aio_remote.c; its ops have no netns) runs
+ * jobs the same way, with two differences: the API is reached at the URL (no
+ * network namespace), and the job's command, stdin and env.sh are uploaded
+ * (POST /v1/file/upload) to run_path/NAME in the sandbox instead of
  * being written into a bind-mounted host directory; a command that is UTF-8
  * text without stdin skips the uploads and travels in the request's
  * environment (SBXFS_CMD, unset before it is eval'd: the sandbox is remote,
@@ -59,7 +60,7 @@
 #include "../common/udir.h"
 #include "../common/util.h"
 #include "aio_api.h"
-#include "docker_int.h"
+#include "aio_int.h"
 #include "jobrun.h"
 #include "record.h"
 #include "provider_int.h"
@@ -73,7 +74,7 @@
 
 struct ajob {
 	struct jobrun run;    /* first: the handle, output files, limit, pump (run.out_bytes: out_size + err_size) */
-	struct dbox *db;      /* referenced */
+	struct aio_sbx *sb;   /* its box referenced */
 	char session[128];
 	char command[128];
 	bool shell;           /* the shell API (no /v1/bash) */
@@ -89,112 +90,48 @@ static struct ajob *ajob(struct sbx_exec *x)
 	return (struct ajob *)x;
 }
 
-static void aio_target_init(struct aio_target *t, struct dbox *db, char *url, size_t len, int nsfd, const int *cancel)
+void aio_sbx_target(struct aio_sbx *a, struct aio_target *t, int nsfd, const int *cancel)
 {
 	memset(t, 0, sizeof(*t));
-	if (db->remote) {
-		t->base_url = db->url;
-		t->api_key = db->api_key;
-	} else {
-		snprintf(url, len, "http://127.0.0.1:%ld", db->port);
-		t->base_url = url;
-		t->api_key = docker_conf_of(db->cfg)->api_key;
-	}
+	t->base_url = a->url;
+	t->api_key = a->api_key;
 	t->netns_fd = nsfd;
-	t->timeout_ms = (long)db->cfg->request_timeout * 1000;
-	t->scope = db->name;
+	t->timeout_ms = (long)a->cfg->request_timeout * 1000;
+	t->scope = a->name;
 	t->cancel = cancel;
 }
 
-/* Whether the sandbox is still there to talk to: its container's init (the
- * start time guards against pid reuse), or, at a base_url, not found gone. */
-static bool aio_alive(struct dbox *db)
+/* At a URL: the job's files are uploaded (else written on the host). */
+static bool at_url(struct aio_sbx *a)
 {
-	if (db->remote)
-		return !sbx_box_is_gone(&db->base) && !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE);
-	return db->init_pid && util_proc_starttime(db->init_pid) == db->init_start;
+	return !a->ops->netns;
 }
 
-/* The way to the API: *nsfd, an fd on the container's network namespace to
- * close after use (-1 at a base_url).  false when the container has ended. */
-static bool aio_reach(struct dbox *db, int *nsfd)
+/* The way to the API: *nsfd, an fd on the sandbox's network namespace to
+ * close after use (-1 at a URL).  false when the sandbox has ended. */
+static bool aio_reach(struct aio_sbx *a, int *nsfd)
 {
 	*nsfd = -1;
-	if (db->remote)
-		return aio_alive(db);
-	*nsfd = dbox_netns(db);
+	if (at_url(a))
+		return a->ops->alive(a);
+	*nsfd = a->ops->netns(a);
 	return *nsfd >= 0;
 }
 
 /* Where the job's command files are, as the AIO server sees them. */
-static const char *aio_run_base(struct dbox *db)
+static const char *aio_run_base(struct aio_sbx *a)
 {
-	return db->remote ? db->run_path : DOCKER_RUN_PATH;
+	return at_url(a) ? a->run_path : AIO_RUN_PATH;
 }
 
-/* ---- readiness and health --------------------------------------------------------------------- */
-
-enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
+static uint64_t aio_paused_ms(struct aio_sbx *a)
 {
-	uint64_t start = util_now_ms(), deadline = start + (uint64_t)timeout_s * 1000;
-	useconds_t pause = 20000; /* 20 ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
-	struct aio_target t;
-	struct aio_info info;
-	char url[64], err[AIO_ERR_LEN] = "no answer";
-	int nsfd = dbox_netns(db);
-
-	if (nsfd < 0) {
-		log_err(scope, "aio: the container %s ended before its API answered", db->name);
-		return SBX_ERR_IO;
-	}
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
-	for (;;) {
-		uint64_t now = util_now_ms();
-		enum sbx_err e;
-
-		t.timeout_ms = deadline > now + 3000 ? 3000 : deadline > now ? (long)(deadline - now) : 1;
-		e = aio_sandbox(&t, &info, err, sizeof(err));
-		if (e == SBX_OK) {
-			log_info(scope, "aio: the AIO server (version %s) answered after %llu ms", info.version[0] ? info.version : "?",
-				(unsigned long long)(util_now_ms() - start));
-			close(nsfd);
-			return SBX_OK;
-		}
-		if (e == SBX_ERR_ACCESS || util_now_ms() >= deadline || util_proc_starttime(db->init_pid) != db->init_start)
-			break;
-		usleep(pause);
-		pause = pause < 500000 ? pause * 2 : 500000;
-	}
-	close(nsfd);
-	if (util_proc_starttime(db->init_pid) != db->init_start) {
-		log_err(scope, "aio: the container %s ended before its API answered (%s)", db->name, err);
-		return SBX_ERR_IO;
-	}
-	if (strstr(err, "answered 401") || strstr(err, "answered 403")) {
-		log_err(scope, "aio: the AIO server in %s refuses the API key (aio.api_key): %s", db->name, err);
-		return SBX_ERR_ACCESS;
-	}
-	log_err(scope, "aio: the AIO server in %s was not ready within ready_timeout (%ld s): %s", db->name, timeout_s, err);
-	return SBX_ERR_TIMEOUT;
+	return a->ops->paused_ms ? a->ops->paused_ms(a) : 0;
 }
 
-enum sbx_err aio_health(struct dbox *db)
+static bool aio_paused(struct aio_sbx *a)
 {
-	struct aio_target t;
-	struct aio_info info;
-	char url[64], err[AIO_ERR_LEN];
-	int nsfd = dbox_netns(db);
-	enum sbx_err e;
-
-	if (nsfd < 0)
-		return SBX_ERR_GONE;
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
-	t.timeout_ms = 3000;
-	e = aio_sandbox(&t, &info, err, sizeof(err));
-	close(nsfd);
-	if (e)
-		log_warn(db->name, "health check: %s", err);
-	return e ? SBX_ERR_GONE : SBX_OK;
+	return a->ops->paused && a->ops->paused(a);
 }
 
 /* ---- records ---------------------------------------------------------------------------------- */
@@ -277,54 +214,22 @@ static int ajob_append(struct ajob *j, const char *out, size_t olen, const char 
 	j->offset = off;
 	j->stderr_offset = eoff;
 	if ((olen || elen) && ajob_save(j))
-		log_warn(j->db->name, "%s: cannot record the output offsets: %s", j->run.name, strerror(errno));
+		log_warn(j->sb->name, "%s: cannot record the output offsets: %s", j->run.name, strerror(errno));
 	return 0;
-}
-
-/* The job's shell among the container's processes (its command line names
- * its run directory), into job_dir/pgid for the job's status: the AIO API
- * does not say which process runs a command.  Best effort: a command that
- * has ended already is not found (its status then has no pid). */
-static void ajob_find_pid(struct ajob *j)
-{
-	char needle[128], text[32];
-	pid_t pids[4096];
-	int n;
-
-	if (j->db->remote || str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->run.name) || !j->db->init_pid)
-		return;
-	n = docker_children(j->db->init_pid, pids, 4096, 0);
-	for (int i = 0; i < n; i++)
-		n = docker_children(pids[i], pids, 4096, n);
-	for (int i = 0; i < n; i++) {
-		struct buf cmd = BUF_INIT(64 * 1024);
-		char path[64];
-		bool hit = !str_fmt(path, sizeof(path), "/proc/%d/cmdline", (int)pids[i]) && !util_read_file(path, &cmd) &&
-			   memmem(cmd.ptr ? cmd.ptr : "", cmd.len, needle, strlen(needle));
-		buf_free(&cmd);
-		if (hit) {
-			struct buf p = BUF_INIT(BUF_CAP_PATH);
-			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
-			if (!buf_addf(&p, "%s/pgid", j->run.job_dir))
-				util_write_atomic(p.ptr, text, strlen(text), 0600);
-			buf_free(&p);
-			return;
-		}
-	}
 }
 
 static void *ajob_pump(void *arg)
 {
 	struct ajob *j = arg;
 	struct aio_target t;
-	char url[64], err[AIO_ERR_LEN], scope[256];
-	uint64_t failing_since = 0, started = util_now_ms(), paused0 = dbox_paused_ms(j->db);
+	char err[AIO_ERR_LEN], scope[256];
+	uint64_t failing_since = 0, started = util_now_ms(), paused0 = aio_paused_ms(j->sb);
 	const char *reason = NULL;
 	unsigned polls = 0;
 	int nsfd = -1;
 	bool reached = false;
 
-	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->run.name);
+	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->sb->name, j->run.name);
 	if (jobrun_open_output(&j->run)) {
 		log_err(scope, "cannot open the job's output files: %s", strerror(errno));
 		jobrun_lost(j->run.job_dir, j->run.scope, "the job's output files cannot be opened");
@@ -337,19 +242,19 @@ static void *ajob_pump(void *arg)
 		enum sbx_err e;
 
 		/* a paused container's server cannot answer: wait, nothing failed */
-		if (dbox_paused(j->db)) {
+		if (aio_paused(j->sb)) {
 			usleep(200000);
 			failing_since = 0;
 			continue;
 		}
 		if (!reached)
-			reached = aio_reach(j->db, &nsfd);
+			reached = aio_reach(j->sb, &nsfd);
 		if (!reached) {
-			jobrun_lost(j->run.job_dir, j->run.scope, j->db->remote ? "the sandbox is gone" :
+			jobrun_lost(j->run.job_dir, j->run.scope, at_url(j->sb) ? "the sandbox is gone" :
 								      "the sandbox's container ended while the job ran");
 			goto done;
 		}
-		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->run.cancel);
+		aio_sbx_target(j->sb, &t, nsfd, &j->run.cancel);
 		t.timeout_ms = (long)(AIO_POLL_WAIT_S * 1000) + 15000;
 		if (!j->shell) {
 			struct aio_bash_result r;
@@ -391,7 +296,7 @@ static void *ajob_pump(void *arg)
 				failing_since = util_now_ms();
 				log_warn(scope, "polling the job's output: %s", err);
 			}
-			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS && !dbox_paused(j->db)) {
+			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS && !aio_paused(j->sb)) {
 				jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server stopped answering");
 				goto done;
 			}
@@ -415,7 +320,7 @@ static void *ajob_pump(void *arg)
 		/* a server that ignores hard_timeout: ours, 10 s later */
 		/* (the time the container was paused does not count) */
 		if (j->timeout > 0 && st == AIO_RUNNING &&
-		    util_now_ms() - started - (dbox_paused_ms(j->db) - paused0) > (uint64_t)(j->timeout + 10) * 1000) {
+		    util_now_ms() - started - (aio_paused_ms(j->sb) - paused0) > (uint64_t)(j->timeout + 10) * 1000) {
 			char kerr[AIO_ERR_LEN];
 			log_warn(scope, "the AIO server let the job run past its timeout: killing it");
 			if (j->shell ? aio_shell_kill(&t, j->session, kerr, sizeof(kerr)) :
@@ -443,18 +348,18 @@ out:
 	return NULL;
 }
 
-static struct ajob *ajob_new(struct dbox *db, const char *job_dir, const char *name)
+static struct ajob *ajob_new(struct aio_sbx *sb, const char *job_dir, const char *name)
 {
 	struct ajob *j = calloc(1, sizeof(*j));
 
 	/* provider_aio, or its base_url variant */
-	if (!j || jobrun_init(&j->run, db->base.prov, job_dir, name, db->name)) {
+	if (!j || jobrun_init(&j->run, sb->box->prov, job_dir, name, sb->name)) {
 		free(j);
 		return NULL;
 	}
-	j->db = db;
-	sbx_box_get(&db->base);
-	j->run.output_max = db->output_max;
+	j->sb = sb;
+	sbx_box_get(sb->box);
+	j->run.output_max = sb->output_max;
 	return j;
 }
 
@@ -519,33 +424,33 @@ static int ajob_env_sh(const struct buf *envtext, struct buf *sh)
 
 /* thread_dir/aio-jobs/NAME with cmd, stdin (when any) and, for the shell
  * API, env.sh (export lines: that API takes no environment). */
-static int ajob_run_dir(struct dbox *db, const struct sbx_exec_spec *spec, struct buf *envtext, bool shell,
+static int ajob_run_dir(struct aio_sbx *sb, const struct sbx_exec_spec *spec, struct buf *envtext, bool shell,
 	bool *has_stdin)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
 	int run = -1, dir = -1, src = -1, r = -1;
 
 	*has_stdin = false;
-	if (buf_addf(&p, "%s/aio-jobs", db->thread_dir) || (run = udir_open(p.ptr)) < 0)
+	if (buf_addf(&p, "%s/aio-jobs", sb->thread_dir) || (run = udir_open(p.ptr)) < 0)
 		goto out;
 	if (udir_remove(run, spec->job_name)) /* a stale one of an earlier slot of that name */
 		goto out;
-	dir = udir_mkdir(run, spec->job_name, 0700, db->base.uid, db->base.gid);
+	dir = udir_mkdir(run, spec->job_name, 0700, sb->box->uid, sb->box->gid);
 	if (dir < 0)
 		goto out;
 	buf_reset(&p);
 	if (buf_addf(&p, "%s/cmd", spec->job_dir) || (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	    udir_copy(dir, "cmd", src, 0600, db->base.uid, db->base.gid))
+	    udir_copy(dir, "cmd", src, 0600, sb->box->uid, sb->box->gid))
 		goto out;
 	close(src);
 	buf_reset(&p);
 	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
-		if (udir_copy(dir, "stdin", src, 0600, db->base.uid, db->base.gid))
+		if (udir_copy(dir, "stdin", src, 0600, sb->box->uid, sb->box->gid))
 			goto out;
 		*has_stdin = true;
 	}
-	if (shell && (ajob_env_sh(envtext, &sh) || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, db->base.uid,
-							   db->base.gid)))
+	if (shell && (ajob_env_sh(envtext, &sh) || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, sb->box->uid,
+							   sb->box->gid)))
 		goto out;
 	r = 0;
 out:
@@ -561,7 +466,7 @@ out:
 }
 
 /* At a base_url: the same files uploaded to run_path/NAME in the sandbox. */
-static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *t, const struct sbx_exec_spec *spec,
+static enum sbx_err ajob_stage_remote(struct aio_sbx *sb, const struct aio_target *t, const struct sbx_exec_spec *spec,
 	struct buf *envtext, bool *has_stdin, char *err, size_t errlen)
 {
 	struct buf p = BUF_INIT(BUF_CAP_PATH), dst = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
@@ -577,7 +482,7 @@ static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *
 
 		buf_reset(&p);
 		buf_reset(&dst);
-		if (buf_addf(&dst, "%s/%s/%s", db->run_path, spec->job_name, names[i])) {
+		if (buf_addf(&dst, "%s/%s/%s", sb->run_path, spec->job_name, names[i])) {
 			e = SBX_ERR_NOMEM;
 			break;
 		}
@@ -636,49 +541,48 @@ static bool ajob_inline(const struct sbx_exec_spec *spec, struct buf *text)
 	return ok;
 }
 
-enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
+enum sbx_err aio_jobs_start(struct aio_sbx *sb, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
-	struct dbox *db = dbox(b);
-	struct buf p = BUF_INIT(BUF_CAP_PATH), envtext = BUF_INIT(AIO_ENV_MAX), command = BUF_INIT(BUF_CAP_PATH * 2);
+		struct buf p = BUF_INIT(BUF_CAP_PATH), envtext = BUF_INIT(AIO_ENV_MAX), command = BUF_INIT(BUF_CAP_PATH * 2);
 	struct aio_env *env = NULL;
 	struct aio_target t;
 	struct ajob *j = NULL;
-	char url[64], err[AIO_ERR_LEN] = "", scope[160];
+	char err[AIO_ERR_LEN] = "", scope[160];
 	unsigned char rnd[6];
 	enum sbx_err e = SBX_ERR_IO;
 	size_t n_env = 0;
 	struct buf cmdtext = BUF_INIT(AIO_INLINE_MAX + 1);
-	bool has_stdin = false, inl = false, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
+	bool has_stdin = false, inl = false, shell = __atomic_load_n(&sb->shell_only, __ATOMIC_RELAXED);
 	int nsfd = -1;
 
-	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
-	if (!aio_alive(db))
+	snprintf(scope, sizeof(scope), "%s/jobs/%s", sb->name, spec->job_name);
+	if (!sb->ops->alive(sb))
 		return SBX_ERR_GONE;
-	if (!(j = ajob_new(db, spec->job_dir, spec->job_name)) || getentropy(rnd, sizeof(rnd))) {
+	if (!(j = ajob_new(sb, spec->job_dir, spec->job_name)) || getentropy(rnd, sizeof(rnd))) {
 		e = SBX_ERR_NOMEM;
 		goto out;
 	}
 	if (spec->output_max > 0)
 		j->run.output_max = (uint64_t)spec->output_max;
 	j->timeout = spec->timeout;
-	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", db->token, spec->job_name, rnd[0],
+	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", sb->token, spec->job_name, rnd[0],
 		rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
 	if (buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &envtext) ||
-	    (!db->remote && ajob_run_dir(db, spec, &envtext, true, &has_stdin))) {
+	    (!at_url(sb) && ajob_run_dir(sb, spec, &envtext, true, &has_stdin))) {
 		snprintf(err, sizeof(err), "cannot prepare the job's run directory: %s", strerror(errno));
 		goto out;
 	}
-	if (!aio_reach(db, &nsfd)) {
-		snprintf(err, sizeof(err), "%s", db->remote ? "the sandbox is gone" : "the container has ended");
+	if (!aio_reach(sb, &nsfd)) {
+		snprintf(err, sizeof(err), "%s", at_url(sb) ? "the sandbox is gone" : "the container has ended");
 		e = SBX_ERR_GONE;
 		goto out;
 	}
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	aio_sbx_target(sb, &t, nsfd, NULL);
 	/* at a base_url, a command that is text and has no stdin travels in the
 	 * request's environment (no upload); else its files are uploaded */
-	inl = db->remote && !shell && ajob_inline(spec, &cmdtext);
-	if (db->remote && !inl) {
-		e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err));
+	inl = at_url(sb) && !shell && ajob_inline(spec, &cmdtext);
+	if (at_url(sb) && !inl) {
+		e = ajob_stage_remote(sb, &t, spec, &envtext, &has_stdin, err, sizeof(err));
 		if (e)
 			goto out;
 	}
@@ -691,7 +595,7 @@ enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec,
 	if (inl)
 		env[n_env++] = (struct aio_env){ "SBXFS_CMD", cmdtext.ptr }; /* ajob_env leaves room for one */
 	for (int attempt = 0; attempt < 2; attempt++) {
-		const char *run = aio_run_base(db);
+		const char *run = aio_run_base(sb);
 
 		/* a subshell: an `exit` in the command ends it, not the server's shell */
 		buf_reset(&command);
@@ -723,9 +627,9 @@ send:
 			}
 			aio_bash_result_clear(&r);
 			if (e == SBX_ERR_NOTSUP) {
-				log_warn(db->name, "aio: the image has no /v1/bash API (older than 1.9.3): jobs use the shell "
+				log_warn(sb->name, "aio: the image has no /v1/bash API (older than 1.9.3): jobs use the shell "
 						   "API, stderr merged into stdout");
-				__atomic_store_n(&db->shell_only, 1, __ATOMIC_RELAXED);
+				__atomic_store_n(&sb->shell_only, 1, __ATOMIC_RELAXED);
 				shell = true;
 				if (inl) { /* the shell API takes no environment: the files after all */
 					struct buf whole = BUF_INIT(AIO_ENV_MAX);
@@ -733,7 +637,7 @@ send:
 					n_env--;
 					buf_reset(&p);
 					e = buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &whole) ?
-						    SBX_ERR_IO : ajob_stage_remote(db, &t, spec, &whole, &has_stdin, err, sizeof(err));
+						    SBX_ERR_IO : ajob_stage_remote(sb, &t, spec, &whole, &has_stdin, err, sizeof(err));
 					buf_free(&whole);
 					if (e)
 						goto out;
@@ -757,7 +661,8 @@ send:
 		e = SBX_ERR_IO;
 		goto out;
 	}
-	ajob_find_pid(j); /* while it runs (a command that ends at once may be gone) */
+	if (sb->ops->find_pid) /* while it runs (a command that ends at once may be gone) */
+		sb->ops->find_pid(sb, j->run.name, j->run.job_dir);
 	e = ajob_start_pump(j);
 	if (e)
 		goto out;
@@ -778,11 +683,10 @@ out:
 	return e;
 }
 
-enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
+enum sbx_err aio_jobs_reattach(struct aio_sbx *sb, const char *job_dir, struct sbx_exec **out)
 {
-	struct dbox *db = dbox(b);
-	const char *slash = strrchr(job_dir, '/');
-	struct ajob *j = ajob_new(db, job_dir, slash ? slash + 1 : job_dir);
+		const char *slash = strrchr(job_dir, '/');
+	struct ajob *j = ajob_new(sb, job_dir, slash ? slash + 1 : job_dir);
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 
 	if (!j)
@@ -792,8 +696,8 @@ enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sb
 		aio_jobs_free(&j->run.base);
 		return SBX_ERR_GONE;
 	}
-	if (!aio_alive(db)) {
-		jobrun_lost(job_dir, j->run.scope, db->remote ? "the sandbox is gone" :
+	if (!sb->ops->alive(sb)) {
+		jobrun_lost(job_dir, j->run.scope, at_url(sb) ? "the sandbox is gone" :
 							"the sandbox's container ended while no daemon watched the job");
 		aio_jobs_free(&j->run.base);
 		return SBX_ERR_GONE;
@@ -801,7 +705,7 @@ enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sb
 	/* output appended after the offsets were last recorded is fetched again */
 	if (buf_addf(&p, "%s/stdout", job_dir) || truncate(p.ptr, j->out_size) ||
 	    (buf_reset(&p), buf_addf(&p, "%s/stderr", job_dir)) || truncate(p.ptr, j->err_size))
-		log_warn(db->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->run.name, strerror(errno));
+		log_warn(sb->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->run.name, strerror(errno));
 	buf_free(&p);
 	if (ajob_start_pump(j)) {
 		aio_jobs_free(&j->run.base);
@@ -816,21 +720,21 @@ enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig)
 	struct ajob *j = ajob(x);
 	const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGKILL ? "SIGKILL" : sig == SIGINT ? "SIGINT" : NULL;
 	struct aio_target t;
-	char url[64], err[AIO_ERR_LEN];
+	char err[AIO_ERR_LEN];
 	int nsfd;
 	enum sbx_err e;
 
 	if (!name)
 		return SBX_ERR_NOTSUP;
-	if (!aio_reach(j->db, &nsfd))
+	if (!aio_reach(j->sb, &nsfd))
 		return SBX_ERR_GONE;
-	aio_target_init(&t, j->db, url, sizeof(url), nsfd, NULL);
+	aio_sbx_target(j->sb, &t, nsfd, NULL);
 	__atomic_store_n(&j->run.sent_sig, sig, __ATOMIC_RELAXED);
 	e = j->shell ? aio_shell_kill(&t, j->session, err, sizeof(err)) : aio_bash_kill(&t, j->session, name, err, sizeof(err));
 	if (nsfd >= 0)
 		close(nsfd);
 	if (e)
-		log_warn(j->db->name, "%s: kill: %s", j->run.name, err);
+		log_warn(j->sb->name, "%s: kill: %s", j->run.name, err);
 	/* "No running command": it has ended */
 	return e == SBX_ERR_IO && strstr(err, "No running") ? SBX_ERR_GONE : e;
 }
@@ -845,34 +749,6 @@ void aio_jobs_free(struct sbx_exec *x)
 	struct ajob *j = ajob(x);
 
 	jobrun_release(&j->run); /* the pump first: it uses the box */
-	sbx_box_put(&j->db->base);
+	sbx_box_put(j->sb->box);
 	free(j);
-}
-
-void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
-{
-	struct dbox *db = dbox(b);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	int run;
-
-	(void)job_dir;
-	if (db->remote) { /* the uploaded files, in the sandbox */
-		struct aio_env env[1] = { { "P", NULL } };
-		char errtext[256];
-		int code;
-
-		if (!buf_addf(&p, "%s/%s", db->run_path, job_name) && !sbx_box_is_gone(b)) {
-			env[0].value = p.ptr;
-			if (aior_run(db, "rm -rf -- \"$P\"", env, 1, &code, errtext, sizeof(errtext), NULL) || code)
-				log_warn(db->name, "cannot remove the files of job %s in the sandbox: %s", job_name, errtext);
-		}
-		buf_free(&p);
-		return;
-	}
-	if (!buf_addf(&p, "%s/aio-jobs", db->thread_dir) && (run = udir_open(p.ptr)) >= 0) {
-		if (udir_remove(run, job_name))
-			log_warn(db->name, "cannot remove the run directory of job %s: %s", job_name, strerror(errno));
-		close(run);
-	}
-	buf_free(&p);
 }
