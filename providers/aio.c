@@ -315,7 +315,7 @@ static int aio_spec(struct cbox *cb, const struct sbx_spec *s, struct container_
 static enum sbx_err aio_wait_ready(struct cbox *db, const char *scope, long timeout_s)
 {
 	uint64_t start = util_now_ms(), deadline = start + (uint64_t)timeout_s * 1000;
-	useconds_t pause = 20000; /* 20 ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
+	unsigned pause = 20; /* ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
 	struct aio_target t;
 	struct aio_info info;
 	char err[AIO_ERR_LEN] = "no answer";
@@ -340,8 +340,11 @@ static enum sbx_err aio_wait_ready(struct cbox *db, const char *scope, long time
 		}
 		if (e == SBX_ERR_ACCESS || util_now_ms() >= deadline || util_proc_starttime(db->init_pid) != db->init_start)
 			break;
-		usleep(pause);
-		pause = pause < 500000 ? pause * 2 : 500000;
+		if (e == SBX_ERR_INTR || container_backoff(&pause, 500)) {
+			close(nsfd);
+			log_warn(scope, "aio: the create was cancelled while the AIO server in %s was not ready yet", db->name);
+			return SBX_ERR_INTR;
+		}
 	}
 	close(nsfd);
 	if (util_proc_starttime(db->init_pid) != db->init_start) {

@@ -49,6 +49,7 @@
 #include "../common/log.h"
 #include "../common/names.h"
 #include "../common/netns.h"
+#include "../common/token.h"
 #include "../common/util.h"
 #include "../common/egress.h"
 #include "container_int.h"
@@ -183,7 +184,7 @@ void container_conf_clear(struct container_conf *dc)
 /* ---- the dockerd a configuration names ------------------------------------------------------ */
 
 /* The socket: <section>.socket, else $DOCKER_HOST (unix:// only), else the default. */
-static int docker_socket_of(const struct sbx_config *cfg, char *out, size_t len, char *err, size_t errlen)
+static int socket_of(const struct sbx_config *cfg, char *out, size_t len, char *err, size_t errlen)
 {
 	const char *host = getenv("DOCKER_HOST");
 
@@ -200,7 +201,7 @@ static int docker_socket_of(const struct sbx_config *cfg, char *out, size_t len,
 	}
 	return str_fmt(out, len, "%s", CONTAINER_DEFAULT_SOCKET);
 }
-static struct docker *docker_client(const char *path)
+static struct docker *client_get(const char *path)
 {
 	struct docker *api = NULL;
 
@@ -219,17 +220,17 @@ static struct docker *docker_client(const char *path)
 	return api;
 }
 
-static struct docker *docker_client_of(const struct sbx_config *cfg)
+static struct docker *client_of(const struct sbx_config *cfg)
 {
 	char path[PATH_MAX], err[256];
 
-	if (docker_socket_of(cfg, path, sizeof(path), err, sizeof(err)))
+	if (socket_of(cfg, path, sizeof(path), err, sizeof(err)))
 		return NULL;
-	return docker_client(path);
+	return client_get(path);
 }
 
 /* Retry the removals that failed (dockerd was away). */
-static void docker_flush_pending(void)
+static void removals_retry(void)
 {
 	struct pending todo[64];
 	int n;
@@ -252,7 +253,7 @@ static void docker_flush_pending(void)
 	}
 }
 
-static void docker_remember_removal(struct docker *api, const char *id)
+static void removal_remember(struct docker *api, const char *id)
 {
 	pthread_mutex_lock(&dk.lock);
 	if (dk.n_pending < 64) {
@@ -267,7 +268,7 @@ static void docker_remember_removal(struct docker *api, const char *id)
 
 /* The profile in a file too, state_dir/docker-seccomp.json: Podman's
  * compat API reads "seccomp=" as a path on its host (docker_api.c). */
-static int docker_seccomp_write(const struct sbx_config *cfg, char *err, size_t errlen)
+static int seccomp_write(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
 
@@ -290,7 +291,7 @@ enum sbx_err container_init(const struct sbx_config *cfg, char *err, size_t errl
 		snprintf(err, errlen, "%s provider: libcurl cannot be initialised", cfg->use);
 		return SBX_ERR_IO;
 	}
-	if (docker_socket_of(cfg, path, sizeof(path), err, errlen))
+	if (socket_of(cfg, path, sizeof(path), err, errlen))
 		return SBX_ERR_INVAL;
 	pthread_mutex_lock(&dk.lock);
 	if (!dk.uids)
@@ -305,14 +306,14 @@ enum sbx_err container_init(const struct sbx_config *cfg, char *err, size_t errl
 		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
 		return SBX_ERR_INVAL;
 	}
-	if (docker_seccomp_write(cfg, err, errlen))
+	if (seccomp_write(cfg, err, errlen))
 		return SBX_ERR_IO;
 	if (!dk.uids) {
 		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
 		return SBX_ERR_NOMEM;
 	}
 	uidpool_scan(dk.uids, cfg->state_dir);
-	api = docker_client(path);
+	api = client_get(path);
 	if (!api) {
 		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
 		return SBX_ERR_NOMEM;
@@ -339,7 +340,7 @@ enum sbx_err container_init(const struct sbx_config *cfg, char *err, size_t errl
  * the container id recorded there or, for a create whose answer never came
  * (a kill -9, a timeout), the name recorded before the create was sent with
  * the wall-clock time of that intent, matched against dockerd's own creation
- * time of the container holding the name now (within DOCKER_INTENT_WINDOW_S
+ * time of the container holding the name now (within CONTAINER_INTENT_WINDOW_S
  * after the intent: no container made before our create was sent can be
  * ours, and a name is free again only once its container is gone).  Our
  * labels must be there too, but they prove nothing alone: anyone who can
@@ -353,14 +354,14 @@ enum sbx_err container_init(const struct sbx_config *cfg, char *err, size_t errl
  * only once a removal is confirmed (a failed one keeps it, and the next
  * create of the scope or the next start finishes the job).  It names one
  * container at most: a create first settles what an earlier record names
- * (docker_settle).  The window: the create request's own timeout (30 s)
+ * (crec_settle).  The window: the create request's own timeout (30 s)
  * and as much again for a dockerd that finished it after the client gave
  * up; a container that dockerd made later still is not provably ours and
  * is left (logged) rather than risk removing a stranger's.
  */
-#define DOCKER_INTENT_WINDOW_S 60
+#define CONTAINER_INTENT_WINDOW_S 60
 
-struct drec {
+struct crec {
 	char name[128];
 	char id[DOCKER_ID_LEN + 1]; /* "" until the create answered */
 	long long intent_ns;        /* 0: none (a record of an older sbxfs: only its id proves) */
@@ -374,7 +375,7 @@ static long long wall_ns(void)
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static int docker_save(struct cbox *db)
+static int crec_save(struct cbox *db)
 {
 	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
 		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
@@ -385,14 +386,14 @@ static int docker_save(struct cbox *db)
 	return r;
 }
 
-static void docker_unsave(const char *thread_dir)
+static void crec_remove(const char *thread_dir)
 {
 	record_remove(thread_dir, "docker.json");
 }
 
 /* thread_dir/docker.json into r: 0, or -1 when there is none (or it names
  * no container: then nothing is provably ours). */
-static int drec_load(const char *thread_dir, struct drec *r)
+static int crec_load(const char *thread_dir, struct crec *r)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	json_t *o = NULL, *v;
@@ -416,7 +417,7 @@ out:
 	return ret;
 }
 
-static bool docker_ours(const struct docker_container *c, const char *state_id, const char *token)
+static bool labels_ours(const struct docker_container *c, const char *state_id, const char *token)
 {
 	const char *sid = docker_label(c, CONTAINER_LABEL_STATE_ID), *scope = docker_label(c, CONTAINER_LABEL_SCOPE);
 
@@ -424,29 +425,29 @@ static bool docker_ours(const struct docker_container *c, const char *state_id, 
 }
 
 /* NULL when the record proves c ours, else why not. */
-static const char *drec_why_not(const struct drec *r, const struct docker_container *c, const char *state_id,
+static const char *crec_why_not(const struct crec *r, const struct docker_container *c, const char *state_id,
 	const char *token)
 {
-	if (!docker_ours(c, state_id, token))
+	if (!labels_ours(c, state_id, token))
 		return "its labels are not this scope's";
 	if (r->id[0])
 		return strcmp(r->id, c->id) ? "not the container id recorded" : NULL;
 	if (strcmp(r->name, c->name))
 		return "not the name recorded";
 	if (!c->created_ns || c->created_ns < r->intent_ns ||
-	    c->created_ns - r->intent_ns > DOCKER_INTENT_WINDOW_S * 1000000000LL)
+	    c->created_ns - r->intent_ns > CONTAINER_INTENT_WINDOW_S * 1000000000LL)
 		return "made outside the time of the create recorded";
 	return NULL;
 }
 
 /* The container a record names, inspected: by its id, else by its name. */
-static enum sbx_err drec_inspect(struct docker *api, const struct drec *r, struct docker_container *c, char *err,
+static enum sbx_err crec_inspect(struct docker *api, const struct crec *r, struct docker_container *c, char *err,
 	size_t errlen)
 {
 	return docker_inspect(api, r->id[0] ? r->id : r->name, c, err, errlen);
 }
 
-static void docker_log_skipped(const char *scope, const char *use, const struct docker_container *c, const char *why)
+static void log_skipped(const char *scope, const char *use, const struct docker_container *c, const char *why)
 {
 	log_warn(scope, "%s: container %.12s (%s) carries this sbxfs's labels but is not one it made (%s): skipped, "
 			"never adopted or removed",
@@ -459,19 +460,19 @@ static void docker_log_skipped(const char *scope, const char *use, const struct 
  * nothing of ours can be left.  SBX_OK, or why the create cannot go on
  * (dockerd away, a removal that failed: the record stays for the next try).
  * after_failure: right after a failed create, whose cause was logged. */
-static enum sbx_err docker_settle(struct docker *api, const struct sbx_spec *s, const char *scope, bool after_failure)
+static enum sbx_err crec_settle(struct docker *api, const struct sbx_spec *s, const char *scope, bool after_failure)
 {
 	struct docker_container c = { 0 };
 	char err[DOCKER_ERR_LEN];
 	const char *why;
-	struct drec r;
+	struct crec r;
 	enum sbx_err e;
 
-	if (drec_load(s->dirs.thread_dir, &r))
+	if (crec_load(s->dirs.thread_dir, &r))
 		return SBX_OK;
-	e = drec_inspect(api, &r, &c, err, sizeof(err));
+	e = crec_inspect(api, &r, &c, err, sizeof(err));
 	if (e == SBX_ERR_GONE) {
-		docker_unsave(s->dirs.thread_dir);
+		crec_remove(s->dirs.thread_dir);
 		return SBX_OK;
 	}
 	if (e) {
@@ -484,10 +485,10 @@ static enum sbx_err docker_settle(struct docker *api, const struct sbx_spec *s, 
 				s->cfg->use, r.id[0] ? r.id : r.name, err);
 		return e;
 	}
-	why = drec_why_not(&r, &c, s->state_id, s->token);
+	why = crec_why_not(&r, &c, s->state_id, s->token);
 	if (why) {
-		docker_log_skipped(scope, s->cfg->use, &c, why);
-		docker_unsave(s->dirs.thread_dir);
+		log_skipped(scope, s->cfg->use, &c, why);
+		crec_remove(s->dirs.thread_dir);
 	} else {
 		log_warn(scope, "%s: removing the container %.12s (%s) an earlier sandbox of this scope left", s->cfg->use,
 			c.id, c.name);
@@ -495,7 +496,7 @@ static enum sbx_err docker_settle(struct docker *api, const struct sbx_spec *s, 
 		if (e)
 			log_err(scope, "%s: cannot remove the container %.12s: %s", s->cfg->use, c.id, err);
 		else
-			docker_unsave(s->dirs.thread_dir);
+			crec_remove(s->dirs.thread_dir);
 	}
 	docker_container_clear(&c);
 	return e;
@@ -568,7 +569,7 @@ static void cbox_learn_init(struct cbox *db, const struct docker_container *info
  * (Docker's "none") loopback only, where the approval proxy listens.  The
  * container has no capability, so it cannot change the rules.  Installed
  * before the sandbox is ready, so before any job runs. */
-static enum sbx_err docker_egress(struct cbox *db, const char *scope)
+static enum sbx_err container_egress(struct cbox *db, const char *scope)
 {
 	struct egress_rules rules = { .mode = db->cfg->net_mode, .allow_private = db->cfg->allow_private };
 	char resolv[64], dns[64], err[512];
@@ -722,26 +723,27 @@ static int container_spec(struct container_spec *c, const struct sbx_spec *s, st
  * *made once a container of ours exists (the caller removes it on a later
  * failure).  A name held by any container not proven ours fails the create
  * and is left alone. */
-static enum sbx_err docker_make(struct cbox *db, const struct docker_create_spec *d, const struct sbx_spec *s,
+static enum sbx_err container_make(struct cbox *db, const struct docker_create_spec *d, const struct sbx_spec *s,
 	const char *scope, bool *made)
 {
+	struct token *prev;
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
 
 	*made = false;
-	e = docker_settle(db->api, s, scope, false);
+	e = crec_settle(db->api, s, scope, false);
 	if (e)
 		return e;
 	db->intent_ns = wall_ns();
-	if (docker_save(db)) {
+	if (crec_save(db)) {
 		log_err(scope, "%s: cannot record the create in %s: %s", s->cfg->use, db->thread_dir, strerror(errno));
-		docker_unsave(db->thread_dir);
+		crec_remove(db->thread_dir);
 		return SBX_ERR_IO;
 	}
 	e = docker_create(db->api, d, db->id, err, sizeof(err));
 	if (!e) {
 		*made = true;
-		if (docker_save(db)) {
+		if (crec_save(db)) {
 			log_err(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
 			return SBX_ERR_IO;
 		}
@@ -751,7 +753,7 @@ static enum sbx_err docker_make(struct cbox *db, const struct docker_create_spec
 		log_err(scope, "%s: the container name %s is taken by a container this sbxfs did not make (another "
 			       "state_dir, not sbxfs, or copied labels): left alone; change container_prefix",
 			s->cfg->use, db->name);
-		docker_unsave(db->thread_dir);
+		crec_remove(db->thread_dir);
 		return SBX_ERR_IO;
 	}
 	if (e == SBX_ERR_GONE)
@@ -759,9 +761,12 @@ static enum sbx_err docker_make(struct cbox *db, const struct docker_create_spec
 			s->cfg->use, d->image, err);
 	else
 		log_err(scope, "%s: cannot create the container: %s", s->cfg->use, err);
-	/* dockerd may have made it all the same (no answer, a 5xx): what the
-	 * intent names is removed now, or by the next create or start */
-	docker_settle(db->api, s, scope, true);
+	/* dockerd may have made it all the same (no answer, a 5xx, a cancel):
+	 * what the intent names is removed now (not under the create's token,
+	 * which may be cancelled), or by the next create or start */
+	prev = token_enter(NULL);
+	crec_settle(db->api, s, scope, true);
+	token_leave(prev);
 	return e;
 }
 
@@ -793,10 +798,12 @@ static enum sbx_err container_run(struct cbox *db, const struct sbx_spec *s, con
 	e = docker_start(db->api, db->id, err, sizeof(err));
 	if (!e)
 		e = docker_inspect(db->api, db->id, &info, err, sizeof(err));
-	if (e) {
+	if (e == SBX_ERR_INTR)
+		log_info(scope, "%s: the create was cancelled as the container %s started", s->cfg->use, db->name);
+	else if (e)
 		log_err(scope, "%s: cannot start the container %s: %s", s->cfg->use, db->name, err);
+	if (e)
 		return e;
-	}
 	if (!info.running || info.pid <= 0) {
 		log_err(scope, "%s: the container %s ended at once (%s, exit code %d)", s->cfg->use, db->name, info.status,
 			info.exit_code);
@@ -805,7 +812,7 @@ static enum sbx_err container_run(struct cbox *db, const struct sbx_spec *s, con
 	}
 	cbox_learn_init(db, &info);
 	docker_container_clear(&info);
-	return docker_egress(db, scope);
+	return container_egress(db, scope);
 }
 
 /* A failed create's container goes now, or later when dockerd is away. */
@@ -816,16 +823,16 @@ static void container_discard(struct cbox *db, const char *scope)
 	if (docker_remove(db->api, db->id, err, sizeof(err))) {
 		log_warn(scope, "%s: cannot remove the failed container %s now (%s): retried later", db->cfg->use, db->name,
 			err);
-		docker_remember_removal(db->api, db->id);
+		removal_remember(db->api, db->id);
 	} else {
-		docker_unsave(db->thread_dir);
+		crec_remove(db->thread_dir);
 	}
 }
 
 enum sbx_err container_create(const struct sbx_spec *s, const struct container_type *t, struct sbx_box **out)
 {
 	struct container_spec *c = calloc(1, sizeof(*c));
-	struct docker *api = docker_client_of(s->cfg);
+	struct docker *api = client_of(s->cfg);
 	struct cbox *db = NULL;
 	char scope[NAMES_SCOPE_MAX];
 	enum sbx_err e = SBX_ERR_NOMEM;
@@ -835,7 +842,7 @@ enum sbx_err container_create(const struct sbx_spec *s, const struct container_t
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	if (!c || !api || !(db = cbox_new(s, api, t)))
 		goto out;
-	docker_flush_pending();
+	removals_retry();
 	r = container_files(db, s);
 	if (r) {
 		log_err(scope, "%s: cannot prepare the sandbox's files: %s", s->cfg->use, strerror(r));
@@ -847,7 +854,7 @@ enum sbx_err container_create(const struct sbx_spec *s, const struct container_t
 		e = SBX_ERR_INVAL;
 		goto out;
 	}
-	e = docker_make(db, &c->d, s, scope, &made);
+	e = container_make(db, &c->d, s, scope, &made);
 	if (!e)
 		e = container_run(db, s, scope);
 	if (!e && t->ready)
@@ -855,7 +862,7 @@ enum sbx_err container_create(const struct sbx_spec *s, const struct container_t
 	if (e)
 		goto out;
 	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
-	if (docker_save(db)) {
+	if (crec_save(db)) {
 		log_err(scope, "%s: cannot record the container: %s", s->cfg->use, strerror(errno));
 		e = SBX_ERR_IO;
 		goto out;
@@ -864,8 +871,12 @@ enum sbx_err container_create(const struct sbx_spec *s, const struct container_t
 	db = NULL;
 	e = SBX_OK;
 out:
-	if (e && made)
+	if (e && made) {
+		/* a cancelled create cleans up all the same: not under its token */
+		struct token *prev = token_enter(NULL);
 		container_discard(db, scope);
+		token_leave(prev);
+	}
 	if (c)
 		spec_free(c);
 	free(c);
@@ -910,9 +921,9 @@ enum sbx_err container_destroy(struct sbx_box *b)
 		e = docker_remove(db->api, db->id, err, sizeof(err));
 	if (e) {
 		log_err(db->name, "cannot remove the container %.12s: %s; retried later", db->id, err);
-		docker_remember_removal(db->api, db->id);
+		removal_remember(db->api, db->id);
 	} else {
-		docker_unsave(db->thread_dir);
+		crec_remove(db->thread_dir);
 	}
 	db->init_pid = 0;
 	return e;
@@ -930,10 +941,10 @@ void container_box_free(struct sbx_box *b)
  * intent cannot be checked, so SBX_ERR_IO keeps the record for later. */
 enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_type *t, struct sbx_box **out)
 {
-	struct docker *api = docker_client_of(s->cfg);
+	struct docker *api = client_of(s->cfg);
 	struct docker_container info = { 0 };
 	struct cbox *db = NULL;
-	struct drec r;
+	struct crec r;
 	char err[DOCKER_ERR_LEN], scope[NAMES_SCOPE_MAX];
 	enum sbx_err e = SBX_ERR_NOMEM;
 	const char *why;
@@ -943,7 +954,7 @@ enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_ty
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	if (!api || !(db = cbox_new(s, api, t)))
 		goto out;
-	if (drec_load(s->dirs.thread_dir, &r)) {
+	if (crec_load(s->dirs.thread_dir, &r)) {
 		e = SBX_ERR_GONE; /* nothing recorded: nothing of it can be proven ours */
 		goto out;
 	}
@@ -954,26 +965,26 @@ enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_ty
 		db->base.uid = uid;
 		db->base.gid = gid;
 	}
-	e = drec_inspect(api, &r, &info, err, sizeof(err));
+	e = crec_inspect(api, &r, &info, err, sizeof(err));
 	if (e == SBX_ERR_GONE) {
-		docker_unsave(s->dirs.thread_dir);
+		crec_remove(s->dirs.thread_dir);
 		goto out;
 	}
-	why = e ? NULL : drec_why_not(&r, &info, s->state_id, s->token);
+	why = e ? NULL : crec_why_not(&r, &info, s->state_id, s->token);
 	if (e) {
 		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, r.id[0] ? r.id : r.name, err);
 		if (!r.id[0])
 			goto out; /* only dockerd can say whether the create made it */
 	} else if (why) {
-		docker_log_skipped(scope, s->cfg->use, &info, why);
-		docker_unsave(s->dirs.thread_dir);
+		log_skipped(scope, s->cfg->use, &info, why);
+		crec_remove(s->dirs.thread_dir);
 		e = SBX_ERR_GONE;
 		goto out;
 	} else {
 		snprintf(db->id, sizeof(db->id), "%s", info.id);
 		if (info.running)
 			cbox_learn_init(db, &info);
-		if (!r.id[0] && docker_save(db))
+		if (!r.id[0] && crec_save(db))
 			log_warn(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
 	}
 	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
@@ -991,7 +1002,7 @@ out:
  * lists the containers with this daemon's labels, and each is handed to
  * the pool only when the record of the thread its labels name proves it
  * ours; the others are skipped (logged) and never touched. */
-#define DOCKER_DISCOVER_MAX 1024
+#define CONTAINER_DISCOVER_MAX 1024
 
 struct discover_ctx {
 	struct discovered {
@@ -1009,7 +1020,7 @@ static void discover_one(const struct docker_container *c, void *arg)
 		   *scope = docker_label(c, CONTAINER_LABEL_SCOPE);
 	struct discovered *x;
 
-	if (d->n >= DOCKER_DISCOVER_MAX) {
+	if (d->n >= CONTAINER_DISCOVER_MAX) {
 		d->full = true;
 		return;
 	}
@@ -1029,7 +1040,7 @@ static bool discover_proves(struct docker *api, const struct sbx_config *cfg, co
 	struct docker_container c = { 0 };
 	char token[SCOPE_TOKEN_LEN + 1], err[DOCKER_ERR_LEN];
 	const char *why = NULL;
-	struct drec r;
+	struct crec r;
 	bool ok = false;
 
 	if (docker_inspect(api, x->id, &c, err, sizeof(err))) {
@@ -1039,12 +1050,12 @@ static bool discover_proves(struct docker *api, const struct sbx_config *cfg, co
 	if (!names_valid(x->user) || !names_valid(x->thread) || names_scope_token(x->user, x->thread, token) ||
 	    strcmp(token, x->scope))
 		why = "its user, thread and scope labels name no scope";
-	else if (layout_thread_dir(&td, cfg->state_dir, x->user, x->thread) || drec_load(td.ptr, &r))
+	else if (layout_thread_dir(&td, cfg->state_dir, x->user, x->thread) || crec_load(td.ptr, &r))
 		why = "no record of its scope names a container";
 	else
-		why = drec_why_not(&r, &c, state_id, token);
+		why = crec_why_not(&r, &c, state_id, token);
 	if (why)
-		docker_log_skipped("docker", cfg->use, &c, why);
+		log_skipped("docker", cfg->use, &c, why);
 	ok = !why;
 out:
 	docker_container_clear(&c);
@@ -1055,8 +1066,8 @@ out:
 enum sbx_err container_discover(const struct sbx_config *cfg, const char *state_id,
 	void (*found)(const char *user, const char *thread, void *arg), void *arg)
 {
-	struct docker *api = docker_client_of(cfg);
-	struct discover_ctx d = { .c = calloc(DOCKER_DISCOVER_MAX, sizeof(*d.c)) };
+	struct docker *api = client_of(cfg);
+	struct discover_ctx d = { .c = calloc(CONTAINER_DISCOVER_MAX, sizeof(*d.c)) };
 	char l1[128], l2[128], err[DOCKER_ERR_LEN];
 	const char *labels[] = { l1, l2, NULL };
 	enum sbx_err e = SBX_ERR_NOMEM;
@@ -1073,7 +1084,7 @@ enum sbx_err container_discover(const struct sbx_config *cfg, const char *state_
 	if (d.full)
 		log_warn("docker", "discovery: more than %d containers carry this sbxfs's labels: only the first %d "
 				   "were considered",
-			DOCKER_DISCOVER_MAX, DOCKER_DISCOVER_MAX);
+			CONTAINER_DISCOVER_MAX, CONTAINER_DISCOVER_MAX);
 	for (int i = 0; i < d.n; i++)
 		if (discover_proves(api, cfg, state_id, &d.c[i]))
 			found(d.c[i].user, d.c[i].thread, arg);
@@ -1086,7 +1097,7 @@ void container_shutdown(void)
 {
 	/* what could not be removed while dockerd was away: one more try.
 	 * The clients stay: exec handles still running at exit point at them. */
-	docker_flush_pending();
+	removals_retry();
 	pthread_mutex_lock(&dk.lock);
 	for (int i = 0; i < dk.n_pending; i++)
 		log_warn("docker", "container %.12s could not be removed (dockerd away?): the next start removes it",
@@ -1131,4 +1142,24 @@ int container_children(pid_t pid, pid_t *out, int max, int n)
 	closedir(d);
 	buf_free(&b);
 	return n;
+}
+
+/* ---- waiting for what runs inside ------------------------------------------------------------ */
+
+enum sbx_err container_backoff(unsigned *pause_ms, unsigned max_ms)
+{
+	uint64_t until = util_now_ms() + *pause_ms;
+	struct token *t = token_current();
+
+	for (;;) {
+		uint64_t now = util_now_ms();
+
+		if (t && token_cancelled(t))
+			return SBX_ERR_INTR;
+		if (now >= until)
+			break;
+		usleep((useconds_t)((until - now < TOKEN_COND_SLICE_MS ? until - now : TOKEN_COND_SLICE_MS) * 1000));
+	}
+	*pause_ms = *pause_ms * 2 < max_ms ? *pause_ms * 2 : max_ms;
+	return SBX_OK;
 }

@@ -170,6 +170,12 @@ bool container_running(struct cbox *cb);
  * out[n..max); the new count. */
 int container_children(pid_t pid, pid_t *out, int max, int n);
 
+/* A readiness wait's pause of *pause_ms (then doubled, up to max_ms), cut
+ * short when the create's work is cancelled (the token current on this
+ * thread, common/token.h: a FUSE interrupt of the mkdir): SBX_OK, or
+ * SBX_ERR_INTR.  The create then removes the container it made. */
+enum sbx_err container_backoff(unsigned *pause_ms, unsigned max_ms);
+
 /* container_freeze.c: pause and unpause (the provider's freeze table), and
  * for job pumps that run in the daemon: ms the container was paused so far
  * (also the pause going on), and whether it is paused now. */

@@ -175,7 +175,7 @@ static bool docker_pong(struct cbox *cb, int timeout_ms)
 static enum sbx_err docker_wait_init(struct cbox *db, const char *scope, long timeout_s)
 {
 	uint64_t deadline = util_now_ms() + (uint64_t)timeout_s * 1000;
-	useconds_t pause = 2000;
+	unsigned pause = 2; /* ms, doubling to 256 ms */
 
 	for (;;) {
 		if (docker_pong(db, 2000))
@@ -184,8 +184,10 @@ static enum sbx_err docker_wait_init(struct cbox *db, const char *scope, long ti
 			log_err(scope, "docker: the container's init (sbxfs-box) did not answer within %ld s", timeout_s);
 			return SBX_ERR_TIMEOUT;
 		}
-		usleep(pause);
-		pause = pause < 200000 ? pause * 2 : pause;
+		if (container_backoff(&pause, 256)) {
+			log_warn(scope, "docker: the create was cancelled before the container's init answered");
+			return SBX_ERR_INTR;
+		}
 	}
 }
 
