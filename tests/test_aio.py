@@ -56,6 +56,25 @@ def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, 
     assert read_json(m.mnt / ".status")["active"] == 0
 
 
+def _in_netns_of_container(m, case):
+    """Whether the daemon has an fd on the network namespace of the case's
+    running container."""
+    for c in containers(case):
+        pid = inspect(c["id"])["State"]["Pid"]
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/net") if pid else None
+            fds = os.listdir(f"/proc/{m.proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if ns and os.readlink(f"/proc/{m.proc.pid}/fd/{fd}") == ns:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
 @R.ASAN_INTERRUPTS
 @pytest.mark.timeout_s(120)
 def test_an_interrupted_mkdir_stops_the_create_and_removes_its_container(sbxfs, case_label):
@@ -67,9 +86,9 @@ def test_an_interrupted_mkdir_stops_the_create_and_removes_its_container(sbxfs, 
     m = sbxfs(config={"ready_timeout": 60, "aio": {"command": ["--never-ready"]}})
     os.mkdir(m.mnt / "alice")
     p = R.child("mkdir", m.mnt / "alice" / "t")
-    # the container runs: the create waits for its server (which never answers)
-    assert wait_until(lambda: any(inspect(c["id"])["State"]["Running"] for c in containers(case_label)), 30), \
-        "the create never started its container"
+    # the create waits for the server (which never answers): the daemon
+    # holds an fd on the container's network namespace while it polls
+    assert wait_until(lambda: _in_netns_of_container(m, case_label), 30), "the create never waited for its server"
     out, took = R.interrupt(p)
     assert out == "interrupted\n", out
     assert took < 1.0, f"an interrupted mkdir took {took:.2f} s"
