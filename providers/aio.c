@@ -230,10 +230,10 @@ static bool box_paused(struct aio_sbx *a)
  * has ended already is not found (its status then has no pid). */
 static void box_find_pid(struct aio_sbx *a, const char *name, const char *job_dir)
 {
+	struct cbox *cb = &of_sbx(a)->c;
 	char needle[128], text[32];
 	pid_t pids[4096];
 	int n;
-	struct cbox *cb = &of_sbx(a)->c;
 
 	if (str_fmt(needle, sizeof(needle), AIO_RUN_PATH "/%s/cmd", name) || !cb->init_pid)
 		return;

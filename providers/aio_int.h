@@ -19,10 +19,7 @@
 
 #define AIO_RUN_PATH "/run/sbxfs/jobs" /* in a container: thread_dir/aio-jobs, bind-mounted */
 
-/* The aio: section of mount.conf (cfg->prov): the container layer's common
- * keys first (container_int.h; struct container_conf is opaque here). */
-struct aio_conf;
-/* The API key of the section (NULL: none) and the section's port. */
+/* aio.api_key of the configuration (aio.c reads the aio: section; NULL: none). */
 const char *aio_conf_api_key(const struct sbx_config *cfg);
 
 struct aio_sbx;
