@@ -10,7 +10,7 @@
  * one that stopped answering, and count the pause against the job's
  * timeout.  Such pumps read container_paused_ms() and skip both while it
  * grows.  (A supervisor inside the container is paused with it and counts
- * only the time it could run: helpers/docker_box.c.)
+ * only the time it could run.)
  */
 #define _GNU_SOURCE
 #include <string.h>
