@@ -57,10 +57,10 @@ COMMON_NET := common/policy.o common/egress.o
 RUNTIME := runtime/work.o runtime/park.o
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
 	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	     providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
+	     providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
-	     providers/snapshot.o providers/sbxsnap.o providers/docker_freeze.o
+	     providers/snapshot.o providers/sbxsnap.o providers/container_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
       fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
@@ -128,10 +128,10 @@ run: deps all
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
 	providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
-	providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
+	providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
-	providers/docker_freeze.o $(COMMON_NET)
+	providers/container_freeze.o $(COMMON_NET)
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)

@@ -1,153 +1,331 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * aio.c - jobs in aio sandboxes, through the AIO HTTP API (aio_api.c)
- * inside the container's network namespace, and the readiness and health
- * checks of the AIO server.  The container itself is docker.c's.
+ * aio.c - the aio provider: the AIO sandbox image (agent-infra/sandbox)
+ * with its own entrypoint, one container per scope (the container layer,
+ * container.c, makes and watches it).  This file is the provider's
+ * descriptor, its section (aio:, beside the container layer's common keys),
+ * its box (struct aiobox: the container box and the aio_sbx its jobs see,
+ * aio_int.h) and the box's readiness: the daemon waits for GET /v1/sandbox,
+ * reached inside the container's network namespace (common/netns.h): no
+ * port is published.  Jobs run through the AIO HTTP API (aio_jobs.c).  A
+ * configuration with base_url is another descriptor (ops->variant:
+ * aio_remote.c), with no container.
  *
- * A job: the daemon copies the command (and stdin) into the job's run
- * directory, thread_dir/aio-jobs/NAME, which the container sees at
- * /run/sbxfs/jobs/NAME (the AIO server runs `sh -c COMMAND` as a host
- * process, so the command text goes through a file, never an argv), then
- *   POST /v1/bash/exec {command: "( exec <STDIN; . CMD )", session_id (one
- *        per job), exec_dir: the workspace, env: the job's environment,
- *        async_mode, hard_timeout: bash_command_timeout}
- * and a thread per running job long-polls POST /v1/bash/output {offset,
- * stderr_offset, wait} and appends the new stdout and stderr to the job's
- * files as they arrive.  Images without /v1/bash (older than 1.9.3) answer
- * 404: the box latches the shell API (/v1/shell/exec, view, wait, kill),
- * which merges stderr into stdout.
- *
- * Surviving a daemon restart: the AIO server keeps a command's whole
- * output, so job_dir/aio.json records the session, command and the offsets
- * already appended together with the job files' sizes at that moment.  A
- * new daemon trims the files back to those sizes (an append whose offsets
- * were not recorded is fetched again, never twice) and resumes polling from
- * the recorded offsets: output produced while no daemon ran arrives then,
- * and the job gets its real result.
- *
- * Signals: the API knows SIGTERM, SIGKILL and SIGINT (to the command's
- * process group); other signals are EOPNOTSUPP (the provider does not
- * declare SBX_CAP_SIGNALS).
- *
- * An AIO sandbox at a base_url (aio_remote.c; db->remote) runs jobs the same
- * way, with two differences: the API is reached at the URL (no network
- * namespace), and the job's command, stdin and env.sh are uploaded
- * (POST /v1/file/upload) to db->run_path/NAME in the sandbox instead of
- * being written into a bind-mounted host directory; a command that is UTF-8
- * text without stdin skips the uploads and travels in the request's
- * environment (SBXFS_CMD, unset before it is eval'd: the sandbox is remote,
- * so no host process's argv or environment carries it either way).
+ * The image runs as the sandbox uid by default, as docker sandboxes do;
+ * `aio.user: image` runs an image that needs its own user (root for the
+ * real AIO image's services), and the sandbox's status says so.  Job
+ * commands and stdin go through thread_dir/aio-jobs, bind-mounted at
+ * AIO_RUN_PATH (the AIO server runs a command with `sh -c`, so its text
+ * never goes on an argv).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "../common/buf.h"
-#include "../common/json.h"
-#include "../common/layout.h"
 #include "../common/log.h"
 #include "../common/udir.h"
 #include "../common/util.h"
-#include "aio_api.h"
-#include "docker_int.h"
-#include "jobrun.h"
-#include "record.h"
+#include "aio_int.h"
+#include "container_int.h"
 #include "provider_int.h"
 
-#define AIO_RECORD "aio.json" /* job_dir/aio.json: the command and offsets, for reattach */
-#define AIO_POLL_WAIT_S 5.0
-#define AIO_SHELL_POLL_US 200000
-#define AIO_LOST_AFTER_MS 60000 /* the server unreachable this long: the job is lost */
-#define AIO_ENV_MAX (2 * 1024 * 1024)
-#define AIO_INLINE_MAX (100 * 1024) /* a command in one environment string (Linux: 128 KiB) */
+#define AIO_DEFAULT_IMAGE "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest"
 
-struct ajob {
-	struct jobrun run;    /* first: the handle, output files, limit, pump (run.out_bytes: out_size + err_size) */
-	struct dbox *db;      /* referenced */
-	char session[128];
-	char command[128];
-	bool shell;           /* the shell API (no /v1/bash) */
-	long long offset, stderr_offset;
-	long long out_size, err_size; /* the job files' sizes when the offsets were recorded */
-	long timeout;
+struct aio_conf {
+	struct container_conf c; /* first: socket, labels, uid range */
+	long port;               /* the AIO API's port inside the container */
+	bool user_image;         /* run as the image's user, not the sandbox uid */
+	char **cap_add;          /* capabilities the image needs (after dropping ALL) */
+	size_t n_cap_add;
+	char **command;          /* the container's Cmd (arguments of the image's entrypoint) */
+	size_t n_command;
+	char *api_key;           /* sent as X-AIO-API-Key (secret) */
 };
 
-static struct ajob *ajob(struct sbx_exec *x)
+static const struct aio_conf aio_defaults = { .c = CONTAINER_CONF_DEFAULTS, .port = 8080 };
+
+struct aiobox {
+	struct cbox c;     /* first: the container */
+	struct aio_sbx a;  /* what aio_jobs.c sees */
+};
+
+static struct aiobox *aiobox(struct sbx_box *b)
 {
-	if (!x || (x->prov != &provider_aio && x->prov != &provider_aio_remote))
-		abort(); /* a handle given to the wrong provider is a programming error */
-	return (struct ajob *)x;
+	if (!b || b->prov != &provider_aio)
+		abort(); /* a box handed to the wrong provider is a programming error */
+	return (struct aiobox *)b;
 }
 
-static void aio_target_init(struct aio_target *t, struct dbox *db, char *url, size_t len, int nsfd, const int *cancel)
+static const struct aio_conf *aio_conf_of(const struct sbx_config *cfg)
 {
-	memset(t, 0, sizeof(*t));
-	if (db->remote) {
-		t->base_url = db->url;
-		t->api_key = db->api_key;
-	} else {
-		snprintf(url, len, "http://127.0.0.1:%ld", db->port);
-		t->base_url = url;
-		t->api_key = docker_conf_of(db->cfg)->api_key;
+	return cfg->prov ? cfg->prov : &aio_defaults;
+}
+
+const char *aio_conf_api_key(const struct sbx_config *cfg)
+{
+	return aio_conf_of(cfg)->api_key;
+}
+
+/* ---- configuration: the aio: section ---------------------------------------------------------- */
+
+static int conf_user(struct cfg_ctx *x, struct aio_conf *dc, const char *full, struct cfg_node *v)
+{
+	char *s = NULL;
+
+	if (cfg_str(x, full, v, &s))
+		return -1;
+	if (strcmp(s, "sandbox") && strcmp(s, "image")) {
+		cfg_fail(x, full, "must be sandbox or image (got '%s')", s);
+		free(s);
+		return -1;
 	}
-	t->netns_fd = nsfd;
-	t->timeout_ms = (long)db->cfg->request_timeout * 1000;
-	t->scope = db->name;
-	t->cancel = cancel;
+	dc->user_image = !strcmp(s, "image");
+	free(s);
+	return 0;
 }
 
-/* Whether the sandbox is still there to talk to: its container's init (the
- * start time guards against pid reuse), or, at a base_url, not found gone. */
-static bool aio_alive(struct dbox *db)
+/* $VAR or ${VAR}: from the daemon's environment (a missing one is "") */
+static int conf_api_key(struct cfg_ctx *x, struct aio_conf *dc, const char *full, struct cfg_node *v)
 {
-	if (db->remote)
-		return !sbx_box_is_gone(&db->base) && !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE);
-	return db->init_pid && util_proc_starttime(db->init_pid) == db->init_start;
+	char name[128];
+	const char *val;
+
+	if (cfg_str(x, full, v, &dc->api_key))
+		return -1;
+	if (dc->api_key[0] != '$')
+		return 0;
+	snprintf(name, sizeof(name), "%s", dc->api_key + 1 + (dc->api_key[1] == '{'));
+	name[strcspn(name, "}")] = '\0';
+	val = getenv(name);
+	free(dc->api_key);
+	dc->api_key = strdup(val ? val : "");
+	if (!dc->api_key) {
+		cfg_fail(x, full, "out of memory");
+		return -1;
+	}
+	return 0;
 }
 
-/* The way to the API: *nsfd, an fd on the container's network namespace to
- * close after use (-1 at a base_url).  false when the container has ended. */
-static bool aio_reach(struct dbox *db, int *nsfd)
+static int conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
 {
-	*nsfd = -1;
-	if (db->remote)
-		return aio_alive(db);
-	*nsfd = dbox_netns(db);
-	return *nsfd >= 0;
+	struct aio_conf *dc = arg;
+	int r = container_conf_key(x, &dc->c, key, full, v);
+	long l;
+
+	if (r <= 0)
+		return r;
+	if (!strcmp(key, "port")) {
+		if (cfg_long(x, full, v, 1, 65535, &l))
+			return -1;
+		dc->port = l;
+		return 0;
+	}
+	if (!strcmp(key, "user"))
+		return conf_user(x, dc, full, v);
+	if (!strcmp(key, "cap_add"))
+		return cfg_strv(x, full, v, &dc->cap_add, &dc->n_cap_add);
+	if (!strcmp(key, "command"))
+		return cfg_strv(x, full, v, &dc->command, &dc->n_command);
+	if (!strcmp(key, "api_key"))
+		return conf_api_key(x, dc, full, v);
+	log_warn("config", "%s: unknown key, ignored", full);
+	return 0;
 }
 
-/* Where the job's command files are, as the AIO server sees them. */
-static const char *aio_run_base(struct dbox *db)
+static int aio_config_key(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v)
 {
-	return db->remote ? db->run_path : DOCKER_RUN_PATH;
+	return container_conf_section(x, cfg, key, v, &aio_defaults, sizeof(aio_defaults), conf_key);
 }
 
-/* ---- readiness and health --------------------------------------------------------------------- */
+static int aio_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
+{
+	if (cfg->base_url && cfg->base_url[0])
+		return aio_remote_config_check(x, cfg); /* an existing AIO sandbox over HTTP, no docker (aio_remote.c) */
+	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
+		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
+		return -1;
+	}
+	return 0;
+}
 
-enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
+static json_t *strv_json(char *const *v, size_t n)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n; i++)
+		json_array_append_new(a, json_string(v[i]));
+	return a;
+}
+
+static void aio_config_show(const struct sbx_config *cfg, struct json_t *out)
+{
+	const struct aio_conf *dc = aio_conf_of(cfg);
+	json_t *o = json_object();
+
+	container_conf_show(&dc->c, o);
+	json_object_set_new(o, "port", json_integer(dc->port));
+	json_object_set_new(o, "user", json_string(dc->user_image ? "image" : "sandbox"));
+	json_object_set_new(o, "cap_add", strv_json(dc->cap_add, dc->n_cap_add));
+	json_object_set_new(o, "command", strv_json(dc->command, dc->n_command));
+	json_object_set_new(o, "api_key", dc->api_key && dc->api_key[0] ? json_string("***") : json_null());
+	if (!cfg->image)
+		json_object_set_new((json_t *)out, "image", json_string(AIO_DEFAULT_IMAGE));
+	json_object_set_new((json_t *)out, "aio", o);
+}
+
+static void aio_config_free(void *prov)
+{
+	struct aio_conf *dc = prov;
+
+	if (!dc)
+		return;
+	container_conf_clear(&dc->c);
+	for (size_t i = 0; i < dc->n_cap_add; i++)
+		free(dc->cap_add[i]);
+	for (size_t i = 0; i < dc->n_command; i++)
+		free(dc->command[i]);
+	free(dc->cap_add);
+	free(dc->command);
+	free(dc->api_key);
+	free(dc);
+}
+
+/* ---- the sandbox as the jobs see it (aio_int.h) ------------------------------------------------ */
+
+static struct aiobox *of_sbx(struct aio_sbx *a)
+{
+	return aiobox(a->box);
+}
+
+static bool box_alive(struct aio_sbx *a)
+{
+	return container_running(&of_sbx(a)->c);
+}
+
+static int box_netns(struct aio_sbx *a)
+{
+	return container_netns(&of_sbx(a)->c);
+}
+
+static uint64_t box_paused_ms(struct aio_sbx *a)
+{
+	return container_paused_ms(&of_sbx(a)->c);
+}
+
+static bool box_paused(struct aio_sbx *a)
+{
+	return container_paused(&of_sbx(a)->c);
+}
+
+/* The job's shell among the container's processes (its command line names
+ * its run directory), into job_dir/pgid for the job's status: the AIO API
+ * does not say which process runs a command.  Best effort: a command that
+ * has ended already is not found (its status then has no pid). */
+static void box_find_pid(struct aio_sbx *a, const char *name, const char *job_dir)
+{
+	struct cbox *cb = &of_sbx(a)->c;
+	char needle[128], text[32];
+	pid_t pids[4096];
+	int n;
+
+	if (str_fmt(needle, sizeof(needle), AIO_RUN_PATH "/%s/cmd", name) || !cb->init_pid)
+		return;
+	n = container_children(cb->init_pid, pids, 4096, 0);
+	for (int i = 0; i < n; i++)
+		n = container_children(pids[i], pids, 4096, n);
+	for (int i = 0; i < n; i++) {
+		struct buf cmd = BUF_INIT(64 * 1024);
+		char path[64];
+		bool hit = !str_fmt(path, sizeof(path), "/proc/%d/cmdline", (int)pids[i]) && !util_read_file(path, &cmd) &&
+			   memmem(cmd.ptr ? cmd.ptr : "", cmd.len, needle, strlen(needle));
+		buf_free(&cmd);
+		if (hit) {
+			struct buf p = BUF_INIT(BUF_CAP_PATH);
+			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
+			if (!buf_addf(&p, "%s/pgid", job_dir))
+				util_write_atomic(p.ptr, text, strlen(text), 0600);
+			buf_free(&p);
+			return;
+		}
+	}
+}
+
+static const struct aio_sbx_ops box_sbx_ops = {
+	.alive = box_alive,
+	.netns = box_netns,
+	.paused_ms = box_paused_ms,
+	.paused = box_paused,
+	.find_pid = box_find_pid,
+};
+
+/* ---- the box: the AIO image in a container ---------------------------------------------------- */
+
+static void aio_box_init(struct cbox *cb, const struct sbx_spec *s)
+{
+	struct aiobox *ab = (struct aiobox *)cb;
+	const struct aio_conf *dc = aio_conf_of(s->cfg);
+
+	ab->a = (struct aio_sbx){ .box = &cb->base, .ops = &box_sbx_ops, .name = cb->name, .token = cb->token,
+		.thread_dir = cb->thread_dir, .cfg = cb->cfg, .output_max = cb->output_max, .api_key = dc->api_key };
+	snprintf(ab->a.url, sizeof(ab->a.url), "http://127.0.0.1:%ld", dc->port);
+	/* what the sandbox's status says beyond the facts */
+	snprintf(cb->base.note, sizeof(cb->base.note), "%s", dc->user_image ? "runs as the image's user" : "");
+}
+
+/* The run directory (commands and stdin of jobs, read by the AIO server's
+ * shells): thread_dir/aio-jobs, the sandbox uid's. */
+static int aio_prepare(struct cbox *cb, const struct sbx_spec *s)
+{
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	int r = 0;
+
+	if (buf_addf(&p, "%s/aio-jobs", s->dirs.thread_dir) || (mkdir(p.ptr, 0700) && errno != EEXIST) ||
+	    lchown(p.ptr, cb->base.uid, cb->base.gid))
+		r = errno == ENOSPC ? ENOSPC : EIO;
+	buf_free(&p);
+	return r;
+}
+
+static int aio_spec(struct cbox *cb, const struct sbx_spec *s, struct container_spec *cs)
+{
+	const struct aio_conf *dc = aio_conf_of(s->cfg);
+	int r;
+
+	r = str_fmt(cs->path, sizeof(cs->path), "%s/aio-jobs", cb->thread_dir) ? -1 :
+		container_spec_mount(cs, cs->path, AIO_RUN_PATH, false);
+	/* the AIO server and its shells see the configured environment (DeerFlow's -e) */
+	for (size_t i = 0; i < s->cfg->n_env && !r; i++)
+		r = container_spec_env(cs, s->cfg->env[i].key, s->cfg->env[i].value);
+	cs->d.env = cs->env;
+	if (!r)
+		r = container_spec_cmd(cs, dc->command, dc->n_command);
+	if (!r)
+		r = container_spec_caps(cs, dc->cap_add, dc->n_cap_add);
+	if (dc->user_image)
+		cs->d.user = NULL;
+	return r;
+}
+static enum sbx_err aio_wait_ready(struct cbox *db, const char *scope, long timeout_s)
 {
 	uint64_t start = util_now_ms(), deadline = start + (uint64_t)timeout_s * 1000;
-	useconds_t pause = 20000; /* 20 ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
+	unsigned pause = 20; /* ms, doubling to 500 ms: not DeerFlow's fixed 1 s */
 	struct aio_target t;
 	struct aio_info info;
-	char url[64], err[AIO_ERR_LEN] = "no answer";
-	int nsfd = dbox_netns(db);
+	char err[AIO_ERR_LEN] = "no answer";
+	int nsfd = container_netns(db);
 
 	if (nsfd < 0) {
 		log_err(scope, "aio: the container %s ended before its API answered", db->name);
 		return SBX_ERR_IO;
 	}
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	aio_sbx_target(&aiobox(&db->base)->a, &t, nsfd, NULL);
 	for (;;) {
 		uint64_t now = util_now_ms();
 		enum sbx_err e;
@@ -162,8 +340,11 @@ enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
 		}
 		if (e == SBX_ERR_ACCESS || util_now_ms() >= deadline || util_proc_starttime(db->init_pid) != db->init_start)
 			break;
-		usleep(pause);
-		pause = pause < 500000 ? pause * 2 : 500000;
+		if (e == SBX_ERR_INTR || container_backoff(&pause, 500)) {
+			close(nsfd);
+			log_warn(scope, "aio: the create was cancelled while the AIO server in %s was not ready yet", db->name);
+			return SBX_ERR_INTR;
+		}
 	}
 	close(nsfd);
 	if (util_proc_starttime(db->init_pid) != db->init_start) {
@@ -178,17 +359,17 @@ enum sbx_err aio_wait_ready(struct dbox *db, const char *scope, long timeout_s)
 	return SBX_ERR_TIMEOUT;
 }
 
-enum sbx_err aio_health(struct dbox *db)
+static enum sbx_err aio_api_health(struct cbox *db)
 {
 	struct aio_target t;
 	struct aio_info info;
-	char url[64], err[AIO_ERR_LEN];
-	int nsfd = dbox_netns(db);
+	char err[AIO_ERR_LEN];
+	int nsfd = container_netns(db);
 	enum sbx_err e;
 
 	if (nsfd < 0)
 		return SBX_ERR_GONE;
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
+	aio_sbx_target(&aiobox(&db->base)->a, &t, nsfd, NULL);
 	t.timeout_ms = 3000;
 	e = aio_sandbox(&t, &info, err, sizeof(err));
 	close(nsfd);
@@ -197,682 +378,113 @@ enum sbx_err aio_health(struct dbox *db)
 	return e ? SBX_ERR_GONE : SBX_OK;
 }
 
-/* ---- records ---------------------------------------------------------------------------------- */
+static const struct container_type aio_type = {
+	.prov = &provider_aio,
+	.box_size = sizeof(struct aiobox),
+	.default_image = AIO_DEFAULT_IMAGE,
+	.box_init = aio_box_init,
+	.prepare = aio_prepare,
+	.spec = aio_spec,
+	.ready = aio_wait_ready,
+};
 
-static int ajob_save(struct ajob *j)
+static enum sbx_err aio_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
-	json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i}", "mode", j->shell ? "shell" : "bash", "session",
-		j->session, "command", j->command, "offset", (json_int_t)j->offset, "stderr_offset",
-		(json_int_t)j->stderr_offset, "out_size", (json_int_t)j->out_size, "err_size", (json_int_t)j->err_size,
-		"timeout", (int)j->timeout);
-	int r = o ? record_save(j->run.job_dir, AIO_RECORD, o) : -1;
-
-	json_decref(o);
-	return r;
+	return container_init(cfg, err, errlen);
 }
 
-static int ajob_load(struct ajob *j)
+static enum sbx_err aio_create(const struct sbx_spec *s, struct sbx_box **out)
 {
-	json_t *o = record_load(j->run.job_dir, AIO_RECORD);
-	const char *mode = json_string_value(json_object_get(o, "mode"));
-	const char *sess = json_string_value(json_object_get(o, "session"));
-	const char *cmd = json_string_value(json_object_get(o, "command"));
-	int r = -1;
-
-	if (mode && sess && cmd && json_is_integer(json_object_get(o, "offset")) &&
-	    json_is_integer(json_object_get(o, "out_size"))) {
-		j->shell = !strcmp(mode, "shell");
-		snprintf(j->session, sizeof(j->session), "%s", sess);
-		snprintf(j->command, sizeof(j->command), "%s", cmd);
-		j->offset = json_integer_value(json_object_get(o, "offset"));
-		j->stderr_offset = json_integer_value(json_object_get(o, "stderr_offset"));
-		j->out_size = json_integer_value(json_object_get(o, "out_size"));
-		j->err_size = json_integer_value(json_object_get(o, "err_size"));
-		j->timeout = (long)json_integer_value(json_object_get(o, "timeout"));
-		j->run.out_bytes = (uint64_t)(j->out_size + j->err_size);
-		r = 0;
-	}
-	json_decref(o);
-	return r;
+	return container_create(s, &aio_type, out);
 }
 
-
-/* ---- the pump ------------------------------------------------------------------------------------- */
-
-static void ajob_end(struct ajob *j, const char *state, int code, int sig, const char *reason)
+static enum sbx_err aio_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
-	state = jobrun_killed_state(j->run.job_dir, state, sig);
-	if (!jobrun_result(j->run.job_dir, j->run.scope, state, code, sig, reason, NULL, NULL))
-		jobrun_lost(j->run.job_dir, j->run.scope, "the job's result could not be recorded");
+	return container_adopt(s, &aio_type, out);
 }
 
-static void ajob_end_status(struct ajob *j, enum aio_status st, bool has_exit, int exit_code, const char *reason)
+/* The container runs its init, and the AIO server answers. */
+static enum sbx_err aio_health(struct sbx_box *b)
 {
-	int sig = __atomic_load_n(&j->run.sent_sig, __ATOMIC_RELAXED);
+	struct cbox *cb = &aiobox(b)->c;
+	enum sbx_err e = container_health(cb);
 
-	if (reason) /* over the output limit: killed by us */
-		ajob_end(j, "killed", 137, SIGKILL, reason);
-	else if (st == AIO_COMPLETED)
-		ajob_end(j, "exited", has_exit && exit_code >= 0 && exit_code <= 255 ? exit_code : 255,
-			has_exit && exit_code > 128 && exit_code < 128 + 65 ? exit_code - 128 : 0, NULL);
-	else if (st == AIO_TIMED_OUT)
-		ajob_end(j, "timed_out", 128 + SIGKILL, SIGKILL, NULL);
-	else if (st == AIO_KILLED)
-		ajob_end(j, "killed", 128 + (sig ? sig : SIGKILL), sig ? sig : SIGKILL, NULL);
-	else
-		jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server left the command in an unknown state");
+	return e ? e : aio_api_health(cb);
 }
 
-/* Append new output (what the output limit lets through: the rest is
- * dropped, the job killed) and record how far we are. */
-static int ajob_append(struct ajob *j, const char *out, size_t olen, const char *err, size_t elen, long long off,
-	long long eoff)
+static void aio_box_status(struct sbx_box *b, struct json_t *out)
 {
-	olen = jobrun_charge(&j->run, olen);
-	elen = jobrun_charge(&j->run, elen);
-	if ((olen && jobrun_write_all(j->run.out_fd, out, olen)) || (elen && jobrun_write_all(j->run.err_fd, err, elen)))
-		return -1;
-	j->out_size += (long long)olen;
-	j->err_size += (long long)elen;
-	j->offset = off;
-	j->stderr_offset = eoff;
-	if ((olen || elen) && ajob_save(j))
-		log_warn(j->db->name, "%s: cannot record the output offsets: %s", j->run.name, strerror(errno));
-	return 0;
+	struct aiobox *ab = aiobox(b);
+
+	container_box_status(&ab->c, out);
+	json_object_set_new((json_t *)out, "exec",
+		json_string(__atomic_load_n(&ab->a.shell_only, __ATOMIC_RELAXED) ? "aio-shell" : "aio-bash"));
 }
 
-/* The job's shell among the container's processes (its command line names
- * its run directory), into job_dir/pgid for the job's status: the AIO API
- * does not say which process runs a command.  Best effort: a command that
- * has ended already is not found (its status then has no pid). */
-static void ajob_find_pid(struct ajob *j)
+static enum sbx_err aio_kill_all(struct sbx_box *b)
 {
-	char needle[128], text[32];
-	pid_t pids[4096];
-	int n;
-
-	if (j->db->remote || str_fmt(needle, sizeof(needle), DOCKER_RUN_PATH "/%s/cmd", j->run.name) || !j->db->init_pid)
-		return;
-	n = docker_children(j->db->init_pid, pids, 4096, 0);
-	for (int i = 0; i < n; i++)
-		n = docker_children(pids[i], pids, 4096, n);
-	for (int i = 0; i < n; i++) {
-		struct buf cmd = BUF_INIT(64 * 1024);
-		char path[64];
-		bool hit = !str_fmt(path, sizeof(path), "/proc/%d/cmdline", (int)pids[i]) && !util_read_file(path, &cmd) &&
-			   memmem(cmd.ptr ? cmd.ptr : "", cmd.len, needle, strlen(needle));
-		buf_free(&cmd);
-		if (hit) {
-			struct buf p = BUF_INIT(BUF_CAP_PATH);
-			snprintf(text, sizeof(text), "%d\n", (int)pids[i]);
-			if (!buf_addf(&p, "%s/pgid", j->run.job_dir))
-				util_write_atomic(p.ptr, text, strlen(text), 0600);
-			buf_free(&p);
-			return;
-		}
-	}
+	(void)b;
+	return SBX_ERR_NOTSUP; /* the AIO server shares the sandbox uid: no way to end "all but the server" */
 }
 
-static void *ajob_pump(void *arg)
+/* ---- jobs: aio_jobs.c on the box's aio_sbx ---------------------------------------------------- */
+
+static enum sbx_err aio_exec_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
-	struct ajob *j = arg;
-	struct aio_target t;
-	char url[64], err[AIO_ERR_LEN], scope[256];
-	uint64_t failing_since = 0, started = util_now_ms(), paused0 = dbox_paused_ms(j->db);
-	const char *reason = NULL;
-	unsigned polls = 0;
-	int nsfd = -1;
-	bool reached = false;
-
-	snprintf(scope, sizeof(scope), "%s/jobs/%s", j->db->name, j->run.name);
-	if (jobrun_open_output(&j->run)) {
-		log_err(scope, "cannot open the job's output files: %s", strerror(errno));
-		jobrun_lost(j->run.job_dir, j->run.scope, "the job's output files cannot be opened");
-		goto done;
-	}
-	while (!jobrun_cancelled(&j->run)) {
-		enum aio_status st = AIO_UNKNOWN;
-		bool has_exit = false;
-		int code = -1;
-		enum sbx_err e;
-
-		/* a paused container's server cannot answer: wait, nothing failed */
-		if (dbox_paused(j->db)) {
-			usleep(200000);
-			failing_since = 0;
-			continue;
-		}
-		if (!reached)
-			reached = aio_reach(j->db, &nsfd);
-		if (!reached) {
-			jobrun_lost(j->run.job_dir, j->run.scope, j->db->remote ? "the sandbox is gone" :
-								      "the sandbox's container ended while the job ran");
-			goto done;
-		}
-		aio_target_init(&t, j->db, url, sizeof(url), nsfd, &j->run.cancel);
-		t.timeout_ms = (long)(AIO_POLL_WAIT_S * 1000) + 15000;
-		if (!j->shell) {
-			struct aio_bash_result r;
-			e = aio_bash_output(&t, j->session, j->command, j->offset, j->stderr_offset, AIO_POLL_WAIT_S, &r, err,
-				sizeof(err));
-			if (!e) {
-				if (ajob_append(j, r.out, r.out_len, r.err, r.err_len, r.offset, r.stderr_offset))
-					log_warn(scope, "cannot append the output: %s", strerror(errno));
-				st = r.status;
-				has_exit = r.has_exit;
-				code = r.exit_code;
-			}
-			aio_bash_result_clear(&r);
-		} else {
-			struct aio_shell_result r;
-			/* the shell API has no long-poll for output (its wait takes
-			 * whole seconds): a view of what is there, every 200 ms */
-			if (polls++)
-				usleep(AIO_SHELL_POLL_US);
-			e = aio_shell_view(&t, j->session, &r, err, sizeof(err));
-			if (!e && (long long)r.output_len > j->offset &&
-			    ajob_append(j, r.output + j->offset, r.output_len - (size_t)j->offset, NULL, 0,
-				    (long long)r.output_len, 0))
-				log_warn(scope, "cannot append the output: %s", strerror(errno));
-			st = r.status;
-			has_exit = r.has_exit;
-			code = r.exit_code;
-			aio_shell_result_clear(&r);
-		}
-		if (e == SBX_ERR_GONE || e == SBX_ERR_NOTSUP) {
-			log_warn(scope, "the AIO server no longer knows the command: %s", err);
-			jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server no longer knows the command");
-			goto done;
-		}
-		if (e) {
-			if (jobrun_cancelled(&j->run))
-				break;
-			if (!failing_since) {
-				failing_since = util_now_ms();
-				log_warn(scope, "polling the job's output: %s", err);
-			}
-			if (util_now_ms() - failing_since > AIO_LOST_AFTER_MS && !dbox_paused(j->db)) {
-				jobrun_lost(j->run.job_dir, j->run.scope, "the AIO server stopped answering");
-				goto done;
-			}
-			if (nsfd >= 0)
-				close(nsfd);
-			nsfd = -1;
-			reached = false;
-			usleep(500000);
-			continue;
-		}
-		failing_since = 0;
-		if (j->run.over && !reason) {
-			char kerr[AIO_ERR_LEN];
-			reason = "output limit";
-			log_warn(scope, "output limit of %llu bytes reached: killing the job", (unsigned long long)j->run.output_max);
-			if (j->shell)
-				aio_shell_kill(&t, j->session, kerr, sizeof(kerr));
-			else
-				aio_bash_kill(&t, j->session, "SIGKILL", kerr, sizeof(kerr));
-		}
-		/* a server that ignores hard_timeout: ours, 10 s later */
-		/* (the time the container was paused does not count) */
-		if (j->timeout > 0 && st == AIO_RUNNING &&
-		    util_now_ms() - started - (dbox_paused_ms(j->db) - paused0) > (uint64_t)(j->timeout + 10) * 1000) {
-			char kerr[AIO_ERR_LEN];
-			log_warn(scope, "the AIO server let the job run past its timeout: killing it");
-			if (j->shell ? aio_shell_kill(&t, j->session, kerr, sizeof(kerr)) :
-				       aio_bash_kill(&t, j->session, "SIGKILL", kerr, sizeof(kerr)))
-				log_warn(scope, "kill: %s", kerr);
-			ajob_end(j, "timed_out", 128 + SIGKILL, SIGKILL, NULL);
-			goto done;
-		}
-		if (st != AIO_RUNNING && st != AIO_PENDING && st != AIO_UNKNOWN) {
-			ajob_end_status(j, st, has_exit, code, reason);
-			if (!j->shell) {
-				char cerr[AIO_ERR_LEN];
-				aio_bash_close(&t, j->session, cerr, sizeof(cerr));
-			}
-			goto done;
-		}
-	}
-	/* cancelled: the daemon is exiting; the command goes on, a later daemon resumes */
-	goto out;
-done:
-	jobrun_signal_end(&j->run);
-out:
-	if (nsfd >= 0)
-		close(nsfd);
-	return NULL;
+	return aio_jobs_start(&aiobox(b)->a, spec, out);
 }
 
-static struct ajob *ajob_new(struct dbox *db, const char *job_dir, const char *name)
+static enum sbx_err aio_exec_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
 {
-	struct ajob *j = calloc(1, sizeof(*j));
-
-	/* provider_aio, or its base_url variant */
-	if (!j || jobrun_init(&j->run, db->base.prov, job_dir, name, db->name)) {
-		free(j);
-		return NULL;
-	}
-	j->db = db;
-	sbx_box_get(&db->base);
-	j->run.output_max = db->output_max;
-	return j;
+	return aio_jobs_reattach(&aiobox(b)->a, job_dir, out);
 }
 
-static enum sbx_err ajob_start_pump(struct ajob *j)
+/* The job's run directory, thread_dir/aio-jobs/NAME. */
+static void aio_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
 {
-	return jobrun_start_pump(&j->run, ajob_pump, j);
-}
-
-/* ---- start ---------------------------------------------------------------------------------------- */
-
-/* The job's environment (NUL-separated KEY=VALUE) as aio_env entries
- * pointing into text. */
-static struct aio_env *ajob_env(struct buf *text, size_t *n)
-{
-	struct aio_env *env;
-	size_t k = 0, cap = 1;
-
-	for (size_t i = 0; i < text->len; i++)
-		cap += text->ptr[i] == '\0';
-	env = calloc(cap, sizeof(*env));
-	if (!env)
-		return NULL;
-	for (size_t i = 0; i < text->len;) {
-		char *kv = text->ptr + i, *eq = strchr(kv, '=');
-		size_t len = strlen(kv);
-
-		if (eq && eq != kv) {
-			*eq = '\0';
-			env[k].key = kv;
-			env[k].value = eq + 1;
-			k++;
-		}
-		i += len + 1;
-	}
-	*n = k;
-	return env;
-}
-
-/* '...' for sh, with ' as '\'' */
-static int sh_quote(struct buf *b, const char *s)
-{
-	int r = buf_adds(b, "'");
-
-	for (; *s && !r; s++)
-		r = *s == '\'' ? buf_adds(b, "'\\''") : buf_add(b, s, 1);
-	return r || buf_adds(b, "'");
-}
-
-/* env.sh: export lines for the shell API, which takes no environment. */
-static int ajob_env_sh(const struct buf *envtext, struct buf *sh)
-{
-	int bad = 0;
-
-	for (size_t i = 0; i < envtext->len && !bad; i += strlen(envtext->ptr + i) + 1) {
-		const char *kv = envtext->ptr + i, *eq = strchr(kv, '=');
-		if (!eq)
-			continue;
-		bad |= buf_addf(sh, "export %.*s=", (int)(eq - kv), kv) || sh_quote(sh, eq + 1) || buf_adds(sh, "\n");
-	}
-	return bad ? -1 : 0;
-}
-
-/* thread_dir/aio-jobs/NAME with cmd, stdin (when any) and, for the shell
- * API, env.sh (export lines: that API takes no environment). */
-static int ajob_run_dir(struct dbox *db, const struct sbx_exec_spec *spec, struct buf *envtext, bool shell,
-	bool *has_stdin)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
-	int run = -1, dir = -1, src = -1, r = -1;
-
-	*has_stdin = false;
-	if (buf_addf(&p, "%s/aio-jobs", db->thread_dir) || (run = udir_open(p.ptr)) < 0)
-		goto out;
-	if (udir_remove(run, spec->job_name)) /* a stale one of an earlier slot of that name */
-		goto out;
-	dir = udir_mkdir(run, spec->job_name, 0700, db->base.uid, db->base.gid);
-	if (dir < 0)
-		goto out;
-	buf_reset(&p);
-	if (buf_addf(&p, "%s/cmd", spec->job_dir) || (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
-	    udir_copy(dir, "cmd", src, 0600, db->base.uid, db->base.gid))
-		goto out;
-	close(src);
-	buf_reset(&p);
-	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && (src = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) >= 0) {
-		if (udir_copy(dir, "stdin", src, 0600, db->base.uid, db->base.gid))
-			goto out;
-		*has_stdin = true;
-	}
-	if (shell && (ajob_env_sh(envtext, &sh) || udir_write(dir, "env.sh", buf_str(&sh), sh.len, 0600, db->base.uid,
-							   db->base.gid)))
-		goto out;
-	r = 0;
-out:
-	if (src >= 0)
-		close(src);
-	if (dir >= 0)
-		close(dir);
-	if (run >= 0)
-		close(run);
-	buf_free(&p);
-	buf_free(&sh);
-	return r;
-}
-
-/* At a base_url: the same files uploaded to run_path/NAME in the sandbox. */
-static enum sbx_err ajob_stage_remote(struct dbox *db, const struct aio_target *t, const struct sbx_exec_spec *spec,
-	struct buf *envtext, bool *has_stdin, char *err, size_t errlen)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH), dst = BUF_INIT(BUF_CAP_PATH), sh = BUF_INIT(AIO_ENV_MAX + 4096);
-	static const char *const names[] = { "cmd", "stdin", "env.sh" };
-	enum sbx_err e = SBX_OK;
-	struct stat st;
-
-	*has_stdin = false;
-	if (ajob_env_sh(envtext, &sh))
-		e = SBX_ERR_NOMEM;
-	for (int i = 0; i < 3 && !e; i++) {
-		int fd = -1;
-
-		buf_reset(&p);
-		buf_reset(&dst);
-		if (buf_addf(&dst, "%s/%s/%s", db->run_path, spec->job_name, names[i])) {
-			e = SBX_ERR_NOMEM;
-			break;
-		}
-		if (i < 2) {
-			if (buf_addf(&p, "%s/%s", spec->job_dir, names[i])) {
-				e = SBX_ERR_NOMEM;
-				break;
-			}
-			fd = open(p.ptr, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			if (fd < 0 && i == 1 && errno == ENOENT)
-				continue; /* no stdin */
-		} else {
-			fd = memfd_create("sbxfs-env", MFD_CLOEXEC);
-			if (fd >= 0 && sh.len && jobrun_write_all(fd, sh.ptr, sh.len)) {
-				close(fd);
-				fd = -1;
-			}
-		}
-		if (fd < 0 || fstat(fd, &st)) {
-			snprintf(err, errlen, "cannot read the job's %s: %s", names[i], strerror(errno));
-			e = SBX_ERR_IO;
-		} else {
-			e = aio_file_upload(t, dst.ptr, fd, (long long)st.st_size, err, errlen);
-			*has_stdin |= i == 1 && !e;
-		}
-		if (fd >= 0)
-			close(fd);
-	}
-	buf_free(&p);
-	buf_free(&dst);
-	buf_free(&sh);
-	return e;
-}
-
-/* The job's command into text when it can travel in the request's
- * environment: no stdin, UTF-8 without NUL (JSON), under one environment
- * string's limit. */
-static bool ajob_inline(const struct sbx_exec_spec *spec, struct buf *text)
-{
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-	bool ok = false;
-	json_t *chk;
-
-	if (!buf_addf(&p, "%s/stdin", spec->job_dir) && access(p.ptr, F_OK) && errno == ENOENT) {
-		buf_reset(&p);
-		if (!buf_addf(&p, "%s/cmd", spec->job_dir) && !util_read_file(p.ptr, text) && text->len &&
-		    !memchr(text->ptr, '\0', text->len)) {
-			chk = json_stringn(text->ptr, text->len);
-			ok = chk != NULL;
-			json_decref(chk);
-		}
-	}
-	buf_free(&p);
-	if (!ok)
-		buf_reset(text);
-	return ok;
-}
-
-enum sbx_err aio_jobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
-{
-	struct dbox *db = dbox(b);
-	struct buf p = BUF_INIT(BUF_CAP_PATH), envtext = BUF_INIT(AIO_ENV_MAX), command = BUF_INIT(BUF_CAP_PATH * 2);
-	struct aio_env *env = NULL;
-	struct aio_target t;
-	struct ajob *j = NULL;
-	char url[64], err[AIO_ERR_LEN] = "", scope[160];
-	unsigned char rnd[6];
-	enum sbx_err e = SBX_ERR_IO;
-	size_t n_env = 0;
-	struct buf cmdtext = BUF_INIT(AIO_INLINE_MAX + 1);
-	bool has_stdin = false, inl = false, shell = __atomic_load_n(&db->shell_only, __ATOMIC_RELAXED);
-	int nsfd = -1;
-
-	snprintf(scope, sizeof(scope), "%s/jobs/%s", db->name, spec->job_name);
-	if (!aio_alive(db))
-		return SBX_ERR_GONE;
-	if (!(j = ajob_new(db, spec->job_dir, spec->job_name)) || getentropy(rnd, sizeof(rnd))) {
-		e = SBX_ERR_NOMEM;
-		goto out;
-	}
-	if (spec->output_max > 0)
-		j->run.output_max = (uint64_t)spec->output_max;
-	j->timeout = spec->timeout;
-	snprintf(j->session, sizeof(j->session), "sbxfs-%s-%s-%02x%02x%02x%02x%02x%02x", db->token, spec->job_name, rnd[0],
-		rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
-	if (buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &envtext) ||
-	    (!db->remote && ajob_run_dir(db, spec, &envtext, true, &has_stdin))) {
-		snprintf(err, sizeof(err), "cannot prepare the job's run directory: %s", strerror(errno));
-		goto out;
-	}
-	if (!aio_reach(db, &nsfd)) {
-		snprintf(err, sizeof(err), "%s", db->remote ? "the sandbox is gone" : "the container has ended");
-		e = SBX_ERR_GONE;
-		goto out;
-	}
-	aio_target_init(&t, db, url, sizeof(url), nsfd, NULL);
-	/* at a base_url, a command that is text and has no stdin travels in the
-	 * request's environment (no upload); else its files are uploaded */
-	inl = db->remote && !shell && ajob_inline(spec, &cmdtext);
-	if (db->remote && !inl) {
-		e = ajob_stage_remote(db, &t, spec, &envtext, &has_stdin, err, sizeof(err));
-		if (e)
-			goto out;
-	}
-	env = ajob_env(&envtext, &n_env); /* splits envtext: after the staging read it whole */
-	if (!env) {
-		snprintf(err, sizeof(err), "out of memory");
-		e = SBX_ERR_NOMEM;
-		goto out;
-	}
-	if (inl)
-		env[n_env++] = (struct aio_env){ "SBXFS_CMD", cmdtext.ptr }; /* ajob_env leaves room for one */
-	for (int attempt = 0; attempt < 2; attempt++) {
-		const char *run = aio_run_base(db);
-
-		/* a subshell: an `exit` in the command ends it, not the server's shell */
-		buf_reset(&command);
-		if (inl) {
-			if (buf_adds(&command, "( exec </dev/null; SBXFS_C=$SBXFS_CMD; unset SBXFS_CMD; eval \"unset SBXFS_C; $SBXFS_C\" )"))
-				goto out;
-			goto send;
-		}
-		if (shell && buf_addf(&command, "( . %s/%s/env.sh; ", run, spec->job_name))
-			goto out;
-		if (!shell && buf_adds(&command, "( "))
-			goto out;
-		if (has_stdin ? buf_addf(&command, "exec <%s/%s/stdin; ", run, spec->job_name) :
-				buf_adds(&command, "exec </dev/null; "))
-			goto out;
-		if (buf_addf(&command, ". %s/%s/cmd )", run, spec->job_name))
-			goto out;
-send:
-		if (!shell) {
-			struct aio_bash_request rq = { .command = command.ptr, .session_id = j->session,
-				.exec_dir = LAYOUT_SANDBOX_WORKSPACE, .env = env, .n_env = n_env, .async = true,
-				.hard_timeout = (double)spec->timeout };
-			struct aio_bash_result r;
-			e = aio_bash_exec(&t, &rq, &r, err, sizeof(err));
-			if (!e) {
-				snprintf(j->command, sizeof(j->command), "%s", r.command_id);
-				if (r.session_id[0])
-					snprintf(j->session, sizeof(j->session), "%s", r.session_id);
-			}
-			aio_bash_result_clear(&r);
-			if (e == SBX_ERR_NOTSUP) {
-				log_warn(db->name, "aio: the image has no /v1/bash API (older than 1.9.3): jobs use the shell "
-						   "API, stderr merged into stdout");
-				__atomic_store_n(&db->shell_only, 1, __ATOMIC_RELAXED);
-				shell = true;
-				if (inl) { /* the shell API takes no environment: the files after all */
-					struct buf whole = BUF_INIT(AIO_ENV_MAX);
-					inl = false;
-					n_env--;
-					buf_reset(&p);
-					e = buf_addf(&p, "%s/environ", spec->job_dir) || util_read_file(p.ptr, &whole) ?
-						    SBX_ERR_IO : ajob_stage_remote(db, &t, spec, &whole, &has_stdin, err, sizeof(err));
-					buf_free(&whole);
-					if (e)
-						goto out;
-				}
-				continue;
-			}
-		} else {
-			struct aio_shell_result r;
-			e = aio_shell_exec(&t, command.ptr, LAYOUT_SANDBOX_WORKSPACE, (double)spec->timeout, &r, err, sizeof(err));
-			if (!e)
-				snprintf(j->session, sizeof(j->session), "%s", r.session_id);
-			aio_shell_result_clear(&r);
-		}
-		break;
-	}
-	if (e)
-		goto out;
-	j->shell = shell;
-	if (ajob_save(j)) {
-		snprintf(err, sizeof(err), "cannot record the job: %s", strerror(errno));
-		e = SBX_ERR_IO;
-		goto out;
-	}
-	ajob_find_pid(j); /* while it runs (a command that ends at once may be gone) */
-	e = ajob_start_pump(j);
-	if (e)
-		goto out;
-	*out = &j->run.base;
-	j = NULL;
-out:
-	if (e)
-		log_err(scope, "cannot start the job: %s", err[0] ? err : sbx_err_name(e));
-	if (j)
-		aio_jobs_free(&j->run.base);
-	if (nsfd >= 0)
-		close(nsfd);
-	free(env);
-	buf_free(&p);
-	buf_free(&envtext);
-	buf_free(&command);
-	buf_free(&cmdtext);
-	return e;
-}
-
-enum sbx_err aio_jobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
-{
-	struct dbox *db = dbox(b);
-	const char *slash = strrchr(job_dir, '/');
-	struct ajob *j = ajob_new(db, job_dir, slash ? slash + 1 : job_dir);
-	struct buf p = BUF_INIT(BUF_CAP_PATH);
-
-	if (!j)
-		return SBX_ERR_NOMEM;
-	if (ajob_load(j)) {
-		jobrun_lost(job_dir, j->run.scope, "no record of the command in the AIO server");
-		aio_jobs_free(&j->run.base);
-		return SBX_ERR_GONE;
-	}
-	if (!aio_alive(db)) {
-		jobrun_lost(job_dir, j->run.scope, db->remote ? "the sandbox is gone" :
-							"the sandbox's container ended while no daemon watched the job");
-		aio_jobs_free(&j->run.base);
-		return SBX_ERR_GONE;
-	}
-	/* output appended after the offsets were last recorded is fetched again */
-	if (buf_addf(&p, "%s/stdout", job_dir) || truncate(p.ptr, j->out_size) ||
-	    (buf_reset(&p), buf_addf(&p, "%s/stderr", job_dir)) || truncate(p.ptr, j->err_size))
-		log_warn(db->name, "%s: cannot trim the job's output to the recorded offsets: %s", j->run.name, strerror(errno));
-	buf_free(&p);
-	if (ajob_start_pump(j)) {
-		aio_jobs_free(&j->run.base);
-		return SBX_ERR_NOMEM;
-	}
-	*out = &j->run.base;
-	return SBX_OK;
-}
-
-enum sbx_err aio_jobs_signal(struct sbx_exec *x, int sig)
-{
-	struct ajob *j = ajob(x);
-	const char *name = sig == SIGTERM ? "SIGTERM" : sig == SIGKILL ? "SIGKILL" : sig == SIGINT ? "SIGINT" : NULL;
-	struct aio_target t;
-	char url[64], err[AIO_ERR_LEN];
-	int nsfd;
-	enum sbx_err e;
-
-	if (!name)
-		return SBX_ERR_NOTSUP;
-	if (!aio_reach(j->db, &nsfd))
-		return SBX_ERR_GONE;
-	aio_target_init(&t, j->db, url, sizeof(url), nsfd, NULL);
-	__atomic_store_n(&j->run.sent_sig, sig, __ATOMIC_RELAXED);
-	e = j->shell ? aio_shell_kill(&t, j->session, err, sizeof(err)) : aio_bash_kill(&t, j->session, name, err, sizeof(err));
-	if (nsfd >= 0)
-		close(nsfd);
-	if (e)
-		log_warn(j->db->name, "%s: kill: %s", j->run.name, err);
-	/* "No running command": it has ended */
-	return e == SBX_ERR_IO && strstr(err, "No running") ? SBX_ERR_GONE : e;
-}
-
-void aio_jobs_finish(struct sbx_exec *x)
-{
-	jobrun_finish(&ajob(x)->run);
-}
-
-void aio_jobs_free(struct sbx_exec *x)
-{
-	struct ajob *j = ajob(x);
-
-	jobrun_release(&j->run); /* the pump first: it uses the box */
-	sbx_box_put(&j->db->base);
-	free(j);
-}
-
-void aio_jobs_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
-{
-	struct dbox *db = dbox(b);
+	struct cbox *cb = &aiobox(b)->c;
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	int run;
 
 	(void)job_dir;
-	if (db->remote) { /* the uploaded files, in the sandbox */
-		struct aio_env env[1] = { { "P", NULL } };
-		char errtext[256];
-		int code;
-
-		if (!buf_addf(&p, "%s/%s", db->run_path, job_name) && !sbx_box_is_gone(b)) {
-			env[0].value = p.ptr;
-			if (aior_run(db, "rm -rf -- \"$P\"", env, 1, &code, errtext, sizeof(errtext), NULL) || code)
-				log_warn(db->name, "cannot remove the files of job %s in the sandbox: %s", job_name, errtext);
-		}
-		buf_free(&p);
-		return;
-	}
-	if (!buf_addf(&p, "%s/aio-jobs", db->thread_dir) && (run = udir_open(p.ptr)) >= 0) {
+	if (!buf_addf(&p, "%s/aio-jobs", cb->thread_dir) && (run = udir_open(p.ptr)) >= 0) {
 		if (udir_remove(run, job_name))
-			log_warn(db->name, "cannot remove the run directory of job %s: %s", job_name, strerror(errno));
+			log_warn(cb->name, "cannot remove the run directory of job %s: %s", job_name, strerror(errno));
 		close(run);
 	}
 	buf_free(&p);
 }
+
+/* ---- the descriptor ----------------------------------------------------------------------------- */
+
+static const struct sbx_provider_ops aio_ops = {
+	.config_key = aio_config_key,
+	.config_check = aio_config_check,
+	.config_show = aio_config_show,
+	.config_free = aio_config_free,
+	.init = aio_init,
+	.create = aio_create,
+	.health = aio_health,
+	.adopt = aio_adopt,
+	CONTAINER_PROVIDER_OPS,
+	.kill_all = aio_kill_all,
+	.box_status = aio_box_status,
+	.exec_start = aio_exec_start,
+	.exec_reattach = aio_exec_reattach,
+	.exec_signal = aio_jobs_signal,
+	.exec_finish = aio_jobs_finish,
+	.exec_free = aio_jobs_free,
+	.exec_cleanup = aio_exec_cleanup,
+	.variant = aio_remote_variant,
+};
+
+static const char *const aio_keys[] = { "aio", NULL };
+static const char *const aio_aliases[] = { "deerflow.community.aio_sandbox:AioSandboxProvider", NULL };
+
+const struct sbx_provider provider_aio = {
+	.name = "aio",
+	.aliases = aio_aliases,
+	.config_keys = aio_keys,
+	.caps = SBX_CAP_EXEC, /* the AIO API sends SIGTERM, SIGKILL and SIGINT only */
+	.ops = &aio_ops,
+};

@@ -17,8 +17,8 @@
  * provider, state_id, scope, user, thread), so a restarted daemon adopts it
  * (or discovers it), and another sbxfs (another state_dir) finds it taken.
  *
- * Jobs: aio.c, as for containers (db->remote: the API at the URL, the job's
- * files uploaded).  Files: the AIO file API where it has the call (list,
+ * Jobs: aio_jobs.c, as for containers (aio_int.h: the API at the URL, the
+ * job's files uploaded); this box is no container box.  Files: the AIO file API where it has the call (list,
  * ranged download, upload), a command through /v1/bash/exec where it has
  * none (stat, mkdir, rmdir, unlink, rename, chmod, truncate: the 1.9.4 API
  * has no such routes), with the paths in the command's environment, never
@@ -50,7 +50,7 @@
 #include "../common/log.h"
 #include "../common/names.h"
 #include "../common/util.h"
-#include "docker_int.h"
+#include "aio_int.h"
 #include "provider_int.h"
 #include "record.h"
 #include "scriptfs.h"
@@ -63,7 +63,13 @@
 #define AIOR_MARKER_MAX (16 * 1024)
 
 struct abox {
-	struct dbox db; /* first: dbox() and aio.c see a dbox */
+	struct sbx_box base; /* first: see abox() */
+	struct aio_sbx a;    /* what aio_jobs.c sees */
+	char name[128];      /* log scope: user/thread */
+	char token[24];
+	char *thread_dir;
+	struct sbx_config *cfg; /* referenced: the config it lives with */
+	int ended;              /* atomic: destroyed; the sandbox may serve another scope now */
 	char state_id[NAMES_STATE_ID_LEN + 1];
 	char user[NAME_MAX_LEN + 1], thread[NAME_MAX_LEN + 1];
 	bool holds;     /* protected by aior.lock: this box is the sandbox's holder */
@@ -79,28 +85,21 @@ static struct {
 
 static struct abox *abox(struct sbx_box *b)
 {
-	struct dbox *db = dbox(b);
-
-	if (!db->remote)
-		abort(); /* a container box where a base_url box belongs: a programming error */
-	return (struct abox *)db;
+	if (!b || b->prov != &provider_aio_remote)
+		abort(); /* a box of another kind where a base_url box belongs: a programming error */
+	return (struct abox *)b;
 }
 
 static const char *aior_key(const struct sbx_config *cfg)
 {
-	const char *k = docker_conf_of(cfg)->api_key;
+	const char *k = aio_conf_api_key(cfg);
 
 	return k && k[0] ? k : cfg->api_key;
 }
 
-static void aior_target(struct dbox *db, struct aio_target *t)
+static void aior_target(struct abox *ab, struct aio_target *t)
 {
-	memset(t, 0, sizeof(*t));
-	t->base_url = db->url;
-	t->netns_fd = -1;
-	t->api_key = db->api_key;
-	t->timeout_ms = db->cfg->request_timeout * 1000;
-	t->scope = db->name;
+	aio_sbx_target(&ab->a, t, -1, NULL);
 }
 
 /* ---- configuration ------------------------------------------------------------------------ */
@@ -161,7 +160,7 @@ static int sess_take(struct abox *ab, char *out, size_t len)
 		if (!ab->busy[i]) {
 			unsigned char rnd[4];
 			if (!ab->sess[i][0] && !getentropy(rnd, sizeof(rnd)))
-				snprintf(ab->sess[i], sizeof(ab->sess[i]), "sbxfs-%s-f%02x%02x%02x%02x", ab->db.token, rnd[0],
+				snprintf(ab->sess[i], sizeof(ab->sess[i]), "sbxfs-%s-f%02x%02x%02x%02x", ab->token, rnd[0],
 					rnd[1], rnd[2], rnd[3]);
 			if (ab->sess[i][0]) {
 				ab->busy[i] = true;
@@ -184,10 +183,9 @@ static void sess_give(struct abox *ab, int slot, bool spoiled)
 	pthread_mutex_unlock(&ab->lock);
 }
 
-enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env *env, size_t n_env, int *code,
+static enum sbx_err aior_run(struct abox *ab, const char *script, const struct aio_env *env, size_t n_env, int *code,
 	char *errtext, size_t errlen, struct buf *out)
 {
-	struct abox *ab = abox(&db->base);
 	struct aio_env e2[8];
 	struct aio_target t;
 	struct aio_bash_result r;
@@ -199,7 +197,7 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 	*code = -1;
 	if (errlen)
 		errtext[0] = '\0';
-	if (sbx_box_is_gone(&db->base) || __atomic_load_n(&db->ended, __ATOMIC_ACQUIRE))
+	if (sbx_box_is_gone(&ab->base) || __atomic_load_n(&ab->ended, __ATOMIC_ACQUIRE))
 		return SBX_ERR_GONE; /* after its destroy the sandbox may serve another scope: never touched */
 	e2[n++] = (struct aio_env){ "LC_ALL", "C" };
 	for (size_t i = 0; i < n_env && n < 8; i++)
@@ -209,18 +207,18 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 		unsigned char rnd[4] = { 0 };
 		if (getentropy(rnd, sizeof(rnd)))
 			return SBX_ERR_NOMEM;
-		snprintf(sess, sizeof(sess), "sbxfs-%s-t%02x%02x%02x%02x", db->token, rnd[0], rnd[1], rnd[2], rnd[3]);
+		snprintf(sess, sizeof(sess), "sbxfs-%s-t%02x%02x%02x%02x", ab->token, rnd[0], rnd[1], rnd[2], rnd[3]);
 	}
-	aior_target(db, &t);
+	aior_target(ab, &t);
 	{
 		struct aio_bash_request rq = { .command = script, .session_id = sess, .exec_dir = "/", .env = e2,
-			.n_env = n, .async = false, .timeout = (double)db->cfg->request_timeout,
-			.hard_timeout = (double)db->cfg->request_timeout };
+			.n_env = n, .async = false, .timeout = (double)ab->cfg->request_timeout,
+			.hard_timeout = (double)ab->cfg->request_timeout };
 		e = aio_bash_exec(&t, &rq, &r, err, sizeof(err));
 	}
 	if (!e && r.status != AIO_COMPLETED) {
 		snprintf(err, sizeof(err), "the command did not complete within request_timeout (%ld s)",
-			db->cfg->request_timeout);
+			ab->cfg->request_timeout);
 		e = SBX_ERR_TIMEOUT;
 	}
 	if (!e) {
@@ -230,9 +228,9 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 		if (out && r.out_len && buf_add(out, r.out, r.out_len))
 			e = SBX_ERR_NOMEM;
 	} else if (e == SBX_ERR_INTR) { /* the caller gave up (a FUSE interrupt) */
-		log_debug(db->name, "aio: a file command was cancelled: %s", err);
+		log_debug(ab->name, "aio: a file command was cancelled: %s", err);
 	} else {
-		log_warn(db->name, "aio: a file command failed: %s", err);
+		log_warn(ab->name, "aio: a file command failed: %s", err);
 	}
 	aio_bash_result_clear(&r);
 	if (slot < 0 || e) { /* a fresh session, or one left in doubt: closed */
@@ -245,7 +243,7 @@ enum sbx_err aior_run(struct dbox *db, const char *script, const struct aio_env 
 
 /* ---- scriptfs: file operations as commands ---------------------------------------------------- */
 
-static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, mode_t mode);
+static enum sbx_err put(struct abox *ab, const char *path, int fd, off_t size, mode_t mode);
 
 static enum sbx_err sfs_run(struct sbx_box *b, const char *script, const struct scriptfs_env *env, size_t n_env,
 	int *code, char *errtext, size_t errlen, struct buf *out)
@@ -255,22 +253,22 @@ static enum sbx_err sfs_run(struct sbx_box *b, const char *script, const struct 
 
 	for (; n < n_env && n < 4; n++)
 		e[n] = (struct aio_env){ env[n].key, env[n].value };
-	return aior_run(&abox(b)->db, script, e, n, code, errtext, errlen, out);
+	return aior_run(abox(b), script, e, n, code, errtext, errlen, out);
 }
 
 static enum sbx_err sfs_put(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
 {
-	return put(&abox(b)->db, path, fd, size, mode);
+	return put(abox(b), path, fd, size, mode);
 }
 
 static const char *sfs_skills_root(struct sbx_box *b)
 {
-	return abox(b)->db.cfg->skills_container_path;
+	return abox(b)->cfg->skills_container_path;
 }
 
 static const char *sfs_scope(struct sbx_box *b)
 {
-	return abox(b)->db.name;
+	return abox(b)->name;
 }
 
 static const struct scriptfs aior_sfs = {
@@ -281,16 +279,16 @@ static const struct scriptfs aior_sfs = {
 };
 
 /* A command on paths ($A, $B): SBX_OK on exit 0, else the error stderr names. */
-static enum sbx_err run_paths(struct dbox *db, const char *script, const char *a, const char *b, struct buf *out)
+static enum sbx_err run_paths(struct abox *ab, const char *script, const char *a, const char *b, struct buf *out)
 {
-	return scriptfs_paths(&aior_sfs, &db->base, "aio: command", script, a, b, out);
+	return scriptfs_paths(&aior_sfs, &ab->base, "aio: command", script, a, b, out);
 }
 
 /* ---- the holder marker ------------------------------------------------------------------------ */
 
 /* The marker's content (marker->ptr, or empty when there is none): SBX_OK,
  * or the failure to read it. */
-static enum sbx_err marker_read(struct dbox *db, json_t **out)
+static enum sbx_err marker_read(struct abox *ab, json_t **out)
 {
 	struct aio_target t;
 	char err[AIO_ERR_LEN];
@@ -302,7 +300,7 @@ static enum sbx_err marker_read(struct dbox *db, json_t **out)
 	*out = NULL;
 	if (fd < 0)
 		return SBX_ERR_NOMEM;
-	aior_target(db, &t);
+	aior_target(ab, &t);
 	e = aio_file_download(&t, AIOR_MARKER, 0, AIOR_MARKER_MAX, fd, &got, err, sizeof(err));
 	if (e == SBX_ERR_GONE) {
 		e = SBX_OK; /* no marker: nobody holds it */
@@ -315,12 +313,12 @@ static enum sbx_err marker_read(struct dbox *db, json_t **out)
 				break;
 		*out = json_loadb(buf_str(&text), text.len, 0, NULL);
 		if (!json_is_object(*out)) {
-			log_warn(db->name, "aio: %s in the sandbox is not sbxfs's: taken as a stale holder", AIOR_MARKER);
+			log_warn(ab->name, "aio: %s in the sandbox is not sbxfs's: taken as a stale holder", AIOR_MARKER);
 			json_decref(*out);
 			*out = json_object();
 		}
 	} else {
-		log_warn(db->name, "aio: cannot read %s: %s", AIOR_MARKER, err);
+		log_warn(ab->name, "aio: cannot read %s: %s", AIOR_MARKER, err);
 	}
 	close(fd);
 	buf_free(&text);
@@ -329,7 +327,7 @@ static enum sbx_err marker_read(struct dbox *db, json_t **out)
 
 static enum sbx_err marker_write(struct abox *ab)
 {
-	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "provider", "aio", "state_id", ab->state_id, "scope", ab->db.token,
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s}", "provider", "aio", "state_id", ab->state_id, "scope", ab->token,
 		"user", ab->user, "thread", ab->thread);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL, err[AIO_ERR_LEN];
 	struct aio_target t;
@@ -337,10 +335,10 @@ static enum sbx_err marker_write(struct abox *ab)
 	int fd = memfd_create("sbxfs-marker", MFD_CLOEXEC);
 
 	if (text && fd >= 0 && (size_t)write(fd, text, strlen(text)) == strlen(text)) {
-		aior_target(&ab->db, &t);
+		aior_target(ab, &t);
 		e = aio_file_upload(&t, AIOR_MARKER, fd, (long long)strlen(text), err, sizeof(err));
 		if (e)
-			log_err(ab->db.name, "aio: cannot write %s: %s", AIOR_MARKER, err);
+			log_err(ab->name, "aio: cannot write %s: %s", AIOR_MARKER, err);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -359,31 +357,41 @@ static bool marker_is(json_t *m, const char *state_id, const char *token)
 
 /* ---- boxes ------------------------------------------------------------------------------------ */
 
+/* The sandbox as aio_jobs.c sees it: reached at its URL, alive while
+ * this scope holds it and it was not found gone. */
+static bool sbx_alive(struct aio_sbx *a)
+{
+	struct abox *ab = abox(a->box);
+
+	return !sbx_box_is_gone(&ab->base) && !__atomic_load_n(&ab->ended, __ATOMIC_ACQUIRE);
+}
+
+static const struct aio_sbx_ops aior_sbx_ops = { .alive = sbx_alive };
+
 static struct abox *abox_new(const struct sbx_spec *s)
 {
 	struct abox *ab = calloc(1, sizeof(*ab));
 
 	if (!ab)
 		return NULL;
-	if (!(ab->db.thread_dir = strdup(s->dirs.thread_dir))) {
+	if (!(ab->thread_dir = strdup(s->dirs.thread_dir))) {
 		free(ab);
 		return NULL;
 	}
-	sbx_box_init(&ab->db.base, &provider_aio_remote);
+	sbx_box_init(&ab->base, &provider_aio_remote);
 	pthread_mutex_init(&ab->lock, NULL);
-	snprintf(ab->db.name, sizeof(ab->db.name), "%s/%s", s->user, s->thread);
-	snprintf(ab->db.token, sizeof(ab->db.token), "%s", s->token);
+	snprintf(ab->name, sizeof(ab->name), "%s/%s", s->user, s->thread);
+	snprintf(ab->token, sizeof(ab->token), "%s", s->token);
 	snprintf(ab->state_id, sizeof(ab->state_id), "%s", s->state_id);
 	snprintf(ab->user, sizeof(ab->user), "%s", s->user);
 	snprintf(ab->thread, sizeof(ab->thread), "%s", s->thread);
-	ab->db.cfg = config_get((struct sbx_config *)s->cfg);
-	ab->db.aio = true;
-	ab->db.remote = true;
-	ab->db.output_max = s->cfg->res.output;
-	ab->db.api_key = aior_key(s->cfg);
-	snprintf(ab->db.url, sizeof(ab->db.url), "%s", s->cfg->base_url);
-	snprintf(ab->db.run_path, sizeof(ab->db.run_path), AIOR_RUN_BASE "/%s", s->token);
-	snprintf(ab->db.base.remote_id, sizeof(ab->db.base.remote_id), "aio:%.75s", s->cfg->base_url);
+	ab->cfg = config_get((struct sbx_config *)s->cfg);
+	ab->a = (struct aio_sbx){ .box = &ab->base, .ops = &aior_sbx_ops, .name = ab->name, .token = ab->token,
+		.thread_dir = ab->thread_dir, .cfg = ab->cfg, .output_max = s->cfg->res.output,
+		.api_key = aior_key(s->cfg) };
+	snprintf(ab->a.url, sizeof(ab->a.url), "%s", s->cfg->base_url);
+	snprintf(ab->a.run_path, sizeof(ab->a.run_path), AIOR_RUN_BASE "/%s", s->token);
+	snprintf(ab->base.remote_id, sizeof(ab->base.remote_id), "aio:%.75s", s->cfg->base_url);
 	return ab;
 }
 
@@ -392,8 +400,8 @@ static void abox_free(struct abox *ab)
 	if (!ab)
 		return;
 	pthread_mutex_destroy(&ab->lock);
-	config_put(ab->db.cfg);
-	free(ab->db.thread_dir);
+	config_put(ab->cfg);
+	free(ab->thread_dir);
 	free(ab);
 }
 
@@ -404,9 +412,9 @@ static bool hold(struct abox *ab)
 	bool ok;
 
 	pthread_mutex_lock(&aior.lock);
-	ok = !aior.holder[0] || !strcmp(aior.holder, ab->db.token);
+	ok = !aior.holder[0] || !strcmp(aior.holder, ab->token);
 	if (ok) {
-		snprintf(aior.holder, sizeof(aior.holder), "%.16s", ab->db.token);
+		snprintf(aior.holder, sizeof(aior.holder), "%.16s", ab->token);
 		ab->holds = true;
 	}
 	pthread_mutex_unlock(&aior.lock);
@@ -416,7 +424,7 @@ static bool hold(struct abox *ab)
 static void unhold(struct abox *ab)
 {
 	pthread_mutex_lock(&aior.lock);
-	if (ab->holds && !strcmp(aior.holder, ab->db.token))
+	if (ab->holds && !strcmp(aior.holder, ab->token))
 		aior.holder[0] = '\0';
 	ab->holds = false;
 	pthread_mutex_unlock(&aior.lock);
@@ -424,8 +432,8 @@ static void unhold(struct abox *ab)
 
 static int aior_save(struct abox *ab)
 {
-	json_t *o = json_pack("{s:s,s:s}", "base_url", ab->db.url, "scope", ab->db.token);
-	int r = o ? record_save(ab->db.thread_dir, AIOR_RECORD, o) : -1;
+	json_t *o = json_pack("{s:s,s:s}", "base_url", ab->a.url, "scope", ab->token);
+	int r = o ? record_save(ab->thread_dir, AIOR_RECORD, o) : -1;
 
 	json_decref(o);
 	return r;
@@ -461,11 +469,11 @@ static enum sbx_err kill_sessions(struct abox *ab, bool close_them)
 
 	if (!l)
 		return SBX_ERR_NOMEM;
-	snprintf(l->prefix, sizeof(l->prefix), "sbxfs-%s-", ab->db.token);
-	aior_target(&ab->db, &t);
+	snprintf(l->prefix, sizeof(l->prefix), "sbxfs-%s-", ab->token);
+	aior_target(ab, &t);
 	e = aio_bash_sessions(&t, sess_collect, l, err, sizeof(err));
 	if (e)
-		log_warn(ab->db.name, "aio: cannot list the sandbox's sessions: %s", err);
+		log_warn(ab->name, "aio: cannot list the sandbox's sessions: %s", err);
 	for (int i = 0; !e && i < l->n; i++) {
 		if (close_them)
 			aio_bash_close(&t, l->ids[i], err, sizeof(err));
@@ -484,7 +492,7 @@ static enum sbx_err wipe(struct abox *ab)
 		"for d in /mnt/user-data/workspace /mnt/user-data/uploads /mnt/user-data/outputs \"$A\"; do "
 		"[ -d \"$d\" ] && find \"$d\" -mindepth 1 -delete; done; rm -rf -- \"$B\"; rm -f -- " AIOR_MARKER;
 
-	return run_paths(&ab->db, script, ab->db.cfg->skills_container_path, ab->db.run_path, NULL);
+	return run_paths(ab, script, ab->cfg->skills_container_path, ab->a.run_path, NULL);
 }
 
 static enum sbx_err wait_ready(struct abox *ab, uint64_t deadline)
@@ -495,18 +503,18 @@ static enum sbx_err wait_ready(struct abox *ab, uint64_t deadline)
 	useconds_t pause = 20000;
 	enum sbx_err e;
 
-	aior_target(&ab->db, &t);
+	aior_target(ab, &t);
 	for (;;) {
 		uint64_t now = util_now_ms();
 		t.timeout_ms = deadline > now + 3000 ? 3000 : deadline > now ? (long)(deadline - now) : 1;
 		e = aio_sandbox(&t, &info, err, sizeof(err));
 		if (!e) {
-			log_info(ab->db.name, "aio: the AIO sandbox at %s answers (version %s)", ab->db.url,
+			log_info(ab->name, "aio: the AIO sandbox at %s answers (version %s)", ab->a.url,
 				info.version[0] ? info.version : "?");
 			return SBX_OK;
 		}
 		if (e == SBX_ERR_ACCESS) {
-			log_err(ab->db.name, "aio: the AIO sandbox at %s refuses the API key: %s", ab->db.url, err);
+			log_err(ab->name, "aio: the AIO sandbox at %s refuses the API key: %s", ab->a.url, err);
 			return e;
 		}
 		if (util_now_ms() >= deadline)
@@ -514,8 +522,8 @@ static enum sbx_err wait_ready(struct abox *ab, uint64_t deadline)
 		usleep(pause);
 		pause = pause < 500000 ? pause * 2 : 500000;
 	}
-	log_err(ab->db.name, "aio: the AIO sandbox at %s did not answer within ready_timeout (%ld s): %s", ab->db.url,
-		ab->db.cfg->ready_timeout, err);
+	log_err(ab->name, "aio: the AIO sandbox at %s did not answer within ready_timeout (%ld s): %s", ab->a.url,
+		ab->cfg->ready_timeout, err);
 	return SBX_ERR_TIMEOUT;
 }
 
@@ -530,43 +538,43 @@ static enum sbx_err aior_create(const struct sbx_spec *s, struct sbx_box **out)
 
 	if (!ab)
 		return e;
-	r = sbx_box_own_host_files(&ab->db.base, s);
+	r = sbx_box_own_host_files(&ab->base, s);
 	if (r) {
-		log_err(ab->db.name, "aio: cannot give skills/ to the user: %s", strerror(r));
+		log_err(ab->name, "aio: cannot give skills/ to the user: %s", strerror(r));
 		e = sbx_err_from_errno(r);
 		abox_free(ab);
 		return e;
 	}
 	if (!hold(ab)) {
-		log_err(ab->db.name, "aio: the AIO sandbox at %s serves another scope (one at a time: rmdir it first)",
-			ab->db.url);
+		log_err(ab->name, "aio: the AIO sandbox at %s serves another scope (one at a time: rmdir it first)",
+			ab->a.url);
 		e = SBX_ERR_BUSY;
 		goto out;
 	}
 	e = wait_ready(ab, deadline);
 	if (!e)
-		e = marker_read(&ab->db, &m);
+		e = marker_read(ab, &m);
 	if (e)
 		goto out;
 	if (m && json_string_value(json_object_get(m, "state_id")) &&
 	    strcmp(json_string_value(json_object_get(m, "state_id")), ab->state_id)) {
-		log_err(ab->db.name, "aio: the AIO sandbox at %s is held by another sbxfs (state_id %s); if that one is "
-				     "gone, remove %s in the sandbox", ab->db.url,
+		log_err(ab->name, "aio: the AIO sandbox at %s is held by another sbxfs (state_id %s); if that one is "
+				     "gone, remove %s in the sandbox", ab->a.url,
 			json_string_value(json_object_get(m, "state_id")), AIOR_MARKER);
 		e = SBX_ERR_BUSY;
 		goto out;
 	}
 	if (m) { /* ours, left by a destroy that could not finish: start clean */
-		log_warn(ab->db.name, "aio: the sandbox still has a scope's files (%s): emptied first",
+		log_warn(ab->name, "aio: the sandbox still has a scope's files (%s): emptied first",
 			json_string_value(json_object_get(m, "scope")) ? json_string_value(json_object_get(m, "scope")) : "?");
 		e = wipe(ab);
 		if (e)
 			goto out;
 	}
-	e = run_paths(&ab->db, "mkdir -p /mnt/user-data/workspace /mnt/user-data/uploads /mnt/user-data/outputs \"$A\"",
+	e = run_paths(ab, "mkdir -p /mnt/user-data/workspace /mnt/user-data/uploads /mnt/user-data/outputs \"$A\"",
 		s->cfg->skills_container_path, NULL, NULL);
 	if (e) {
-		log_err(ab->db.name, "aio: bootstrap mkdir -p /mnt/user-data/... failed: %s", sbx_err_name(e));
+		log_err(ab->name, "aio: bootstrap mkdir -p /mnt/user-data/... failed: %s", sbx_err_name(e));
 		goto out;
 	}
 	e = marker_write(ab);
@@ -574,11 +582,11 @@ static enum sbx_err aior_create(const struct sbx_spec *s, struct sbx_box **out)
 		goto out;
 	marked = true;
 	if (aior_save(ab)) {
-		log_err(ab->db.name, "aio: cannot record the sandbox: %s", strerror(errno));
+		log_err(ab->name, "aio: cannot record the sandbox: %s", strerror(errno));
 		e = SBX_ERR_IO;
 		goto out;
 	}
-	*out = &ab->db.base;
+	*out = &ab->base;
 	ab = NULL;
 out:
 	if (e && marked)
@@ -601,22 +609,22 @@ static enum sbx_err aior_health(struct sbx_box *b)
 
 	if (sbx_box_is_gone(b))
 		return SBX_ERR_GONE;
-	aior_target(&ab->db, &t);
+	aior_target(ab, &t);
 	t.timeout_ms = t.timeout_ms < 5000 ? t.timeout_ms : 5000;
 	e = aio_sandbox(&t, &info, err, sizeof(err));
 	if (e == SBX_ERR_IO || e == SBX_ERR_TIMEOUT) {
-		log_warn(ab->db.name, "aio: health of the sandbox at %s unknown: %s", ab->db.url, err);
+		log_warn(ab->name, "aio: health of the sandbox at %s unknown: %s", ab->a.url, err);
 		return SBX_OK; /* unknown: taken as alive (a blip must not cost the files) */
 	}
 	if (e) {
-		log_warn(ab->db.name, "aio: health check: %s", err);
+		log_warn(ab->name, "aio: health check: %s", err);
 		return SBX_ERR_GONE;
 	}
-	if (marker_read(&ab->db, &m))
+	if (marker_read(ab, &m))
 		return SBX_OK;
-	if (!marker_is(m, ab->state_id, ab->db.token)) {
+	if (!marker_is(m, ab->state_id, ab->token)) {
 		sbx_box_gone(b, "the AIO sandbox at %s no longer holds this scope's files (restarted or taken over)",
-			ab->db.url);
+			ab->a.url);
 		e = SBX_ERR_GONE;
 	}
 	json_decref(m);
@@ -629,23 +637,23 @@ static enum sbx_err aior_destroy(struct sbx_box *b)
 	enum sbx_err e;
 
 	if (!ab->holds) {
-		__atomic_store_n(&ab->db.ended, 1, __ATOMIC_RELEASE);
-		aior_unsave(ab->db.thread_dir);
+		__atomic_store_n(&ab->ended, 1, __ATOMIC_RELEASE);
+		aior_unsave(ab->thread_dir);
 		return SBX_OK;
 	}
 	kill_sessions(ab, true);
 	e = wipe(ab);
 	/* from now on nothing of this box reaches the sandbox: a late write of
 	 * the remote-files cache or a job pump would land in the next scope's files */
-	__atomic_store_n(&ab->db.ended, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&ab->ended, 1, __ATOMIC_RELEASE);
 	if (e)
-		log_err(ab->db.name, "aio: cannot empty the sandbox at %s (%s): the next create does", ab->db.url,
+		log_err(ab->name, "aio: cannot empty the sandbox at %s (%s): the next create does", ab->a.url,
 			sbx_err_name(e));
 	else
-		log_info(ab->db.name, "aio: the sandbox at %s given back (the scope's commands ended, its files removed)",
-			ab->db.url);
+		log_info(ab->name, "aio: the sandbox at %s given back (the scope's commands ended, its files removed)",
+			ab->a.url);
 	unhold(ab);
-	aior_unsave(ab->db.thread_dir);
+	aior_unsave(ab->thread_dir);
 	return e;
 }
 
@@ -666,24 +674,24 @@ static enum sbx_err aior_adopt(const struct sbx_spec *s, struct sbx_box **out)
 
 	if (!ab)
 		return SBX_ERR_NOMEM;
-	e = marker_read(&ab->db, &m);
+	e = marker_read(ab, &m);
 	if (!e && !marker_is(m, s->state_id, s->token)) {
-		log_info(ab->db.name, "aio: the sandbox at %s does not hold this scope any more", ab->db.url);
+		log_info(ab->name, "aio: the sandbox at %s does not hold this scope any more", ab->a.url);
 		aior_unsave(s->dirs.thread_dir);
 		e = SBX_ERR_GONE;
 		goto out;
 	}
 	if (e)
-		log_warn(ab->db.name, "aio: cannot check the sandbox at %s now: its health check decides", ab->db.url);
+		log_warn(ab->name, "aio: cannot check the sandbox at %s now: its health check decides", ab->a.url);
 	if (!hold(ab)) {
 		e = SBX_ERR_GONE;
 		goto out;
 	}
-	r = sbx_box_own_host_files(&ab->db.base, s);
+	r = sbx_box_own_host_files(&ab->base, s);
 	if (r)
-		log_warn(ab->db.name, "aio: cannot give skills/ to the user: %s", strerror(r));
+		log_warn(ab->name, "aio: cannot give skills/ to the user: %s", strerror(r));
 	aior_save(ab);
-	*out = &ab->db.base;
+	*out = &ab->base;
 	ab = NULL;
 	e = SBX_OK;
 out:
@@ -703,8 +711,8 @@ static enum sbx_err aior_discover(const struct sbx_config *cfg, const char *stat
 
 	if (!ab)
 		return SBX_ERR_NOMEM;
-	snprintf(ab->db.name, sizeof(ab->db.name), "aio");
-	e = marker_read(&ab->db, &m);
+	snprintf(ab->name, sizeof(ab->name), "aio");
+	e = marker_read(ab, &m);
 	if (!e && m) {
 		const char *sid = json_string_value(json_object_get(m, "state_id"));
 		const char *user = json_string_value(json_object_get(m, "user"));
@@ -742,8 +750,8 @@ static void aior_box_status(struct sbx_box *b, struct json_t *out)
 	struct abox *ab = abox(b);
 	json_t *o = (json_t *)out;
 
-	json_object_set_new(o, "base_url", json_string(ab->db.url));
-	json_object_set_new(o, "exec", json_string(__atomic_load_n(&ab->db.shell_only, __ATOMIC_RELAXED) ? "aio-shell" :
+	json_object_set_new(o, "base_url", json_string(ab->a.url));
+	json_object_set_new(o, "exec", json_string(__atomic_load_n(&ab->a.shell_only, __ATOMIC_RELAXED) ? "aio-shell" :
 													   "aio-bash"));
 	if (sbx_box_is_gone(b))
 		json_object_set_new(o, "gone", json_string(b->gone_why));
@@ -753,19 +761,19 @@ static void aior_box_status(struct sbx_box *b, struct json_t *out)
 
 /* The box's sandbox is still this scope's (not destroyed: it may serve
  * another scope now). */
-static bool box_live(struct dbox *db)
+static bool box_live(struct abox *ab)
 {
-	return !__atomic_load_n(&db->ended, __ATOMIC_ACQUIRE) && !sbx_box_is_gone(&db->base);
+	return sbx_alive(&ab->a);
 }
 
 /* A failure of the API on the box: a missing path is an answer; anything
  * else is logged. */
-static enum sbx_err api_failed(struct dbox *db, enum sbx_err e, const char *what, const char *path, const char *err)
+static enum sbx_err api_failed(struct abox *ab, enum sbx_err e, const char *what, const char *path, const char *err)
 {
 	if (e == SBX_ERR_INTR)
-		log_debug(db->name, "aio: %s %s: %s", what, path, err);
+		log_debug(ab->name, "aio: %s %s: %s", what, path, err);
 	else if (e != SBX_ERR_GONE)
-		log_warn(db->name, "aio: %s %s: %s", what, path, err);
+		log_warn(ab->name, "aio: %s %s: %s", what, path, err);
 	return e;
 }
 
@@ -788,7 +796,7 @@ static long stat_nsec(const char *line)
 
 static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 {
-	struct dbox *db = &abox(b)->db;
+	struct abox *ab = abox(b);
 	struct buf out = BUF_INIT(4096);
 	unsigned mode;
 	long long size, mtime, ctime;
@@ -798,9 +806,9 @@ static enum sbx_err f_stat(struct sbx_box *b, const char *path, struct stat *st)
 		return SBX_ERR_INVAL;
 	/* %y for the mtime's nanoseconds: a change that keeps the size within
 	 * the second is still a change to the remote-files cache */
-	e = run_paths(db, "exec stat -c '%f %s %Y %Z %y' -- \"$A\"", path, NULL, &out);
+	e = run_paths(ab, "exec stat -c '%f %s %Y %Z %y' -- \"$A\"", path, NULL, &out);
 	if (!e && sscanf(buf_str(&out), "%x %lld %lld %lld", &mode, &size, &mtime, &ctime) != 4) {
-		log_warn(db->name, "aio: stat %s: unexpected answer '%.60s'", path, buf_str(&out));
+		log_warn(ab->name, "aio: stat %s: unexpected answer '%.60s'", path, buf_str(&out));
 		e = SBX_ERR_IO;
 	}
 	if (!e) {
@@ -854,7 +862,7 @@ static int list_one(const struct aio_file *f, void *arg)
 
 static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_dirent **ents, size_t *n)
 {
-	struct dbox *db = &abox(b)->db;
+	struct abox *ab = abox(b);
 	struct list_acc a = { 0 };
 	struct aio_target t;
 	char err[AIO_ERR_LEN];
@@ -864,13 +872,13 @@ static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_diren
 	*n = 0;
 	if (!sbx_remote_path_ok(path))
 		return SBX_ERR_INVAL;
-	if (!box_live(db))
+	if (!box_live(ab))
 		return SBX_ERR_GONE;
-	aior_target(db, &t);
+	aior_target(ab, &t);
 	e = aio_file_list(&t, path, list_one, &a, err, sizeof(err));
 	if (e) {
 		sbx_dirents_free(a.ents, a.n);
-		return api_failed(db, e, "list", path, err);
+		return api_failed(ab, e, "list", path, err);
 	}
 	*ents = a.ents;
 	*n = a.n;
@@ -879,7 +887,7 @@ static enum sbx_err f_list(struct sbx_box *b, const char *path, struct sbx_diren
 
 static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_t len, int fd, size_t *got)
 {
-	struct dbox *db = &abox(b)->db;
+	struct abox *ab = abox(b);
 	struct aio_target t;
 	char err[AIO_ERR_LEN];
 	enum sbx_err e;
@@ -887,41 +895,41 @@ static enum sbx_err f_read(struct sbx_box *b, const char *path, off_t off, size_
 	*got = 0;
 	if (!sbx_remote_path_ok(path) || off < 0)
 		return SBX_ERR_INVAL;
-	if (!box_live(db))
+	if (!box_live(ab))
 		return SBX_ERR_GONE;
-	aior_target(db, &t);
+	aior_target(ab, &t);
 	e = aio_file_download(&t, path, (long long)off, len, fd, got, err, sizeof(err));
-	return e ? api_failed(db, e, "read", path, err) : SBX_OK;
+	return e ? api_failed(ab, e, "read", path, err) : SBX_OK;
 }
 
-static enum sbx_err put(struct dbox *db, const char *path, int fd, off_t size, mode_t mode)
+static enum sbx_err put(struct abox *ab, const char *path, int fd, off_t size, mode_t mode)
 {
 	struct aio_target t;
 	char err[AIO_ERR_LEN];
 	enum sbx_err e;
 
-	if (!box_live(db))
+	if (!box_live(ab))
 		return SBX_ERR_GONE;
-	aior_target(db, &t);
+	aior_target(ab, &t);
 	e = aio_file_upload(&t, path, fd, (long long)size, err, sizeof(err));
 	if (e)
-		return api_failed(db, e, "write", path, err);
+		return api_failed(ab, e, "write", path, err);
 	/* the server's umask made it 0644 (most likely): other modes by chmod */
 	if ((mode & 07777) == 0644)
 		return SBX_OK;
-	return scriptfs_mode(&aior_sfs, &db->base, "aio: chmod", "exec chmod \"$M\" -- \"$A\"", path, mode);
+	return scriptfs_mode(&aior_sfs, &ab->base, "aio: chmod", "exec chmod \"$M\" -- \"$A\"", path, mode);
 }
 
 static enum sbx_err f_write(struct sbx_box *b, const char *path, int fd, off_t size, mode_t mode)
 {
 	if (!sbx_remote_path_ok(path) || size < 0)
 		return SBX_ERR_INVAL;
-	return put(&abox(b)->db, path, fd, size, mode);
+	return put(abox(b), path, fd, size, mode);
 }
 
-static enum sbx_err mode_cmd(struct dbox *db, const char *script, const char *path, mode_t mode)
+static enum sbx_err mode_cmd(struct abox *ab, const char *script, const char *path, mode_t mode)
 {
-	return scriptfs_mode(&aior_sfs, &db->base, "aio: command", script, path, mode);
+	return scriptfs_mode(&aior_sfs, &ab->base, "aio: command", script, path, mode);
 }
 
 /* mkdir, rmdir, unlink, rename, chmod and truncate: scriptfs's commands */
@@ -943,9 +951,9 @@ static const struct scriptfs_files aior_files = {
 
 /* ---- skills ----------------------------------------------------------------------------------- */
 
-static enum sbx_err skills_path(struct dbox *db, const char *rel, struct buf *out)
+static enum sbx_err skills_path(struct abox *ab, const char *rel, struct buf *out)
 {
-	return sbx_skills_remote_path(db->cfg->skills_container_path, rel, out);
+	return sbx_skills_remote_path(ab->cfg->skills_container_path, rel, out);
 }
 
 
@@ -953,7 +961,7 @@ static enum sbx_err skills_path(struct dbox *db, const char *rel, struct buf *ou
  * NUL-separated, in a file uploaded to /tmp, then one command.  Two
  * requests, where a command each (one sandbox process each) made the
  * initial sync of a skills tree of 60 directories slow. */
-static enum sbx_err mkdir_mode(struct dbox *db, const struct sbx_skill_file *d, size_t n, mode_t m)
+static enum sbx_err mkdir_mode(struct abox *ab, const struct sbx_skill_file *d, size_t n, mode_t m)
 {
 	struct buf list = BUF_INIT(BUF_CAP_PATH * SBX_SKILLS_BATCH), tmp = BUF_INIT(BUF_CAP_PATH);
 	unsigned char rnd[6];
@@ -964,7 +972,7 @@ static enum sbx_err mkdir_mode(struct dbox *db, const struct sbx_skill_file *d, 
 		size_t at = list.len;
 		if ((d[i].mode & 07777 ? d[i].mode & 07777 : 0755) != m)
 			continue;
-		e = skills_path(db, d[i].path, &list);
+		e = skills_path(ab, d[i].path, &list);
 		if (!e && (memchr(list.ptr + at, '\0', list.len - at) || buf_add(&list, "", 1)))
 			e = SBX_ERR_NOMEM;
 	}
@@ -976,9 +984,9 @@ static enum sbx_err mkdir_mode(struct dbox *db, const struct sbx_skill_file *d, 
 			e = SBX_ERR_NOMEM;
 	}
 	if (!e && list.len)
-		e = put(db, tmp.ptr, fd, (off_t)list.len, 0600);
+		e = put(ab, tmp.ptr, fd, (off_t)list.len, 0600);
 	if (!e && list.len)
-		e = mode_cmd(db, "xargs -0 mkdir -p -m \"$M\" -- < \"$A\"; s=$?; rm -f -- \"$A\"; exit $s", tmp.ptr, m);
+		e = mode_cmd(ab, "xargs -0 mkdir -p -m \"$M\" -- < \"$A\"; s=$?; rm -f -- \"$A\"; exit $s", tmp.ptr, m);
 	if (fd >= 0)
 		close(fd);
 	buf_free(&list);
@@ -988,7 +996,7 @@ static enum sbx_err mkdir_mode(struct dbox *db, const struct sbx_skill_file *d, 
 
 static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file *d, size_t n)
 {
-	struct dbox *db = &abox(b)->db;
+	struct abox *ab = abox(b);
 	enum sbx_err e = SBX_OK;
 
 	/* by mode: directories are 0755 but for a few */
@@ -998,7 +1006,7 @@ static enum sbx_err s_mkdir_many(struct sbx_box *b, const struct sbx_skill_file 
 		for (size_t k = 0; k < i && !seen; k++)
 			seen = (d[k].mode & 07777 ? d[k].mode & 07777 : 0755) == m;
 		if (!seen)
-			e = mkdir_mode(db, d, n, m);
+			e = mkdir_mode(ab, d, n, m);
 	}
 	return e;
 }
@@ -1012,6 +1020,36 @@ static const struct scriptfs_skills aior_skills = {
 	},
 	.fs = &aior_sfs,
 };
+
+/* ---- jobs: aio_jobs.c on the box's aio_sbx ---------------------------------------------------- */
+
+static enum sbx_err aior_exec_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
+{
+	return aio_jobs_start(&abox(b)->a, spec, out);
+}
+
+static enum sbx_err aior_exec_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
+{
+	return aio_jobs_reattach(&abox(b)->a, job_dir, out);
+}
+
+/* The job's files uploaded to run_path/NAME, in the sandbox. */
+static void aior_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name)
+{
+	struct abox *ab = abox(b);
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	struct aio_env env[1] = { { "P", NULL } };
+	char errtext[256];
+	int code;
+
+	(void)job_dir;
+	if (!buf_addf(&p, "%s/%s", ab->a.run_path, job_name) && !sbx_box_is_gone(b)) {
+		env[0].value = p.ptr;
+		if (aior_run(ab, "rm -rf -- \"$P\"", env, 1, &code, errtext, sizeof(errtext), NULL) || code)
+			log_warn(ab->name, "cannot remove the files of job %s in the sandbox: %s", job_name, errtext);
+	}
+	buf_free(&p);
+}
 
 /* ---- the descriptor --------------------------------------------------------------------------- */
 
@@ -1030,12 +1068,12 @@ static const struct sbx_provider_ops aior_ops = {
 	.adopt = aior_adopt,
 	.kill_all = aior_kill_all,
 	.box_status = aior_box_status,
-	.exec_start = aio_jobs_start,
-	.exec_reattach = aio_jobs_reattach,
+	.exec_start = aior_exec_start,
+	.exec_reattach = aior_exec_reattach,
 	.exec_signal = aio_jobs_signal,
 	.exec_finish = aio_jobs_finish,
 	.exec_free = aio_jobs_free,
-	.exec_cleanup = aio_jobs_cleanup,
+	.exec_cleanup = aior_exec_cleanup,
 	.files = &aior_files.ops,
 	.skills = &aior_skills.ops,
 	.net = &aior_net_ops,

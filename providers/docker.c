@@ -1,169 +1,56 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * docker.c - the docker and aio providers: one container per scope, made and
- * watched through the Docker Engine API (docker_api.c), never the CLI.
- *
- * Both providers share everything about the container here: its name
- * (<container_prefix>-<scope token>, so any sbxfs finds it again), its
- * labels (provider, user, thread, scope, state_id: what discovery after a
- * crash lists; never a proof, see "records" below), the
- * thread's data bind-mounted from state_dir, skills read-only, the
- * configured mounts, resources mapped to the container's limits, no
- * capabilities, no-new-privileges, Docker's default seccomp profile, no
- * published port, and a network of "none" unless network.mode is open.
- * They differ in what runs inside and how jobs run:
- *   docker  any image; pid 1 is sbxfs-box (helpers/docker_box.c), bind-mounted
- *           read-only, running as the sandbox uid; jobs start through it
- *           (or the Engine exec API) and are supervised by it (docker_jobs.c);
- *   aio     the AIO sandbox image with its own entrypoint; the daemon waits
- *           for GET /v1/sandbox and runs jobs through the AIO HTTP API
- *           (aio.c, aio_api.c), reaching it inside the container's network
- *           namespace (common/netns.h): no port is published.
- *
- * Why the sandbox uid and not the image's user: files the sandbox writes in
- * the bind-mounted workspace then belong to the uid the FUSE layer maps to
- * the user, in both directions (DESIGN §5); `aio.user: image` runs an image
- * that needs its own user (root for the real AIO image's services), and the
- * sandbox's status says so.
- *
- * Failures leave nothing: a create that fails after the container exists
- * removes it; a removal that fails (dockerd gone) is retried at the next
- * create and at exit, and a container still there at the next start is
- * found (discover) and removed.  Only what thread_dir/docker.json proves
- * ours is ever adopted or removed: its recorded id, or the name and time
- * of a create whose answer never came ("records" below).
+ * docker.c - the docker provider: any image, one container per scope (the
+ * container layer, container.c, makes and watches it), whose pid 1 is
+ * sbxfs-box (helpers/docker_box.c), bind-mounted read-only and running as
+ * the sandbox uid; jobs start through it (or the Engine exec API) and are
+ * supervised by it (docker_jobs.c).  This file is the provider's
+ * descriptor, its section (docker:, beside the container layer's common
+ * keys), its box (struct dockbox) and the box's readiness: the init answers
+ * "ping" on its socket in the container's network namespace.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
-#include "../common/buf.h"
-#include "../common/http.h"
-#include "../common/json.h"
-#include "../common/layout.h"
 #include "../common/log.h"
-#include "../common/names.h"
-#include "../common/netns.h"
 #include "../common/util.h"
-#include "../common/egress.h"
 #include "docker_int.h"
-#include "filter.h"
 #include "provider_int.h"
-#include "record.h"
-#include "uidpool.h"
-
-#define DOCKER_DEFAULT_SOCKET "/var/run/docker.sock"
-#define DOCKER_MAX_CLIENTS 8
-#define DOCKER_MAX_MOUNTS 64
-#define DOCKER_MAX_LABELS 40
-#define DOCKER_SECCOMP_FILE "docker-seccomp.json" /* in state_dir: the profile, for Podman */
-#define AIO_DEFAULT_IMAGE "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest"
 
 char docker_box_helper[4096];
 
-/* uids: a range apart from the local provider's, so a reload from one to the
- * other never hands one uid to two threads */
-static const struct docker_conf docker_defaults = { .uid_base = 1880096768, .uid_count = 60000, .port = 8080 };
+static const struct docker_conf docker_defaults = { .c = CONTAINER_CONF_DEFAULTS };
 
-struct pending {
-	struct docker *api;
-	char id[128]; /* container id, or name */
-};
-
-static struct {
-	pthread_mutex_t lock;
-	struct {
-		char *path;
-		struct docker *api;
-	} clients[DOCKER_MAX_CLIENTS]; /* protected by lock; never freed before exit (boxes point at them) */
-	int n_clients;
-	struct pending pending[64]; /* protected by lock: removals that failed, retried later */
-	int n_pending;
-	struct uidpool *uids; /* made by the first init */
-	struct buf seccomp;   /* the containers' seccomp profile (filter.h): made by the first init, then read-only */
-} dk = { .lock = PTHREAD_MUTEX_INITIALIZER, .seccomp = BUF_INIT(1 << 20) };
-
-struct dbox *dbox(struct sbx_box *b)
+struct dockbox *dockbox(struct sbx_box *b)
 {
-	if (!b || (b->prov != &provider_docker && b->prov != &provider_aio && b->prov != &provider_aio_remote))
+	if (!b || b->prov != &provider_docker)
 		abort(); /* a box handed to the wrong provider is a programming error */
-	return (struct dbox *)b;
+	return (struct dockbox *)b;
 }
 
-const struct docker_conf *docker_conf_of(const struct sbx_config *cfg)
+static const struct docker_conf *docker_conf_of(const struct sbx_config *cfg)
 {
 	return cfg->prov ? cfg->prov : &docker_defaults;
 }
 
-static bool is_aio(const struct sbx_config *cfg)
-{
-	return !strcmp(cfg->use, "aio");
-}
-
-/* ---- configuration: the docker: and aio: sections ---------------------------------------- */
-
-static int conf_label(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
-{
-	struct docker_conf *dc = arg;
-	struct docker_label *l;
-	char *val = NULL;
-
-	if (cfg_str(x, full, v, &val))
-		return -1;
-	if (!strncmp(key, "org.sbxfs.", 10) && strncmp(key, "org.sbxfs.test", 14)) {
-		cfg_fail(x, full, "labels under org.sbxfs. are sbxfs's own");
-		free(val);
-		return -1;
-	}
-	l = realloc(dc->labels, (dc->n_labels + 1) * sizeof(*l));
-	if (!l || !(l[dc->n_labels].key = strdup(key))) {
-		if (l)
-			dc->labels = l;
-		free(val);
-		cfg_fail(x, full, "out of memory");
-		return -1;
-	}
-	dc->labels = l;
-	l[dc->n_labels].value = val;
-	dc->n_labels++;
-	return 0;
-}
-
-struct conf_walk {
-	struct docker_conf *dc;
-	bool aio;
-};
+/* ---- configuration: the docker: section ------------------------------------------------------ */
 
 static int conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *full, struct cfg_node *v)
 {
-	struct conf_walk *w = arg;
-	struct docker_conf *dc = w->dc;
-	long l;
+	struct docker_conf *dc = arg;
+	int r = container_conf_key(x, &dc->c, key, full, v);
 
-	if (!strcmp(key, "socket"))
-		return cfg_abs_path(x, full, v, &dc->socket);
-	if (!strcmp(key, "labels"))
-		return cfg_each(x, full, v, conf_label, dc);
-	if (!strcmp(key, "uid_base") || !strcmp(key, "uid_count")) {
-		if (cfg_long(x, full, v, key[4] == 'b' ? 1000 : 1, key[4] == 'b' ? 4000000000L : 1000000, &l))
-			return -1;
-		if (key[4] == 'b')
-			dc->uid_base = (uid_t)l;
-		else
-			dc->uid_count = (unsigned)l;
-		return 0;
-	}
-	if (!w->aio && !strcmp(key, "exec")) {
+	if (r <= 0)
+		return r;
+	if (!strcmp(key, "exec")) {
 		char *s = NULL;
 		if (cfg_str(x, full, v, &s))
 			return -1;
@@ -176,80 +63,24 @@ static int conf_key(struct cfg_ctx *x, void *arg, const char *key, const char *f
 		free(s);
 		return 0;
 	}
-	if (w->aio && !strcmp(key, "port")) {
-		if (cfg_long(x, full, v, 1, 65535, &l))
-			return -1;
-		dc->port = l;
-		return 0;
-	}
-	if (w->aio && !strcmp(key, "user")) {
-		char *s = NULL;
-		if (cfg_str(x, full, v, &s))
-			return -1;
-		if (strcmp(s, "sandbox") && strcmp(s, "image")) {
-			cfg_fail(x, full, "must be sandbox or image (got '%s')", s);
-			free(s);
-			return -1;
-		}
-		dc->user_image = !strcmp(s, "image");
-		free(s);
-		return 0;
-	}
-	if (w->aio && !strcmp(key, "cap_add"))
-		return cfg_strv(x, full, v, &dc->cap_add, &dc->n_cap_add);
-	if (w->aio && !strcmp(key, "command"))
-		return cfg_strv(x, full, v, &dc->command, &dc->n_command);
-	if (w->aio && !strcmp(key, "api_key")) {
-		char name[128];
-		const char *val;
-
-		if (cfg_str(x, full, v, &dc->api_key))
-			return -1;
-		/* $VAR or ${VAR}: from the daemon's environment (a missing one is "") */
-		if (dc->api_key[0] != '$')
-			return 0;
-		snprintf(name, sizeof(name), "%s", dc->api_key + 1 + (dc->api_key[1] == '{'));
-		name[strcspn(name, "}")] = '\0';
-		val = getenv(name);
-		free(dc->api_key);
-		dc->api_key = strdup(val ? val : "");
-		if (!dc->api_key) {
-			cfg_fail(x, full, "out of memory");
-			return -1;
-		}
-		return 0;
-	}
 	log_warn("config", "%s: unknown key, ignored", full);
 	return 0;
 }
 
 static int docker_config_key(struct cfg_ctx *x, struct sbx_config *cfg, const char *key, struct cfg_node *v)
 {
-	struct conf_walk w = { .dc = cfg->prov, .aio = !strcmp(key, "aio") };
-
-	if (!w.dc) {
-		w.dc = calloc(1, sizeof(*w.dc));
-		if (!w.dc) {
-			cfg_fail(x, key, "out of memory");
-			return -1;
-		}
-		*w.dc = docker_defaults;
-		cfg->prov = w.dc;
-	}
-	return cfg_each(x, key, v, conf_key, &w);
+	return container_conf_section(x, cfg, key, v, &docker_defaults, sizeof(docker_defaults), conf_key);
 }
 
 static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 {
-	if (!is_aio(cfg) && (!cfg->image || !cfg->image[0])) {
+	if (!cfg->image || !cfg->image[0]) {
 		cfg_fail(x, "image", "the docker provider needs an image (any image with /bin/sh; never pulled)");
 		return -1;
 	}
-	if (is_aio(cfg) && cfg->base_url && cfg->base_url[0])
-		return aio_remote_config_check(x, cfg); /* an existing AIO sandbox over HTTP, no docker (aio_remote.c) */
-	if (!is_aio(cfg) && cfg->base_url && cfg->base_url[0])
+	if (cfg->base_url && cfg->base_url[0])
 		log_warn("config", "base_url: not used by the docker provider");
-	if (cfg->image && strpbrk(cfg->image, " \t\n")) {
+	if (strpbrk(cfg->image, " \t\n")) {
 		cfg_fail(x, "image", "must be an image reference without spaces (got '%s')", cfg->image);
 		return -1;
 	}
@@ -259,31 +90,11 @@ static int docker_config_check(struct cfg_ctx *x, struct sbx_config *cfg)
 static void docker_config_show(const struct sbx_config *cfg, struct json_t *out)
 {
 	const struct docker_conf *dc = docker_conf_of(cfg);
-	json_t *o = json_object(), *labels = json_object();
+	json_t *o = json_object();
 
-	for (size_t i = 0; i < dc->n_labels; i++)
-		json_object_set_new(labels, dc->labels[i].key, json_string(dc->labels[i].value));
-	json_object_set_new(o, "socket", dc->socket ? json_string(dc->socket) : json_null());
-	json_object_set_new(o, "labels", labels);
-	json_object_set_new(o, "uid_base", json_integer(dc->uid_base));
-	json_object_set_new(o, "uid_count", json_integer(dc->uid_count));
-	if (is_aio(cfg)) {
-		json_t *caps = json_array(), *cmd = json_array();
-		for (size_t i = 0; i < dc->n_cap_add; i++)
-			json_array_append_new(caps, json_string(dc->cap_add[i]));
-		for (size_t i = 0; i < dc->n_command; i++)
-			json_array_append_new(cmd, json_string(dc->command[i]));
-		json_object_set_new(o, "port", json_integer(dc->port));
-		json_object_set_new(o, "user", json_string(dc->user_image ? "image" : "sandbox"));
-		json_object_set_new(o, "cap_add", caps);
-		json_object_set_new(o, "command", cmd);
-		json_object_set_new(o, "api_key", dc->api_key && dc->api_key[0] ? json_string("***") : json_null());
-		if (!cfg->image)
-			json_object_set_new((json_t *)out, "image", json_string(AIO_DEFAULT_IMAGE));
-	} else {
-		json_object_set_new(o, "exec", json_string(dc->exec_engine ? "engine" : "init"));
-	}
-	json_object_set_new((json_t *)out, is_aio(cfg) ? "aio" : "docker", o);
+	container_conf_show(&dc->c, o);
+	json_object_set_new(o, "exec", json_string(dc->exec_engine ? "engine" : "init"));
+	json_object_set_new((json_t *)out, "docker", o);
 }
 
 static void docker_config_free(void *prov)
@@ -292,104 +103,8 @@ static void docker_config_free(void *prov)
 
 	if (!dc)
 		return;
-	for (size_t i = 0; i < dc->n_labels; i++) {
-		free(dc->labels[i].key);
-		free(dc->labels[i].value);
-	}
-	for (size_t i = 0; i < dc->n_cap_add; i++)
-		free(dc->cap_add[i]);
-	for (size_t i = 0; i < dc->n_command; i++)
-		free(dc->command[i]);
-	free(dc->labels);
-	free(dc->cap_add);
-	free(dc->command);
-	free(dc->api_key);
-	free(dc->socket);
+	container_conf_clear(&dc->c);
 	free(dc);
-}
-
-/* ---- the dockerd a configuration names ------------------------------------------------------ */
-
-/* The socket: docker.socket, else $DOCKER_HOST (unix:// only), else the default. */
-static int docker_socket_of(const struct sbx_config *cfg, char *out, size_t len, char *err, size_t errlen)
-{
-	const char *host = getenv("DOCKER_HOST");
-
-	if (docker_conf_of(cfg)->socket)
-		return str_fmt(out, len, "%s", docker_conf_of(cfg)->socket);
-	if (host && *host) {
-		if (strncmp(host, "unix://", 7) || host[7] != '/') {
-			snprintf(err, errlen,
-				"DOCKER_HOST=%s: sbxfs talks to dockerd over its unix socket only (unix:///path, or %s.socket)",
-				host, is_aio(cfg) ? "aio" : "docker");
-			return -1;
-		}
-		return str_fmt(out, len, "%s", host + 7);
-	}
-	return str_fmt(out, len, "%s", DOCKER_DEFAULT_SOCKET);
-}
-
-static struct docker *docker_client(const char *path)
-{
-	struct docker *api = NULL;
-
-	pthread_mutex_lock(&dk.lock);
-	for (int i = 0; i < dk.n_clients && !api; i++)
-		if (!strcmp(dk.clients[i].path, path))
-			api = dk.clients[i].api;
-	if (!api && dk.n_clients < DOCKER_MAX_CLIENTS && (dk.clients[dk.n_clients].path = strdup(path))) {
-		api = docker_new(path, 30000);
-		if (api)
-			dk.clients[dk.n_clients++].api = api;
-		else
-			free(dk.clients[dk.n_clients].path);
-	}
-	pthread_mutex_unlock(&dk.lock);
-	return api;
-}
-
-static struct docker *docker_client_of(const struct sbx_config *cfg)
-{
-	char path[PATH_MAX], err[256];
-
-	if (docker_socket_of(cfg, path, sizeof(path), err, sizeof(err)))
-		return NULL;
-	return docker_client(path);
-}
-
-/* Retry the removals that failed (dockerd was away). */
-static void docker_flush_pending(void)
-{
-	struct pending todo[64];
-	int n;
-
-	pthread_mutex_lock(&dk.lock);
-	n = dk.n_pending;
-	memcpy(todo, dk.pending, sizeof(todo[0]) * (size_t)n);
-	dk.n_pending = 0;
-	pthread_mutex_unlock(&dk.lock);
-	for (int i = 0; i < n; i++) {
-		char err[DOCKER_ERR_LEN];
-		if (docker_remove(todo[i].api, todo[i].id, err, sizeof(err)) == SBX_OK) {
-			log_info("docker", "container %.12s removed (its removal had failed before)", todo[i].id);
-			continue;
-		}
-		pthread_mutex_lock(&dk.lock);
-		if (dk.n_pending < 64)
-			dk.pending[dk.n_pending++] = todo[i];
-		pthread_mutex_unlock(&dk.lock);
-	}
-}
-
-static void docker_remember_removal(struct docker *api, const char *id)
-{
-	pthread_mutex_lock(&dk.lock);
-	if (dk.n_pending < 64) {
-		dk.pending[dk.n_pending].api = api;
-		snprintf(dk.pending[dk.n_pending].id, sizeof(dk.pending[0].id), "%s", id);
-		dk.n_pending++;
-	}
-	pthread_mutex_unlock(&dk.lock);
 }
 
 /* ---- start of day ------------------------------------------------------------------------------ */
@@ -403,34 +118,11 @@ static int docker_find_helper(const char *dir, char *out, size_t len)
 	return -1;
 }
 
-/* The profile in a file too, state_dir/docker-seccomp.json: Podman's
- * compat API reads "seccomp=" as a path on its host (docker_api.c). */
-static int docker_seccomp_write(const struct sbx_config *cfg, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-
-	if (str_fmt(path, sizeof(path), "%s/" DOCKER_SECCOMP_FILE, cfg->state_dir) ||
-	    util_write_atomic(path, dk.seccomp.ptr, dk.seccomp.len, 0644)) {
-		snprintf(err, errlen, "%s provider: cannot write %s/%s: %s", cfg->use, cfg->state_dir,
-			DOCKER_SECCOMP_FILE, strerror(errno));
-		return -1;
-	}
-	return 0;
-}
-
 static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
-	const struct docker_conf *dc = docker_conf_of(cfg);
-	char path[PATH_MAX], self[PATH_MAX], version[16] = "", derr[DOCKER_ERR_LEN] = "", *slash;
-	struct docker *api;
+	char self[PATH_MAX], *slash;
 	ssize_t n;
 
-	if (http_init()) {
-		snprintf(err, errlen, "%s provider: libcurl cannot be initialised", cfg->use);
-		return SBX_ERR_IO;
-	}
-	if (docker_socket_of(cfg, path, sizeof(path), err, errlen))
-		return SBX_ERR_INVAL;
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n < 0) {
 		snprintf(err, errlen, "%s provider: cannot find own executable: %s", cfg->use, strerror(errno));
@@ -439,12 +131,12 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 	self[n] = '\0';
 	slash = strrchr(self, '/');
 	*slash = '\0';
-	if (!is_aio(cfg) && docker_find_helper(self, docker_box_helper, sizeof(docker_box_helper))) {
+	if (docker_find_helper(self, docker_box_helper, sizeof(docker_box_helper))) {
 		snprintf(err, errlen, "docker provider: sbxfs-box not found next to %s or in %s/../libexec/sbxfs", self,
 			self);
 		return SBX_ERR_INVAL;
 	}
-	if (!is_aio(cfg) && dc->exec_engine) {
+	if (docker_conf_of(cfg)->exec_engine) {
 		struct stat st;
 		/* the kernel starts an exec of a file its user cannot read non-dumpable
 		 * (helpers/docker_box.c): a readable one can be ptraced by a job while it starts */
@@ -453,840 +145,88 @@ static enum sbx_err docker_init(const struct sbx_config *cfg, char *err, size_t 
 					   "with docker.exec: engine a job can ptrace another job's supervisor while it starts",
 				docker_box_helper, (unsigned)(st.st_mode & 07777));
 	}
-	pthread_mutex_lock(&dk.lock);
-	if (!dk.uids)
-		dk.uids = uidpool_new(dc->uid_base, dc->uid_count);
-	/* the same system-call policy as local sandboxes (filter.c), in place
-	 * of Docker's default profile, which lets a container create any
-	 * socket family (vsock reaches the hypervisor in every network mode) */
-	if (!dk.seccomp.len && filter_profile(&dk.seccomp, derr, sizeof(derr)))
-		buf_reset(&dk.seccomp);
-	pthread_mutex_unlock(&dk.lock);
-	if (!dk.seccomp.len) {
-		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
-		return SBX_ERR_INVAL;
-	}
-	if (docker_seccomp_write(cfg, err, errlen))
-		return SBX_ERR_IO;
-	if (!dk.uids) {
-		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
-		return SBX_ERR_NOMEM;
-	}
-	uidpool_scan(dk.uids, cfg->state_dir);
-	api = docker_client(path);
-	if (!api) {
-		snprintf(err, errlen, "%s provider: out of memory", cfg->use);
-		return SBX_ERR_NOMEM;
-	}
-	/* dockerd may come later (or come back): sandboxes fail until it answers */
-	switch (docker_negotiate(api, version, sizeof(version), derr, sizeof(derr))) {
-	case SBX_OK:
-		log_info("docker", "%s at unix://%s, Engine API %s", docker_is_podman(api) ? "Podman" : "dockerd", path,
-			version);
-		break;
-	case SBX_ERR_NOTSUP:
-		snprintf(err, errlen, "%s provider: %s", cfg->use, derr);
-		return SBX_ERR_NOTSUP;
-	default:
-		log_warn("docker", "%s: sandboxes cannot be created until dockerd answers", derr);
-		break;
-	}
-	return SBX_OK;
+	return container_init(cfg, err, errlen);
 }
 
-/* ---- records: the proof of ownership -----------------------------------------------------
- *
- * A container is this daemon's only when thread_dir/docker.json says so:
- * the container id recorded there or, for a create whose answer never came
- * (a kill -9, a timeout), the name recorded before the create was sent with
- * the wall-clock time of that intent, matched against dockerd's own creation
- * time of the container holding the name now (within DOCKER_INTENT_WINDOW_S
- * after the intent: no container made before our create was sent can be
- * ours, and a name is free again only once its container is gone).  Our
- * labels must be there too, but they prove nothing alone: anyone who can
- * run `docker inspect` can copy them and an image can carry them, so a
- * container with every label of ours, even under the name of a container of
- * ours that is gone, is never adopted or removed; the log says it was
- * skipped.
- *
- * The record lives as long as its container may: written before the
- * create, completed with the id as soon as the create answers, removed
- * only once a removal is confirmed (a failed one keeps it, and the next
- * create of the scope or the next start finishes the job).  It names one
- * container at most: a create first settles what an earlier record names
- * (docker_settle).  The window: the create request's own timeout (30 s)
- * and as much again for a dockerd that finished it after the client gave
- * up; a container that dockerd made later still is not provably ours and
- * is left (logged) rather than risk removing a stranger's.
- */
-#define DOCKER_INTENT_WINDOW_S 60
+/* ---- the box: sbxfs-box as pid 1 ------------------------------------------------------------ */
 
-struct drec {
-	char name[128];
-	char id[DOCKER_ID_LEN + 1]; /* "" until the create answered */
-	long long intent_ns;        /* 0: none (a record of an older sbxfs: only its id proves) */
-};
-
-static long long wall_ns(void)
+static void docker_box_init(struct cbox *cb, const struct sbx_spec *s)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+	((struct dockbox *)cb)->exec_engine = docker_conf_of(s->cfg)->exec_engine;
 }
 
-static int docker_save(struct dbox *db)
+static int docker_spec(struct cbox *cb, const struct sbx_spec *s, struct container_spec *cs)
 {
-	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
-		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
-		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
-	int r = o ? record_save(db->thread_dir, "docker.json", o) : -1;
-
-	json_decref(o);
-	return r;
-}
-
-static void docker_unsave(const char *thread_dir)
-{
-	record_remove(thread_dir, "docker.json");
-}
-
-/* thread_dir/docker.json into r: 0, or -1 when there is none (or it names
- * no container: then nothing is provably ours). */
-static int drec_load(const char *thread_dir, struct drec *r)
-{
-	struct buf path = BUF_INIT(BUF_CAP_PATH);
-	json_t *o = NULL, *v;
-	int ret = -1;
-
-	memset(r, 0, sizeof(*r));
-	if (layout_file(&path, thread_dir, "docker.json") || !(o = json_read_file(path.ptr)))
-		goto out;
-	v = json_object_get(o, "name");
-	if (!json_is_string(v) || str_fmt(r->name, sizeof(r->name), "%s", json_string_value(v)) || !r->name[0])
-		goto out;
-	v = json_object_get(o, "id");
-	if (json_is_string(v) && str_fmt(r->id, sizeof(r->id), "%s", json_string_value(v)))
-		goto out;
-	v = json_object_get(o, "intent_ns");
-	r->intent_ns = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
-	ret = r->id[0] || r->intent_ns ? 0 : -1;
-out:
-	json_decref(o);
-	buf_free(&path);
-	return ret;
-}
-
-static bool docker_ours(const struct docker_container *c, const char *state_id, const char *token)
-{
-	const char *sid = docker_label(c, DOCKER_LABEL_STATE_ID), *scope = docker_label(c, DOCKER_LABEL_SCOPE);
-
-	return sid && !strcmp(sid, state_id) && scope && !strcmp(scope, token);
-}
-
-/* NULL when the record proves c ours, else why not. */
-static const char *drec_why_not(const struct drec *r, const struct docker_container *c, const char *state_id,
-	const char *token)
-{
-	if (!docker_ours(c, state_id, token))
-		return "its labels are not this scope's";
-	if (r->id[0])
-		return strcmp(r->id, c->id) ? "not the container id recorded" : NULL;
-	if (strcmp(r->name, c->name))
-		return "not the name recorded";
-	if (!c->created_ns || c->created_ns < r->intent_ns ||
-	    c->created_ns - r->intent_ns > DOCKER_INTENT_WINDOW_S * 1000000000LL)
-		return "made outside the time of the create recorded";
-	return NULL;
-}
-
-/* The container a record names, inspected: by its id, else by its name. */
-static enum sbx_err drec_inspect(struct docker *api, const struct drec *r, struct docker_container *c, char *err,
-	size_t errlen)
-{
-	return docker_inspect(api, r->id[0] ? r->id : r->name, c, err, errlen);
-}
-
-static void docker_log_skipped(const char *scope, const char *use, const struct docker_container *c, const char *why)
-{
-	log_warn(scope, "%s: container %.12s (%s) carries this sbxfs's labels but is not one it made (%s): skipped, "
-			"never adopted or removed",
-		use, c->id, c->name, why);
-}
-
-/* Before a create: what an earlier record of the scope names (a destroy
- * that could not finish, a create whose answer never came) is removed when
- * proven ours and skipped when it only looks ours; the record goes once
- * nothing of ours can be left.  SBX_OK, or why the create cannot go on
- * (dockerd away, a removal that failed: the record stays for the next try).
- * after_failure: right after a failed create, whose cause was logged. */
-static enum sbx_err docker_settle(struct docker *api, const struct sbx_spec *s, const char *scope, bool after_failure)
-{
-	struct docker_container c = { 0 };
-	char err[DOCKER_ERR_LEN];
-	const char *why;
-	struct drec r;
-	enum sbx_err e;
-
-	if (drec_load(s->dirs.thread_dir, &r))
-		return SBX_OK;
-	e = drec_inspect(api, &r, &c, err, sizeof(err));
-	if (e == SBX_ERR_GONE) {
-		docker_unsave(s->dirs.thread_dir);
-		return SBX_OK;
-	}
-	if (e) {
-		if (after_failure) /* the create's failure was logged already */
-			log_warn(scope, "%s: whether dockerd made the container %s cannot be checked now (%s): its record "
-					"stays for the next create or start",
-				s->cfg->use, r.name, err);
-		else
-			log_err(scope, "%s: cannot check the container %s an earlier sandbox of this scope recorded: %s",
-				s->cfg->use, r.id[0] ? r.id : r.name, err);
-		return e;
-	}
-	why = drec_why_not(&r, &c, s->state_id, s->token);
-	if (why) {
-		docker_log_skipped(scope, s->cfg->use, &c, why);
-		docker_unsave(s->dirs.thread_dir);
-	} else {
-		log_warn(scope, "%s: removing the container %.12s (%s) an earlier sandbox of this scope left", s->cfg->use,
-			c.id, c.name);
-		e = docker_remove(api, c.id, err, sizeof(err));
-		if (e)
-			log_err(scope, "%s: cannot remove the container %.12s: %s", s->cfg->use, c.id, err);
-		else
-			docker_unsave(s->dirs.thread_dir);
-	}
-	docker_container_clear(&c);
-	return e;
-}
-
-static unsigned long long ns_inode(pid_t pid, const char *ns)
-{
-	char path[64];
-	struct stat st;
-
-	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
-		return 0;
-	return (unsigned long long)st.st_ino;
-}
-
-static struct dbox *dbox_new(const struct sbx_spec *s, struct docker *api)
-{
-	const struct docker_conf *dc = docker_conf_of(s->cfg);
-	struct dbox *db = calloc(1, sizeof(*db));
-
-	if (!db)
-		return NULL;
-	if (!(db->thread_dir = strdup(s->dirs.thread_dir)) ||
-	    str_fmt(db->name, sizeof(db->name), "%s-%s", s->cfg->container_prefix, s->token)) {
-		free(db->thread_dir);
-		free(db);
-		return NULL;
-	}
-	sbx_box_init(&db->base, is_aio(s->cfg) ? &provider_aio : &provider_docker);
-	snprintf(db->token, sizeof(db->token), "%s", s->token);
-	db->cfg = config_get((struct sbx_config *)s->cfg);
-	db->api = api;
-	db->aio = is_aio(s->cfg);
-	db->exec_engine = dc->exec_engine;
-	db->port = dc->port;
-	db->output_max = s->cfg->res.output;
-	return db;
-}
-
-static void dbox_free(struct dbox *db)
-{
-	if (!db)
-		return;
-	config_put(db->cfg);
-	free(db->thread_dir);
-	free(db);
-}
-
-int dbox_netns(struct dbox *db)
-{
-	return netns_open_pid(db->init_pid, db->init_start);
-}
-
-/* What the sandbox's status says beyond the facts (box->note). */
-static void docker_note(struct dbox *db)
-{
-	const struct docker_conf *dc = docker_conf_of(db->cfg);
-
-	if (str_fmt(db->base.note, sizeof(db->base.note), "%s", db->aio && dc->user_image ? "runs as the image's user" : ""))
-		log_debug(db->name, "status note truncated");
-}
-
-/* The network policy (DESIGN §7) inside the container's own network
- * namespace, as for local sandboxes (common/egress.h): in open mode (Docker's
- * bridge) everything but private, link-local, metadata and the host's own
- * addresses, DNS only to the container's resolver; isolated and allowlist
- * (Docker's "none") loopback only, where the approval proxy listens.  The
- * container has no capability, so it cannot change the rules.  Installed
- * before the sandbox is ready, so before any job runs. */
-static enum sbx_err docker_egress(struct dbox *db, const char *scope)
-{
-	struct egress_rules rules = { .mode = db->cfg->net_mode, .allow_private = db->cfg->allow_private };
-	char resolv[64], dns[64], err[512];
-	int nsfd = dbox_netns(db), r;
-
-	if (nsfd < 0) {
-		log_err(scope, "%s: cannot open the container's network namespace: %s", db->cfg->use, strerror(errno));
-		return SBX_ERR_IO;
-	}
-	/* the resolver Docker wrote into the container's /etc/resolv.conf
-	 * (read through the init's root: the container's own view) */
-	if (rules.mode == NET_OPEN && !str_fmt(resolv, sizeof(resolv), "/proc/%d/root/etc/resolv.conf", (int)db->init_pid))
-		rules.dns = egress_resolver(resolv, dns, sizeof(dns));
-	r = egress_apply(nsfd, &rules, err, sizeof(err));
-	close(nsfd);
-	if (r) {
-		log_err(scope, "%s: cannot install the container's egress rules: %s", db->cfg->use, err);
-		return SBX_ERR_IO;
-	}
-	return SBX_OK;
-}
-
-/* The network capability: the daemon serves the approval proxy inside the
- * container's network namespace. */
-static int docker_netns_fd(struct sbx_box *b)
-{
-	return dbox_netns(dbox(b));
-}
-
-static const struct sbx_net_ops docker_net_ops = {
-	.netns_fd = docker_netns_fd,
-	.enforced_by = NULL,
-};
-
-/* ---- create ---------------------------------------------------------------------------------- */
-
-struct create_ctx {
-	struct docker_mount mounts[DOCKER_MAX_MOUNTS];
-	size_t n_mounts;
-	struct docker_kv labels[DOCKER_MAX_LABELS];
-	size_t n_labels;
-	const char *env[512];
-	struct buf envtext[512];
-	size_t n_env;
-	const char *cmd[64];
-	const char *caps[64];
-	char user[32], hostname[64], runpath[PATH_MAX], seccomp_file[PATH_MAX];
-};
-
-static void ctx_mount(struct create_ctx *c, const char *src, const char *dst, bool ro)
-{
-	if (c->n_mounts < DOCKER_MAX_MOUNTS)
-		c->mounts[c->n_mounts++] = (struct docker_mount){ src, dst, ro };
-}
-
-static void ctx_label(struct create_ctx *c, const char *k, const char *v)
-{
-	if (c->n_labels < DOCKER_MAX_LABELS)
-		c->labels[c->n_labels++] = (struct docker_kv){ k, v };
-}
-
-static void ctx_free(struct create_ctx *c)
-{
-	for (size_t i = 0; i < c->n_env; i++)
-		buf_free(&c->envtext[i]);
-}
-
-static int docker_spec(struct create_ctx *c, struct docker_create_spec *d, const struct sbx_spec *s, struct dbox *db,
-	uid_t uid, gid_t gid)
-{
-	const struct sbx_config *cfg = s->cfg;
-	const struct docker_conf *dc = docker_conf_of(cfg);
 	static const char *const entry[] = { DOCKER_BOX_PATH, "init", NULL };
 
-	memset(d, 0, sizeof(*d));
-	ctx_mount(c, s->dirs.workspace, LAYOUT_SANDBOX_WORKSPACE, false);
-	ctx_mount(c, s->dirs.uploads, LAYOUT_SANDBOX_USER_DATA "/uploads", false);
-	ctx_mount(c, s->dirs.outputs, LAYOUT_SANDBOX_USER_DATA "/outputs", false);
-	ctx_mount(c, s->dirs.skills, cfg->skills_container_path, true);
-	for (size_t i = 0; i < cfg->n_mounts; i++)
-		ctx_mount(c, cfg->mounts[i].host_path, cfg->mounts[i].container_path, cfg->mounts[i].read_only);
-	if (db->aio) {
-		ctx_mount(c, c->runpath, DOCKER_RUN_PATH, false);
-	} else {
-		ctx_mount(c, docker_box_helper, DOCKER_BOX_PATH, true);
-		d->entrypoint = entry;
-	}
-	if (c->n_mounts >= DOCKER_MAX_MOUNTS)
-		return -1;
-	ctx_label(c, DOCKER_LABEL_PROVIDER, cfg->use);
-	ctx_label(c, DOCKER_LABEL_USER, s->user);
-	ctx_label(c, DOCKER_LABEL_THREAD, s->thread);
-	ctx_label(c, DOCKER_LABEL_SCOPE, s->token);
-	ctx_label(c, DOCKER_LABEL_STATE_ID, s->state_id);
-	for (size_t i = 0; i < dc->n_labels; i++)
-		ctx_label(c, dc->labels[i].key, dc->labels[i].value);
-	if (c->n_labels >= DOCKER_MAX_LABELS)
-		return -1;
-	if (db->aio) {
-		/* the AIO server and its shells see the configured environment (DeerFlow's -e) */
-		for (size_t i = 0; i < cfg->n_env && i < 511; i++) {
-			buf_init(&c->envtext[c->n_env], 64 * 1024);
-			if (buf_addf(&c->envtext[c->n_env], "%s=%s", cfg->env[i].key, cfg->env[i].value))
-				return -1;
-			c->env[c->n_env] = c->envtext[c->n_env].ptr;
-			c->n_env++;
-		}
-		c->env[c->n_env] = NULL;
-		d->env = c->env;
-		for (size_t i = 0; i < dc->n_command && i < 63; i++)
-			c->cmd[i] = dc->command[i];
-		c->cmd[dc->n_command < 63 ? dc->n_command : 63] = NULL;
-		d->cmd = dc->n_command ? c->cmd : NULL;
-		for (size_t i = 0; i < dc->n_cap_add && i < 63; i++)
-			c->caps[i] = dc->cap_add[i];
-		c->caps[dc->n_cap_add < 63 ? dc->n_cap_add : 63] = NULL;
-		d->cap_add = dc->n_cap_add ? c->caps : NULL;
-	}
-	snprintf(c->user, sizeof(c->user), "%u:%u", (unsigned)uid, (unsigned)gid);
-	snprintf(c->hostname, sizeof(c->hostname), "sbx-%s", s->token);
-	d->name = db->name;
-	d->image = cfg->image ? cfg->image : AIO_DEFAULT_IMAGE;
-	d->user = db->aio && dc->user_image ? NULL : c->user;
-	d->hostname = c->hostname;
-	d->workdir = LAYOUT_SANDBOX_WORKSPACE;
-	d->labels = c->labels;
-	d->n_labels = c->n_labels;
-	d->mounts = c->mounts;
-	d->n_mounts = c->n_mounts;
-	d->network_mode = cfg->net_mode == NET_OPEN ? "bridge" : "none";
-	d->seccomp_profile = dk.seccomp.ptr;
-	d->seccomp_profile_file = str_fmt(c->seccomp_file, sizeof(c->seccomp_file), "%s/" DOCKER_SECCOMP_FILE,
-					  cfg->state_dir) ? NULL : c->seccomp_file;
-	d->memory = (long long)cfg->res.memory;
-	d->nano_cpus = (long long)(cfg->res.cpus * 1e9);
-	d->pids_limit = (long long)cfg->res.pids;
-	d->tmp_size = (long long)cfg->res.tmp_size;
-	return 0;
+	(void)cb;
+	(void)s;
+	cs->d.entrypoint = entry;
+	return container_spec_mount(cs, docker_box_helper, DOCKER_BOX_PATH, true);
 }
 
-/* The aio run directory (commands and stdin of jobs, read by the AIO
- * server's shells): thread_dir/aio-jobs, the sandbox uid's. */
-static int aio_run_dir(const char *thread_dir, uid_t uid, gid_t gid, char *out, size_t len)
+static bool docker_pong(struct cbox *cb, int timeout_ms)
 {
-	if (str_fmt(out, len, "%s/aio-jobs", thread_dir))
-		return -1;
-	if (mkdir(out, 0700) && errno != EEXIST)
-		return -1;
-	return lchown(out, uid, gid);
-}
-
-/* Make the container: what an earlier record names settled first, the
- * intent recorded before the request (so a kill -9 before the answer leaves
- * what proves the container ours), the id recorded at once after it.
- * *made once a container of ours exists (the caller removes it on a later
- * failure).  A name held by any container not proven ours fails the create
- * and is left alone. */
-static enum sbx_err docker_make(struct dbox *db, const struct docker_create_spec *d, const struct sbx_spec *s,
-	const char *scope, bool *made)
-{
-	char err[DOCKER_ERR_LEN];
-	enum sbx_err e;
-
-	*made = false;
-	e = docker_settle(db->api, s, scope, false);
-	if (e)
-		return e;
-	db->intent_ns = wall_ns();
-	if (docker_save(db)) {
-		log_err(scope, "%s: cannot record the create in %s: %s", s->cfg->use, db->thread_dir, strerror(errno));
-		docker_unsave(db->thread_dir);
-		return SBX_ERR_IO;
-	}
-	e = docker_create(db->api, d, db->id, err, sizeof(err));
-	if (!e) {
-		*made = true;
-		if (docker_save(db)) {
-			log_err(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
-			return SBX_ERR_IO;
-		}
-		return SBX_OK;
-	}
-	if (e == SBX_ERR_EXIST) {
-		log_err(scope, "%s: the container name %s is taken by a container this sbxfs did not make (another "
-			       "state_dir, not sbxfs, or copied labels): left alone; change container_prefix",
-			s->cfg->use, db->name);
-		docker_unsave(db->thread_dir);
-		return SBX_ERR_IO;
-	}
-	if (e == SBX_ERR_GONE)
-		log_err(scope, "%s: image '%s' not found in dockerd (%s); sbxfs never pulls: docker pull or build it",
-			s->cfg->use, d->image, err);
-	else
-		log_err(scope, "%s: cannot create the container: %s", s->cfg->use, err);
-	/* dockerd may have made it all the same (no answer, a 5xx): what the
-	 * intent names is removed now, or by the next create or start */
-	docker_settle(db->api, s, scope, true);
-	return e;
-}
-
-static enum sbx_err docker_wait_init(struct dbox *db, const char *scope, long timeout_s)
-{
-	uint64_t deadline = util_now_ms() + (uint64_t)timeout_s * 1000;
-	useconds_t pause = 2000;
 	char reply[32];
 
+	return djobs_ask_init(cb, "ping", reply, sizeof(reply), timeout_ms) == SBX_OK && !strcmp(reply, "pong");
+}
+
+static enum sbx_err docker_wait_init(struct cbox *db, const char *scope, long timeout_s)
+{
+	uint64_t deadline = util_now_ms() + (uint64_t)timeout_s * 1000;
+	unsigned pause = 2; /* ms, doubling to 256 ms */
+
 	for (;;) {
-		if (djobs_ask_init(db, "ping", reply, sizeof(reply), 2000) == SBX_OK && !strcmp(reply, "pong"))
+		if (docker_pong(db, 2000))
 			return SBX_OK;
 		if (util_now_ms() >= deadline) {
 			log_err(scope, "docker: the container's init (sbxfs-box) did not answer within %ld s", timeout_s);
 			return SBX_ERR_TIMEOUT;
 		}
-		usleep(pause);
-		pause = pause < 200000 ? pause * 2 : pause;
+		if (container_backoff(&pause, 256)) {
+			log_warn(scope, "docker: the create was cancelled before the container's init answered");
+			return SBX_ERR_INTR;
+		}
 	}
 }
+
+static const struct container_type docker_type = {
+	.prov = &provider_docker,
+	.box_size = sizeof(struct dockbox),
+	.box_init = docker_box_init,
+	.spec = docker_spec,
+	.ready = docker_wait_init,
+};
 
 static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box **out)
 {
-	struct create_ctx *c = calloc(1, sizeof(*c));
-	struct docker_create_spec d;
-	struct docker_container info = { 0 };
-	struct docker *api = docker_client_of(s->cfg);
-	struct dbox *db = NULL;
-	char scope[NAMES_SCOPE_MAX], err[DOCKER_ERR_LEN];
-	enum sbx_err e = SBX_ERR_NOMEM;
-	bool made = false;
-	uid_t uid;
-	gid_t gid;
-	int r;
-
-	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
-	if (!c || !api || !(db = dbox_new(s, api)))
-		goto out;
-	docker_flush_pending();
-	r = uidpool_assign(dk.uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
-	if (!r && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
-		r = errno == ENOSPC ? ENOSPC : EIO;
-	if (!r && db->aio && aio_run_dir(s->dirs.thread_dir, uid, gid, c->runpath, sizeof(c->runpath)))
-		r = errno == ENOSPC ? ENOSPC : EIO;
-	if (r) {
-		log_err(scope, "%s: cannot prepare the sandbox's files: %s", s->cfg->use, strerror(r));
-		e = sbx_err_from_errno(r);
-		goto out;
-	}
-	db->base.uid = uid;
-	db->base.gid = gid;
-	if (docker_spec(c, &d, s, db, uid, gid)) {
-		log_err(scope, "%s: too many mounts, labels or environment entries", s->cfg->use);
-		e = SBX_ERR_INVAL;
-		goto out;
-	}
-	e = docker_make(db, &d, s, scope, &made);
-	if (e)
-		goto out;
-	e = docker_start(api, db->id, err, sizeof(err));
-	if (!e)
-		e = docker_inspect(api, db->id, &info, err, sizeof(err));
-	if (e) {
-		log_err(scope, "%s: cannot start the container %s: %s", s->cfg->use, db->name, err);
-		goto out;
-	}
-	if (!info.running || info.pid <= 0) {
-		log_err(scope, "%s: the container %s ended at once (%s, exit code %d)", s->cfg->use, db->name, info.status,
-			info.exit_code);
-		e = SBX_ERR_IO;
-		goto out;
-	}
-	db->init_pid = info.pid;
-	db->init_start = util_proc_starttime(info.pid);
-	db->pidns = ns_inode(info.pid, "pid");
-	e = docker_egress(db, scope);
-	if (!e)
-		e = db->aio ? aio_wait_ready(db, scope, s->cfg->ready_timeout) : docker_wait_init(db, scope, s->cfg->ready_timeout);
-	if (e)
-		goto out;
-	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
-	docker_note(db);
-	if (docker_save(db)) {
-		log_err(scope, "%s: cannot record the container: %s", s->cfg->use, strerror(errno));
-		e = SBX_ERR_IO;
-		goto out;
-	}
-	*out = &db->base;
-	db = NULL;
-	e = SBX_OK;
-out:
-	if (e && made) {
-		if (docker_remove(api, db->id, err, sizeof(err))) {
-			log_warn(scope, "%s: cannot remove the failed container %s now (%s): retried later", s->cfg->use,
-				db->name, err);
-			docker_remember_removal(api, db->id);
-		} else {
-			docker_unsave(s->dirs.thread_dir);
-		}
-	}
-	docker_container_clear(&info);
-	if (c)
-		ctx_free(c);
-	free(c);
-	dbox_free(db);
-	return e;
+	return container_create(s, &docker_type, out);
 }
 
-/* ---- health, destroy, adopt, discover ------------------------------------------------------- */
-
-/* By the recorded id only: a container that took the name since is not this box's. */
-static enum sbx_err docker_health(struct sbx_box *b)
-{
-	struct dbox *db = dbox(b);
-	struct docker_container info;
-	char err[DOCKER_ERR_LEN], reply[32];
-	enum sbx_err e;
-	bool alive;
-
-	if (!db->id[0])
-		return SBX_ERR_GONE;
-	e = docker_inspect(db->api, db->id, &info, err, sizeof(err));
-	if (e) {
-		log_warn(db->name, "health check: %s", err);
-		return SBX_ERR_GONE;
-	}
-	if (!db->init_pid && info.running) {
-		/* adopted while dockerd was away (or stopped): learn its init now */
-		db->init_pid = info.pid;
-		db->init_start = util_proc_starttime(info.pid);
-		db->pidns = ns_inode(info.pid, "pid");
-	}
-	alive = info.running && info.pid == db->init_pid && util_proc_starttime(info.pid) == db->init_start;
-	docker_container_clear(&info);
-	if (!alive)
-		return SBX_ERR_GONE;
-	if (db->aio)
-		return aio_health(db);
-	return djobs_ask_init(db, "ping", reply, sizeof(reply), 3000) == SBX_OK && !strcmp(reply, "pong") ? SBX_OK :
-														  SBX_ERR_GONE;
-}
-
-/* By the recorded id only; the record goes once the removal is confirmed
- * (a failed one keeps it: retried while the daemon runs, and the next
- * create of the scope or the next start finishes it). */
-static enum sbx_err docker_destroy(struct sbx_box *b)
-{
-	struct dbox *db = dbox(b);
-	char err[DOCKER_ERR_LEN];
-	enum sbx_err e = SBX_OK;
-
-	if (db->id[0])
-		e = docker_remove(db->api, db->id, err, sizeof(err));
-	if (e) {
-		log_err(db->name, "cannot remove the container %.12s: %s; retried later", db->id, err);
-		docker_remember_removal(db->api, db->id);
-	} else {
-		docker_unsave(db->thread_dir);
-	}
-	db->init_pid = 0;
-	return e;
-}
-
-static void docker_box_free(struct sbx_box *b)
-{
-	dbox_free(dbox(b));
-}
-
-/* Adoption by the record alone (see "records"): no record, no container;
- * a container the record does not prove ours is skipped, and the record,
- * which then names nothing that exists, goes.  dockerd away: a recorded id
- * is adopted as it is (the health check decides on reclaim); a create's
- * intent cannot be checked, so SBX_ERR_IO keeps the record for later. */
 static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
-	struct docker *api = docker_client_of(s->cfg);
-	struct docker_container info = { 0 };
-	struct dbox *db = NULL;
-	struct drec r;
-	char err[DOCKER_ERR_LEN], scope[NAMES_SCOPE_MAX];
-	enum sbx_err e = SBX_ERR_NOMEM;
-	const char *why;
-	uid_t uid;
-	gid_t gid;
-
-	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
-	if (!api || !(db = dbox_new(s, api)))
-		goto out;
-	if (drec_load(s->dirs.thread_dir, &r)) {
-		e = SBX_ERR_GONE; /* nothing recorded: nothing of it can be proven ours */
-		goto out;
-	}
-	snprintf(db->name, sizeof(db->name), "%s", r.name);
-	snprintf(db->id, sizeof(db->id), "%s", r.id);
-	db->intent_ns = r.intent_ns;
-	if (!uidpool_recorded(s->dirs.thread_dir, &uid, &gid)) {
-		db->base.uid = uid;
-		db->base.gid = gid;
-	}
-	e = drec_inspect(api, &r, &info, err, sizeof(err));
-	if (e == SBX_ERR_GONE) {
-		docker_unsave(s->dirs.thread_dir);
-		goto out;
-	}
-	why = e ? NULL : drec_why_not(&r, &info, s->state_id, s->token);
-	if (e) {
-		log_warn(scope, "%s: cannot check the container %s now: %s", s->cfg->use, r.id[0] ? r.id : r.name, err);
-		if (!r.id[0])
-			goto out; /* only dockerd can say whether the create made it */
-	} else if (why) {
-		docker_log_skipped(scope, s->cfg->use, &info, why);
-		docker_unsave(s->dirs.thread_dir);
-		e = SBX_ERR_GONE;
-		goto out;
-	} else {
-		snprintf(db->id, sizeof(db->id), "%s", info.id);
-		if (info.running) {
-			db->init_pid = info.pid;
-			db->init_start = util_proc_starttime(info.pid);
-			db->pidns = ns_inode(info.pid, "pid");
-		}
-		if (!r.id[0] && docker_save(db))
-			log_warn(scope, "%s: cannot record the container %.12s: %s", s->cfg->use, db->id, strerror(errno));
-	}
-	snprintf(db->base.remote_id, sizeof(db->base.remote_id), "docker:%.12s", db->id);
-	docker_note(db);
-	*out = &db->base;
-	db = NULL;
-	e = SBX_OK;
-out:
-	docker_container_clear(&info);
-	dbox_free(db);
-	return e;
+	return container_adopt(s, &docker_type, out);
 }
 
-/* Discovery (a container of ours whose sandbox record is gone: a create
- * cut short, a destroy that could not finish) is by proof too: dockerd
- * lists the containers with this daemon's labels, and each is handed to
- * the pool only when the record of the thread its labels name proves it
- * ours; the others are skipped (logged) and never touched. */
-#define DOCKER_DISCOVER_MAX 1024
-
-struct discover_ctx {
-	struct discovered {
-		char id[DOCKER_ID_LEN + 1];
-		char user[NAME_MAX_LEN + 1], thread[NAME_MAX_LEN + 1], scope[SCOPE_TOKEN_LEN + 1];
-	} *c;
-	int n;
-	bool full;
-};
-
-static void discover_one(const struct docker_container *c, void *arg)
+/* The container runs its init, and the init answers. */
+static enum sbx_err docker_health(struct sbx_box *b)
 {
-	struct discover_ctx *d = arg;
-	const char *user = docker_label(c, DOCKER_LABEL_USER), *thread = docker_label(c, DOCKER_LABEL_THREAD),
-		   *scope = docker_label(c, DOCKER_LABEL_SCOPE);
-	struct discovered *x;
+	struct cbox *cb = &dockbox(b)->c;
+	enum sbx_err e = container_health(cb);
 
-	if (d->n >= DOCKER_DISCOVER_MAX) {
-		d->full = true;
-		return;
-	}
-	x = &d->c[d->n++];
-	snprintf(x->id, sizeof(x->id), "%s", c->id);
-	if (str_fmt(x->user, sizeof(x->user), "%s", user ? user : "") ||
-	    str_fmt(x->thread, sizeof(x->thread), "%s", thread ? thread : "") ||
-	    str_fmt(x->scope, sizeof(x->scope), "%s", scope ? scope : ""))
-		x->user[0] = '\0'; /* no valid name: skipped below */
-}
-
-/* Whether candidate x is proven ours (see "records"); logs why not. */
-static bool discover_proves(struct docker *api, const struct sbx_config *cfg, const char *state_id,
-	const struct discovered *x)
-{
-	struct buf td = BUF_INIT(BUF_CAP_PATH);
-	struct docker_container c = { 0 };
-	char token[SCOPE_TOKEN_LEN + 1], err[DOCKER_ERR_LEN];
-	const char *why = NULL;
-	struct drec r;
-	bool ok = false;
-
-	if (docker_inspect(api, x->id, &c, err, sizeof(err))) {
-		log_warn("docker", "discovery: cannot inspect container %.12s: %s", x->id, err);
-		goto out;
-	}
-	if (!names_valid(x->user) || !names_valid(x->thread) || names_scope_token(x->user, x->thread, token) ||
-	    strcmp(token, x->scope))
-		why = "its user, thread and scope labels name no scope";
-	else if (layout_thread_dir(&td, cfg->state_dir, x->user, x->thread) || drec_load(td.ptr, &r))
-		why = "no record of its scope names a container";
-	else
-		why = drec_why_not(&r, &c, state_id, token);
-	if (why)
-		docker_log_skipped("docker", cfg->use, &c, why);
-	ok = !why;
-out:
-	docker_container_clear(&c);
-	buf_free(&td);
-	return ok;
-}
-
-static enum sbx_err docker_discover(const struct sbx_config *cfg, const char *state_id,
-	void (*found)(const char *user, const char *thread, void *arg), void *arg)
-{
-	struct docker *api = docker_client_of(cfg);
-	struct discover_ctx d = { .c = calloc(DOCKER_DISCOVER_MAX, sizeof(*d.c)) };
-	char l1[128], l2[128], err[DOCKER_ERR_LEN];
-	const char *labels[] = { l1, l2, NULL };
-	enum sbx_err e = SBX_ERR_NOMEM;
-
-	if (!api || !d.c)
-		goto out;
-	snprintf(l1, sizeof(l1), "%s=%s", DOCKER_LABEL_STATE_ID, state_id);
-	snprintf(l2, sizeof(l2), "%s=%s", DOCKER_LABEL_PROVIDER, cfg->use);
-	e = docker_list(api, labels, discover_one, &d, err, sizeof(err));
-	if (e) {
-		log_warn("docker", "discovery of this sbxfs's containers failed: %s", err);
-		goto out;
-	}
-	if (d.full)
-		log_warn("docker", "discovery: more than %d containers carry this sbxfs's labels: only the first %d "
-				   "were considered",
-			DOCKER_DISCOVER_MAX, DOCKER_DISCOVER_MAX);
-	for (int i = 0; i < d.n; i++)
-		if (discover_proves(api, cfg, state_id, &d.c[i]))
-			found(d.c[i].user, d.c[i].thread, arg);
-out:
-	free(d.c);
-	return e;
-}
-
-static void docker_shutdown(void)
-{
-	/* what could not be removed while dockerd was away: one more try.
-	 * The clients stay: exec handles still running at exit point at them. */
-	docker_flush_pending();
-	pthread_mutex_lock(&dk.lock);
-	for (int i = 0; i < dk.n_pending; i++)
-		log_warn("docker", "container %.12s could not be removed (dockerd away?): the next start removes it",
-			dk.pending[i].id);
-	pthread_mutex_unlock(&dk.lock);
+	return e ? e : docker_pong(cb, 3000) ? SBX_OK : SBX_ERR_GONE;
 }
 
 static void docker_box_status(struct sbx_box *b, struct json_t *out)
 {
-	struct dbox *db = dbox(b);
-	json_t *o = (json_t *)out;
+	struct dockbox *db = dockbox(b);
 
-	if (db->init_pid > 0)
-		json_object_set_new(o, "init_pid", json_integer(db->init_pid));
-	json_object_set_new(o, "container", json_string(db->name));
-	json_object_set_new(o, "image", json_string(db->cfg->image ? db->cfg->image : AIO_DEFAULT_IMAGE));
-	json_object_set_new(o, "exec", json_string(db->aio ? (__atomic_load_n(&db->shell_only, __ATOMIC_RELAXED) ? "aio-shell" : "aio-bash") :
-					      db->exec_engine ? "engine" : "init"));
+	container_box_status(&db->c, out);
+	json_object_set_new((json_t *)out, "exec", json_string(db->exec_engine ? "engine" : "init"));
 }
 
-static enum sbx_err aio_kill_all(struct sbx_box *b)
-{
-	(void)b;
-	return SBX_ERR_NOTSUP; /* the AIO server shares the sandbox uid: no way to end "all but the server" */
-}
-
-/* ---- the descriptors -------------------------------------------------------------------------- */
+/* ---- the descriptor ----------------------------------------------------------------------------- */
 
 static const struct sbx_provider_ops docker_ops = {
 	.config_key = docker_config_key,
@@ -1294,13 +234,10 @@ static const struct sbx_provider_ops docker_ops = {
 	.config_show = docker_config_show,
 	.config_free = docker_config_free,
 	.init = docker_init,
-	.discover = docker_discover,
-	.shutdown = docker_shutdown,
 	.create = docker_create_box,
 	.health = docker_health,
-	.destroy = docker_destroy,
-	.box_free = docker_box_free,
 	.adopt = docker_adopt,
+	CONTAINER_PROVIDER_OPS,
 	.kill_all = djobs_kill_all,
 	.box_status = docker_box_status,
 	.exec_start = djobs_start,
@@ -1308,51 +245,13 @@ static const struct sbx_provider_ops docker_ops = {
 	.exec_signal = djobs_signal,
 	.exec_finish = djobs_finish,
 	.exec_free = djobs_free,
-	.net = &docker_net_ops,
-	.freeze = &docker_freeze_ops,
-};
-
-static const struct sbx_provider_ops aio_ops = {
-	.config_key = docker_config_key,
-	.config_check = docker_config_check,
-	.config_show = docker_config_show,
-	.config_free = docker_config_free,
-	.init = docker_init,
-	.discover = docker_discover,
-	.shutdown = docker_shutdown,
-	.create = docker_create_box,
-	.health = docker_health,
-	.destroy = docker_destroy,
-	.box_free = docker_box_free,
-	.adopt = docker_adopt,
-	.kill_all = aio_kill_all,
-	.box_status = docker_box_status,
-	.exec_start = aio_jobs_start,
-	.exec_reattach = aio_jobs_reattach,
-	.exec_signal = aio_jobs_signal,
-	.exec_finish = aio_jobs_finish,
-	.exec_free = aio_jobs_free,
-	.exec_cleanup = aio_jobs_cleanup,
-	.variant = aio_remote_variant,
-	.net = &docker_net_ops,
-	.freeze = &docker_freeze_ops,
 };
 
 static const char *const docker_keys[] = { "docker", NULL };
-static const char *const aio_keys[] = { "aio", NULL };
-static const char *const aio_aliases[] = { "deerflow.community.aio_sandbox:AioSandboxProvider", NULL };
 
 const struct sbx_provider provider_docker = {
 	.name = "docker",
 	.config_keys = docker_keys,
 	.caps = SBX_CAP_EXEC | SBX_CAP_SIGNALS,
 	.ops = &docker_ops,
-};
-
-const struct sbx_provider provider_aio = {
-	.name = "aio",
-	.aliases = aio_aliases,
-	.config_keys = aio_keys,
-	.caps = SBX_CAP_EXEC, /* the AIO API sends SIGTERM, SIGKILL and SIGINT only */
-	.ops = &aio_ops,
 };

@@ -771,6 +771,10 @@ enum sbx_err docker_create(struct docker *d, const struct docker_create_spec *s,
 		api_seterr(err, errlen, "cannot build the create request");
 	else
 		e = docker_post_for_id(d, path.ptr, body, "create", id, err, errlen);
+	/* Podman answers a name in use with 500 (its storage's error), where
+	 * dockerd answers 409: the same fact, the same error */
+	if (e && e != SBX_ERR_EXIST && docker_is_podman(d) && strstr(err, "that name is already in use"))
+		e = SBX_ERR_EXIST;
 	json_decref(body);
 	buf_free(&path);
 	return e;

@@ -74,7 +74,7 @@
 
 struct djob {
 	struct sbx_exec base; /* first: fd is a pidfd on the supervisor (or a signalled eventfd) */
-	struct dbox *db;      /* referenced */
+	struct cbox *db;      /* referenced */
 	char *job_dir;
 	pid_t sup_pid;
 	unsigned long long sup_start;
@@ -157,9 +157,9 @@ static socklen_t abstract_addr(struct sockaddr_un *a, const char *name)
 }
 
 /* A SOCK_SEQPACKET socket made in the container's network namespace. */
-static int box_socket(struct dbox *db)
+static int box_socket(struct cbox *db)
 {
-	int ns = dbox_netns(db), s;
+	int ns = container_netns(db), s;
 
 	if (ns < 0)
 		return -1;
@@ -168,7 +168,7 @@ static int box_socket(struct dbox *db)
 	return s;
 }
 
-static int box_connect(struct dbox *db)
+static int box_connect(struct cbox *db)
 {
 	struct sockaddr_un a;
 	socklen_t len = abstract_addr(&a, DOCKER_BOX_SOCKET);
@@ -221,7 +221,7 @@ static ssize_t recv_reply(int s, char *msg, size_t len, pid_t *pid, int timeout_
 	return n;
 }
 
-enum sbx_err djobs_ask_init(struct dbox *db, const char *req, char *reply, size_t len, int timeout_ms)
+enum sbx_err djobs_ask_init(struct cbox *db, const char *req, char *reply, size_t len, int timeout_ms)
 {
 	int s = box_connect(db);
 	enum sbx_err e = SBX_ERR_IO;
@@ -237,7 +237,7 @@ enum sbx_err djobs_ask_init(struct dbox *db, const char *req, char *reply, size_
 
 enum sbx_err djobs_kill_all(struct sbx_box *b)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = &dockbox(b)->c;
 	char reply[32];
 	enum sbx_err e = djobs_ask_init(db, "killall", reply, sizeof(reply), 30000);
 
@@ -319,7 +319,7 @@ static int send_job(int s, const char *name, long timeout, uint64_t output_max, 
 /* ---- engine mode: the supervisor through the Engine exec API --------------------------------- */
 
 /* A listening socket in the container's namespace, under a random name. */
-static int engine_listen(struct dbox *db, char *name, size_t len)
+static int engine_listen(struct cbox *db, char *name, size_t len)
 {
 	struct sockaddr_un a;
 	unsigned char rnd[8];
@@ -341,7 +341,7 @@ static int engine_listen(struct dbox *db, char *name, size_t len)
 }
 
 /* Start the supervisor with docker exec; return the connection from it. */
-static int engine_start(struct dbox *db, const char *scope, char *err, size_t errlen)
+static int engine_start(struct cbox *db, const char *scope, char *err, size_t errlen)
 {
 	const char *argv[] = { DOCKER_BOX_PATH, "connect", NULL, NULL };
 	char name[96], user[32], id[DOCKER_ID_LEN + 1];
@@ -402,7 +402,7 @@ static int engine_start(struct dbox *db, const char *scope, char *err, size_t er
 
 /* ---- start -------------------------------------------------------------------------------------- */
 
-static struct djob *djob_new(struct dbox *db, const char *job_dir, pid_t pid, unsigned long long start)
+static struct djob *djob_new(struct cbox *db, const char *job_dir, pid_t pid, unsigned long long start)
 {
 	struct djob *j = calloc(1, sizeof(*j));
 
@@ -458,7 +458,7 @@ static void djob_record(const char *job_dir, pid_t sup, unsigned long long start
 
 enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, struct sbx_exec **out)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = &dockbox(b)->c;
 	struct job_fds f;
 	struct djob *j = NULL;
 	char msg[128] = "", err[DOCKER_ERR_LEN] = "", scope[160];
@@ -481,7 +481,7 @@ enum sbx_err djobs_start(struct sbx_box *b, const struct sbx_exec_spec *spec, st
 		log_err(scope, "cannot open the job's files: %s", strerror(saved));
 		return sbx_err_from_errno(saved);
 	}
-	if (db->exec_engine) {
+	if (dockbox(b)->exec_engine) {
 		s = engine_start(db, scope, err, sizeof(err));
 	} else {
 		s = box_connect(db);
@@ -524,7 +524,7 @@ out:
 
 enum sbx_err djobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_exec **out)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = &dockbox(b)->c;
 	struct buf p = BUF_INIT(BUF_CAP_PATH);
 	json_t *rec = NULL;
 	struct djob *j = NULL;
@@ -551,41 +551,14 @@ enum sbx_err djobs_reattach(struct sbx_box *b, const char *job_dir, struct sbx_e
 
 /* ---- signals -------------------------------------------------------------------------------------- */
 
-int docker_children(pid_t pid, pid_t *out, int max, int n)
-{
-	char path[80];
-	struct buf b = BUF_INIT(256 * 1024);
-	DIR *d;
-	struct dirent *e;
-
-	if (str_fmt(path, sizeof(path), "/proc/%d/task", (int)pid) || !(d = opendir(path)))
-		return n;
-	while ((e = readdir(d)) && n < max) {
-		if (e->d_name[0] == '.' ||
-		    str_fmt(path, sizeof(path), "/proc/%d/task/%.20s/children", (int)pid, e->d_name) ||
-		    util_read_file(path, &b))
-			continue;
-		for (char *s = b.ptr; s && *s && n < max;) {
-			long c = strtol(s, &s, 10);
-			if (c > 0)
-				out[n++] = (pid_t)c;
-			while (*s == ' ')
-				s++;
-		}
-	}
-	closedir(d);
-	buf_free(&b);
-	return n;
-}
-
 /* sig to every process below the supervisor that is in the container's pid
  * namespace; the number signalled. */
 static int signal_tree(struct djob *j, pid_t *pids, int sig)
 {
-	int n = docker_children(j->sup_pid, pids, DJOB_TREE_MAX, 0), hit = 0;
+	int n = container_children(j->sup_pid, pids, DJOB_TREE_MAX, 0), hit = 0;
 
 	for (int i = 0; i < n; i++)
-		n = docker_children(pids[i], pids, DJOB_TREE_MAX, n);
+		n = container_children(pids[i], pids, DJOB_TREE_MAX, n);
 	for (int i = 0; i < n; i++) {
 		int fd;
 		if (!util_proc_starttime(pids[i])) /* gone, or a zombie waiting for its parent */

@@ -169,8 +169,9 @@ def scope_token(user, thread):
 
 
 class DockerProxy:
-    """A unix-socket proxy in front of dockerd for the daemon's Engine API
-    calls (docker.socket / aio.socket).  Bytes pass through unchanged; with
+    """A unix-socket proxy in front of the engine under test (dockerd, or
+    ENGINE's Podman) for the daemon's Engine API calls (docker.socket /
+    aio.socket).  Bytes pass through unchanged; with
     hold_create set, once a connection carries POST .../containers/create,
     dockerd's answer to it is kept from the daemon (answered is set when it
     arrives: the container exists) until release().  So a test can kill -9
@@ -198,7 +199,7 @@ class DockerProxy:
                 return
             u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                u.connect(dockerutil.docker_socket())
+                u.connect(ENGINE["socket"] or dockerutil.docker_socket())
             except OSError:
                 c.close()
                 continue

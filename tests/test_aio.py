@@ -18,6 +18,7 @@ import pytest
 import dockerutil
 import sbxutil
 import test_jobs as J
+import test_runtime as R
 from containerutil import (case_label, containers, docker_images, inspect, provider_config,  # noqa: F401
                            sbxfs, wait_containers)
 from sbxutil import expect_errno, read_json, read_text, wait_until
@@ -53,6 +54,57 @@ def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, 
     assert not (m.mnt / "alice" / "t").exists()
     assert wait_containers(case_label, 0, 20) == [], "the container of a failed acquire was left"
     assert read_json(m.mnt / ".status")["active"] == 0
+
+
+def _in_netns_of_container(m, case):
+    """Whether the daemon has an fd on the network namespace of the case's
+    running container."""
+    for c in containers(case):
+        pid = inspect(c["id"])["State"]["Pid"]
+        try:
+            ns = os.readlink(f"/proc/{pid}/ns/net") if pid else None
+            fds = os.listdir(f"/proc/{m.proc.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if ns and os.readlink(f"/proc/{m.proc.pid}/fd/{fd}") == ns:
+                    return True
+            except OSError:
+                pass
+    return False
+
+
+@R.ASAN_INTERRUPTS
+@pytest.mark.timeout_s(120)
+def test_an_interrupted_mkdir_stops_the_create_and_removes_its_container(sbxfs, case_label):
+    """A create cancelled (issue 20: SIGINT to the mkdir, whose FUSE interrupt
+    cancels the create's work) stops at once: the mkdir answers EINTR, the
+    readiness wait ends and the container it made is removed, long before
+    ready_timeout (60 s here: the server never becomes ready).  Before, the
+    wait ran to ready_timeout with the container left up."""
+    m = sbxfs(config={"ready_timeout": 60, "aio": {"command": ["--never-ready"]}})
+    os.mkdir(m.mnt / "alice")
+    p = R.child("mkdir", m.mnt / "alice" / "t")
+    # the create waits for the server (which never answers): the daemon
+    # holds an fd on the container's network namespace while it polls
+    assert wait_until(lambda: _in_netns_of_container(m, case_label), 30), "the create never waited for its server"
+    out, took = R.interrupt(p)
+    assert out == "interrupted\n", out
+    assert took < 1.0, f"an interrupted mkdir took {took:.2f} s"
+    t0 = time.monotonic()
+    assert wait_containers(case_label, 0, 15) == [], "the cancelled create's container was left"
+    print(f"the container was removed {time.monotonic() - t0:.2f} s after the interrupt")
+    assert wait_until(lambda: "the create was cancelled while the AIO server" in m.log, 10), m.log[-3000:]
+    assert not (m.mnt / "alice" / "t").exists()
+    st = read_json(m.mnt / ".status")
+    assert st["active"] == 0 and st["warm"] == 0, st
+    # hostile: the same scope again, interrupted at once, leaves nothing either
+    p = R.child("mkdir", m.mnt / "alice" / "t")
+    out, took = R.interrupt(p)
+    assert out == "interrupted\n" and took < 1.0, (out, took)
+    assert wait_containers(case_label, 0, 15) == []
+    assert m.running()
 
 
 @pytest.mark.timeout_s(60)

@@ -2,7 +2,8 @@
 """mk/check-layers (issue 20 point 3): passes on the tree, fails on a copy of
 the tree with one bad include planted: a header of a folder above, a FUSE
 header below fs/, a circle of two modules of one folder; and not on what
-only looks like one (an include in a comment, tests/)."""
+only looks like one (an include in a comment, tests/).  Also the container
+layer's own rule (point 3): it names no provider."""
 
 import shutil
 import subprocess
@@ -96,3 +97,21 @@ def test_what_only_looks_like_a_bad_include_passes(tree):
     (tree / "tests" / "t.c").write_text('#include "../fs/node.h"\n')  # tests/ are exempt
     code, out = check(tree)
     assert code == 0, out
+
+
+def test_the_container_layer_names_no_provider():
+    """Issue 20 point 3: the container runtime layer (providers/container*)
+    knows nothing of aio or of the docker provider, and tells no kinds of box
+    apart by flags; the aio sandbox at a base_url is no container box."""
+    layer = sorted((REPO / "providers").glob("container*.[ch]"))
+    assert {p.name for p in layer} >= {"container.c", "container_int.h", "container_freeze.c"}, layer
+    for p in layer:
+        text = p.read_text()
+        assert "aio" not in text.lower(), f"{p.name} names aio"
+        for name in ("provider_docker", "dockbox", "docker_int.h", "sbxfs-box", "docker_box"):
+            assert name not in text, f"{p.name} names the docker provider's {name}"
+    cbox = (REPO / "providers" / "container_int.h").read_text().split("struct cbox {", 1)[1].split("};", 1)[0]
+    for flag in ("bool aio", "bool remote", "int remote"):
+        assert flag not in cbox, f"struct cbox has a kind flag: {flag}"
+    abox = (REPO / "providers" / "aio_remote.c").read_text().split("struct abox {", 1)[1].split("};", 1)[0]
+    assert "struct cbox" not in abox and "struct dbox" not in abox, abox

@@ -175,7 +175,7 @@ def _stranger(name, labels, image=None):
     args = ["run", "-d", "--network", "none", "--name", name]
     for k, v in labels.items():
         args += ["--label", f"{k}={v}"]
-    return dockerutil.docker(*args, image or dockerutil.IMAGES["busybox"], "sleep", "600").stdout.strip()
+    return cli(*args, image or dockerutil.IMAGES["busybox"], "sleep", "600").stdout.strip()
 
 
 def _labels_for(labels, thread):
@@ -235,7 +235,7 @@ def test_strangers_with_our_labels_survive_start_reclaim_and_unmount(sbxfs, case
     # the daemon dies; our container is removed behind its back and a stranger takes its name and labels
     m.kill9()
     m.umount(lazy=True)
-    dockerutil.docker("rm", "-f", ours["id"])
+    cli("rm", "-f", ours["id"])
     s_name = _stranger(ours["name"], labels)
     strangers = {"copied labels": s_copy, "labels from the image": s_image, "our removed container's name": s_name}
     m.restart()
@@ -266,7 +266,7 @@ def test_reclaim_never_takes_a_stranger_under_our_name(sbxfs, case_label):
     [ours] = containers(case_label)
     labels = inspect(ours["id"])["Config"]["Labels"]
     os.rmdir(d)
-    dockerutil.docker("rm", "-f", ours["id"])
+    cli("rm", "-f", ours["id"])
     s = _stranger(ours["name"], labels)
     expect_errno(lambda: os.mkdir(d), errno.EIO)
     assert _running(s), "the reclaim removed a container it did not make"

@@ -24,7 +24,8 @@ import dockerutil
 import sbxutil
 import seccomputil
 import test_jobs as J
-from containerutil import (CASE_LABEL, case_label, containers, docker_images, inspect,  # noqa: F401
+import test_runtime as R
+from containerutil import (CASE_LABEL, DockerProxy, case_label, containers, docker_images, inspect,  # noqa: F401
                            provider_config, sbxfs, wait_containers)
 from sbxutil import expect_errno, read_json, read_text, wait_until
 from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
@@ -44,6 +45,42 @@ def acquire(m, user="alice", thread="t"):
 
 # --------------------------------------------------------------------------
 # jobs through the Engine exec API
+
+
+@R.ASAN_INTERRUPTS
+@pytest.mark.timeout_s(120)
+def test_an_interrupted_create_aborts_the_request_and_removes_the_container(sbxfs, case_label):
+    """A mkdir interrupted (SIGINT) while dockerd's answer to the create is
+    held (a proxy in front of the socket keeps it; the container exists):
+    the mkdir answers EINTR at once, the request to dockerd is aborted, and
+    the container dockerd made is found by the create's recorded intent and
+    removed at once, not left for the next create or start (before, its
+    check ran under the cancelled token and failed)."""
+    proxy = DockerProxy()
+    try:
+        m = sbxfs(config={"docker": {"socket": proxy.path}})
+        os.mkdir(m.mnt / "alice")
+        proxy.hold_create = True
+        p = R.child("mkdir", m.mnt / "alice" / "t")
+        assert proxy.answered.wait(60), "the create never reached dockerd"
+        assert len(containers(case_label)) == 1
+        out, took = R.interrupt(p)
+        assert out == "interrupted\n", out
+        assert took < 1.0, f"an interrupted mkdir took {took:.2f} s"
+        proxy.release()
+        t0 = time.monotonic()
+        assert wait_containers(case_label, 0, 15) == [], "the cancelled create's container was left:\n" + m.log[-3000:]
+        print(f"the container was removed {time.monotonic() - t0:.2f} s after the interrupt")
+        assert not (m.thread_data("alice", "t") / "docker.json").exists()
+        # the scope works afterwards, with one container
+        os.mkdir(m.mnt / "alice" / "t")
+        code, out, _ = J.run_job(m.mnt / "alice" / "t", "ok", "echo fine")
+        assert code == 0 and out == "fine\n"
+        assert len(containers(case_label)) == 1
+        assert m.stop() == 0
+        assert wait_containers(case_label, 0, 20) == []
+    finally:
+        proxy.close()
 
 
 @pytest.mark.timeout_s(120)

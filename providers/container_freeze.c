@@ -1,27 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * docker_freeze.c - freeze and thaw of docker and aio containers (the
- * provider's sbx_freeze_ops, provider.h): the Engine API's pause and
- * unpause, which put every process of the container (its init, the job
- * supervisors, the jobs, the AIO server) into the cgroup freezer and back.
+ * container_freeze.c - freeze and thaw of containers (the container
+ * providers' sbx_freeze_ops, provider.h): the Engine API's pause and
+ * unpause, which put every process of the container (its init, job
+ * supervisors, jobs, servers) into the cgroup freezer and back.
  *
- * Why the box keeps the time it spent paused: the aio provider's job pumps
- * run in the daemon, not in the container, so they would see a paused AIO
- * server as one that stopped answering, and count the pause against the
- * job's timeout.  They read dbox_paused_ms() and skip both while it grows.
- * (A docker job's own supervisor is paused with the container and counts
- * only the time it could run: helpers/docker_box.c.)
+ * Why the box keeps the time it spent paused: a provider whose job pumps
+ * run in the daemon, not in the container, would see a paused server as
+ * one that stopped answering, and count the pause against the job's
+ * timeout.  Such pumps read container_paused_ms() and skip both while it
+ * grows.  (A supervisor inside the container is paused with it and counts
+ * only the time it could run.)
  */
 #define _GNU_SOURCE
 #include <string.h>
 
 #include "../common/log.h"
 #include "../common/util.h"
-#include "docker_int.h"
+#include "container_int.h"
 
-static enum sbx_err docker_freeze(struct sbx_box *b)
+static enum sbx_err container_freeze(struct sbx_box *b)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = cbox(b);
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
 
@@ -37,9 +37,9 @@ static enum sbx_err docker_freeze(struct sbx_box *b)
 	return SBX_OK;
 }
 
-static enum sbx_err docker_thaw(struct sbx_box *b)
+static enum sbx_err container_thaw(struct sbx_box *b)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = cbox(b);
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
 	uint64_t at;
@@ -57,9 +57,9 @@ static enum sbx_err docker_thaw(struct sbx_box *b)
 	return SBX_OK;
 }
 
-static enum sbx_err docker_frozen(struct sbx_box *b, bool *out)
+static enum sbx_err container_frozen(struct sbx_box *b, bool *out)
 {
-	struct dbox *db = dbox(b);
+	struct cbox *db = cbox(b);
 	struct docker_container c;
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
@@ -82,7 +82,7 @@ static enum sbx_err docker_frozen(struct sbx_box *b, bool *out)
 	return SBX_OK;
 }
 
-uint64_t dbox_paused_ms(struct dbox *db)
+uint64_t container_paused_ms(struct cbox *db)
 {
 	uint64_t at = __atomic_load_n(&db->paused_at, __ATOMIC_ACQUIRE);
 	uint64_t total = __atomic_load_n(&db->paused_ms, __ATOMIC_ACQUIRE);
@@ -90,13 +90,13 @@ uint64_t dbox_paused_ms(struct dbox *db)
 	return total + (at ? util_now_ms() - at : 0);
 }
 
-bool dbox_paused(struct dbox *db)
+bool container_paused(struct cbox *db)
 {
 	return __atomic_load_n(&db->paused_at, __ATOMIC_ACQUIRE) != 0;
 }
 
-const struct sbx_freeze_ops docker_freeze_ops = {
-	.freeze = docker_freeze,
-	.thaw = docker_thaw,
-	.frozen = docker_frozen,
+const struct sbx_freeze_ops container_freeze_ops = {
+	.freeze = container_freeze,
+	.thaw = container_thaw,
+	.frozen = container_frozen,
 };
