@@ -75,7 +75,6 @@ def _in_netns_of_container(m, case):
     return False
 
 
-@R.ASAN_INTERRUPTS
 @pytest.mark.timeout_s(120)
 def test_an_interrupted_mkdir_stops_the_create_and_removes_its_container(sbxfs, case_label):
     """A create cancelled (issue 20: SIGINT to the mkdir, whose FUSE interrupt

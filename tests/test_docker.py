@@ -47,7 +47,6 @@ def acquire(m, user="alice", thread="t"):
 # jobs through the Engine exec API
 
 
-@R.ASAN_INTERRUPTS
 @pytest.mark.timeout_s(120)
 def test_an_interrupted_create_aborts_the_request_and_removes_the_container(sbxfs, case_label):
     """A mkdir interrupted (SIGINT) while dockerd's answer to the create is
