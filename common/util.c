@@ -183,3 +183,13 @@ uint64_t util_proc_starttime(pid_t pid)
 	buf_free(&b);
 	return 0;
 }
+
+unsigned long long util_ns_inode(pid_t pid, const char *ns)
+{
+	char path[64];
+	struct stat st;
+
+	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
+		return 0;
+	return (unsigned long long)st.st_ino;
+}

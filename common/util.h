@@ -33,5 +33,8 @@ double util_wall_now(void);      /* CLOCK_REALTIME, seconds */
 void util_iso8601(double t, char out[32]);
 /* /proc/<pid>/stat field 22, or 0 when the process is gone or a zombie. */
 uint64_t util_proc_starttime(pid_t pid);
+/* The inode of /proc/<pid>/ns/<ns> ("mnt", "pid", ...): which namespace the
+ * process is in; 0 when it is gone. */
+unsigned long long util_ns_inode(pid_t pid, const char *ns);
 
 #endif

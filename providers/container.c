@@ -502,16 +502,6 @@ static enum sbx_err crec_settle(struct docker *api, const struct sbx_spec *s, co
 	return e;
 }
 
-static unsigned long long ns_inode(pid_t pid, const char *ns)
-{
-	char path[64];
-	struct stat st;
-
-	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
-		return 0;
-	return (unsigned long long)st.st_ino;
-}
-
 static struct cbox *cbox_new(const struct sbx_spec *s, struct docker *api, const struct container_type *t)
 {
 	struct cbox *db = calloc(1, t->box_size);
@@ -559,7 +549,7 @@ static void cbox_learn_init(struct cbox *db, const struct docker_container *info
 {
 	db->init_pid = info->pid;
 	db->init_start = util_proc_starttime(info->pid);
-	db->pidns = ns_inode(info->pid, "pid");
+	db->pidns = util_ns_inode(info->pid, "pid");
 }
 
 /* The network policy (DESIGN §7) inside the container's own network

@@ -531,16 +531,6 @@ static void local_record(void *arg)
 		log_warn("local", "cannot record pasta: %s", strerror(errno));
 }
 
-static unsigned long long local_ns_ino(pid_t pid, const char *ns)
-{
-	char path[64];
-	struct stat st;
-
-	if (str_fmt(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns) || stat(path, &st))
-		return 0;
-	return (unsigned long long)st.st_ino;
-}
-
 static void local_box_free(struct local_box *lb)
 {
 	if (!lb)
@@ -713,7 +703,7 @@ static void local_box_fill(struct local_box *lb, const struct sbx_spec *s, uid_t
 	lb->base.gid = gid;
 	lb->init_pid = init;
 	lb->init_start = util_proc_starttime(init);
-	lb->mntns = local_ns_ino(init, "mnt");
+	lb->mntns = util_ns_inode(init, "mnt");
 	lb->bwrap_pid = bwrap;
 	lb->uid = uid;
 	lb->gid = gid;
@@ -905,7 +895,7 @@ bool local_alive(struct local_box *lb)
 	if (lb->bwrap_pid > 0 && waitpid(lb->bwrap_pid, NULL, WNOHANG) == lb->bwrap_pid)
 		lb->bwrap_pid = 0; /* reaped: the sandbox has ended */
 	return lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start &&
-	       local_ns_ino(lb->init_pid, "mnt") == lb->mntns;
+	       util_ns_inode(lb->init_pid, "mnt") == lb->mntns;
 }
 
 /* Healthy: alive, and an open sandbox still has its pasta (no network
