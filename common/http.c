@@ -449,6 +449,16 @@ static curl_socket_t http_open_socket(void *arg, curlsocktype purpose, struct cu
 	return fd;
 }
 
+/* Whether a curl timeout was the token's deadline. curl's clock and the
+ * token's are read at different moments: a timeout within a few
+ * milliseconds of the deadline is the deadline's. */
+static bool http_deadline_passed(const struct token *t)
+{
+	long left = token_left_ms(t);
+
+	return t && left >= 0 && left <= HTTP_DEADLINE_SLACK_MS;
+}
+
 static enum sbx_err http_curl_err(CURLcode c, struct http_xfer *x)
 {
 	switch (c) {
@@ -644,7 +654,7 @@ enum sbx_err http_perform(const struct http_request *rq, struct http_response *r
 	result = http_curl_err(c, &x);
 	if (c == CURLE_ABORTED_BY_CALLBACK && rs->cancelled)
 		snprintf(rs->error, sizeof(rs->error), "cancelled");
-	else if (c == CURLE_OPERATION_TIMEDOUT && x.tok && token_check(x.tok) == SBX_ERR_TIMEOUT)
+	else if (c == CURLE_OPERATION_TIMEDOUT && http_deadline_passed(x.tok))
 		snprintf(rs->error, sizeof(rs->error), "deadline passed (%.200s)", errbuf[0] ? errbuf : "timeout");
 	else if (c == CURLE_UNSUPPORTED_PROTOCOL)
 		snprintf(rs->error, sizeof(rs->error), "refused: only http and https are spoken (%.180s)",

@@ -50,6 +50,7 @@
 #include "token.h"
 
 #define HTTP_CONNECT_TIMEOUT_MS 5000
+#define HTTP_DEADLINE_SLACK_MS 20 /* a curl timeout this close to a token's deadline is the deadline */
 #define HTTP_CAP_SMALL (256 * 1024)      /* an API answer: status, inspect, envelope */
 #define HTTP_CAP_LIST (16 * 1024 * 1024) /* a listing (containers by label, files) */
 
