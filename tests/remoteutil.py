@@ -67,6 +67,7 @@ def fake(remote, tmp_path):
 
 def sandbox_id(d):
     """The remote id of the sandbox of directory d (OpenSandbox's uuid)."""
+    sbxutil.wait_ready(d)
     return sbxutil.status(d)["remote_id"].split(":", 1)[1]
 
 

@@ -20,7 +20,7 @@ import sbxutil
 import test_jobs as J
 from containerutil import (case_label, containers, docker_images, inspect, provider_config,  # noqa: F401
                            sbxfs, wait_containers)
-from sbxutil import expect_errno, read_json, read_text, wait_until
+from sbxutil import expect_errno, mkdir_ready, read_json, read_text, wait_until
 from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
@@ -46,7 +46,7 @@ def fake(t, requests):
 def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, case_label):
     m = sbxfs(config={"ready_timeout": 3, "aio": {"command": ["--never-ready"]}})
     t0 = time.monotonic()
-    expect_errno(lambda: os.makedirs(m.mnt / "alice" / "t"), errno.ETIMEDOUT, errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.ETIMEDOUT, errno.EIO)
     took = time.monotonic() - t0
     assert 3 <= took < 10, took
     assert "not ready within ready_timeout (3 s)" in m.log, m.log[-2000:]
@@ -150,7 +150,7 @@ def test_api_key(sbxfs, case_label):
     assert "k-123" not in read_text(m.mnt / ".config")
     assert "k-123" not in m.log
     bad = sbxfs(config={"environment": {"SANDBOX_API_KEY": "right"}, "aio": {"api_key": "wrong"}})
-    expect_errno(lambda: os.makedirs(bad.mnt / "alice" / "t"), errno.EACCES)
+    expect_errno(lambda: mkdir_ready(bad.mnt / "alice" / "t", parents=True), errno.EACCES)
     assert "refuses the API key" in bad.log
 
 

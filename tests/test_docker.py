@@ -26,7 +26,7 @@ import seccomputil
 import test_jobs as J
 from containerutil import (CASE_LABEL, case_label, containers, docker_images, inspect,  # noqa: F401
                            provider_config, sbxfs, wait_containers)
-from sbxutil import expect_errno, read_json, read_text, wait_until
+from sbxutil import expect_errno, mkdir_ready, read_json, read_text, wait_until
 from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
@@ -410,7 +410,7 @@ def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
     assert code == 0 and out == "before\n"
     d.stop()
     mark = len(m.log)
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t2"), errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t2"), errno.EIO)
     assert not (m.mnt / "alice" / "t2").exists()
     lines = [ln for ln in m.log[mark:].splitlines() if "error" in ln]
     named = [ln for ln in lines if "dockerd" in ln]
@@ -433,7 +433,7 @@ def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
 @pytest.mark.timeout_s(60)
 def test_image_that_does_not_exist(sbxfs, case_label):
     m = sbxfs(config={"image": "sbxfs-no-such-image:404"})
-    expect_errno(lambda: os.makedirs(m.mnt / "alice" / "t"), errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.EIO)
     assert "image 'sbxfs-no-such-image:404' not found" in m.log, m.log[-2000:]
     assert not (m.mnt / "alice" / "t").exists()
     assert containers(case_label) == []
@@ -449,7 +449,7 @@ def test_a_container_name_taken_by_a_stranger_is_left_alone(sbxfs, case_label):
     name = f"{m.config['container_prefix']}-{token}"
     dockerutil.docker("run", "-d", "--network", "none", "--name", name, "--label", dockerutil.RUN_LABEL,
                       "--label", f"{CASE_LABEL}={case_label}", dockerutil.IMAGES["busybox"], "sleep", "600")
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "thread-1"), errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "thread-1"), errno.EIO)
     assert "taken by a container this sbxfs did not make" in m.log
     [c] = containers(case_label)
     assert c["name"] == name and c["state"] == "running", "sbxfs touched a container it did not make"

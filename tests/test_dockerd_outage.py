@@ -21,7 +21,7 @@ import pytest
 
 import test_jobs as J
 from containerutil import CASE_LABEL, case_label, docker_images, sbxfs  # noqa: F401
-from sbxutil import expect_errno, read_json
+from sbxutil import expect_errno, mkdir_ready, read_json
 from test_docker import PrivateDockerd, acquire, private_dockerd  # noqa: F401
 
 OUTAGE_S = 12
@@ -67,9 +67,9 @@ def test_dockerd_gone_for_a_while(sbxfs, private_dockerd, case_label):
     t_end = time.monotonic() + OUTAGE_S
     mark = len(m.log)
     # what needs the engine fails with EIO, at once, and leaves nothing
-    _timed(lambda: os.mkdir(m.mnt / "alice" / "new"), errno.EIO)
+    _timed(lambda: mkdir_ready(m.mnt / "alice" / "new"), errno.EIO)
     assert not (m.mnt / "alice" / "new").exists()
-    _timed(lambda: os.mkdir(w), errno.EIO)
+    _timed(lambda: mkdir_ready(w), errno.EIO)
     assert not w.exists()
     j = J.mkjob(a, "gone")
     try:

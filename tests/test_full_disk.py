@@ -174,7 +174,7 @@ def test_full_state_dir_gives_enospc_keeps_records_whole_and_recovers(small_stat
     assert _decision(t, rid) == undecided, read_json(t / "network")
     assert "network" in m.log and "No space left" in m.log
     try:
-        os.mkdir(m.mnt / "alice" / "other")
+        sbxutil.mkdir_ready(m.mnt / "alice" / "other")
     except OSError as e:
         assert e.errno == errno.ENOSPC, f"mkdir of a sandbox on a full disk: {e}"
         assert not (m.mnt / "alice" / "other").exists()

@@ -40,7 +40,7 @@ AIO_ONLY = pytest.mark.parametrize("remote", ["aio_url"], indirect=True)
 
 def acquire(m, user="alice", thread="t"):
     d = m.mnt / user / thread
-    os.makedirs(d)
+    sbxutil.mkdir_ready(d, parents=True)
     return d
 
 

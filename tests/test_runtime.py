@@ -126,8 +126,11 @@ ASAN_INTERRUPTS = pytest.mark.skipif(os.environ.get("SBXFS_ASAN") == "1",
 def test_an_interrupted_slow_mkdir_answers_eintr_and_leaves_nothing(sbxfs, fake, hold):  # noqa: F811
     """hold=pending: the server made the sandbox and keeps it Pending (the
     create waits for Running); hold=post: the server holds the create's
-    answer 20 s, then makes the sandbox for a client that went away."""
-    m = sbxfs()
+    answer 20 s, then makes the sandbox for a client that went away.
+    acquire: sync, where the mkdir itself waits for the create (under async
+    the waits inside a creating sandbox are interrupted instead:
+    test_async_acquire.py)."""
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     if hold == "pending":
         fake.fault({"kind": "pending_forever"})
@@ -167,8 +170,8 @@ def test_an_interrupted_slow_mkdir_answers_eintr_and_leaves_nothing(sbxfs, fake,
 def test_an_interrupt_before_the_create_starts_answers_at_once(sbxfs, fake):  # noqa: F811
     """Hostile: mkdirs of one scope queue behind each other (its lane of the
     lifecycle queue); interrupting the queued ones answers them at once,
-    and the held one afterwards still leaves nothing."""
-    m = sbxfs()
+    and the held one afterwards still leaves nothing (acquire: sync)."""
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     fake.fault({"kind": "pending_forever"})
     procs = [child("mkdir", m.mnt / "alice" / "t") for _ in range(6)]
