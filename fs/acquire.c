@@ -97,8 +97,11 @@ static void acquire_run(struct work *w)
 	} else {
 		log_err(a->scope, "create failed: %s: its directory goes, a waiter inside gets the error",
 			strerror(err));
-		view_fail(a->s, a->v, err);
+		/* the name first (the pool shows the scope free already, so a
+		 * lookup cannot bring it back), then the waiters: once one has
+		 * the errno, the directory is gone */
 		acquire_inval(a->s);
+		view_fail(a->s, a->v, err);
 	}
 	view_put(a->v);
 	pool_put(a->s);

@@ -243,6 +243,12 @@ def read_json(path):
 
 
 def status(sandbox_dir):
+    """A sandbox's status once its create has ended (acquire: async: a mkdir
+    answers before; the raw file says "creating" meanwhile)."""
+    try:
+        wait_ready(sandbox_dir)
+    except OSError:
+        pass  # the status read says what is wrong
     return read_json(Path(sandbox_dir) / "status")
 
 
