@@ -52,26 +52,38 @@ struct acq_wait {
 	void (*arg_free)(void *arg);
 };
 
-/* After a failed create: tell the kernel the name is gone from the user's
- * directory now, not after the entry's timeout. */
-static void acquire_inval(struct sbx *s)
+/* v's directory node, held by a lookup reference (node_forget it), or NULL. */
+static struct node *acquire_dir_ref(struct view *v)
 {
-	struct user_ent *u;
-	struct node *n = NULL;
+	struct node *n;
 
-	if (!fs.se)
-		return;
 	lock_acquire(&fs_lock);
-	u = user_find_locked(s->user);
-	if (u && u->node) {
-		n = u->node;
+	n = v->dir;
+	if (n)
 		node_lookup_ref_locked(n); /* held while the lock is not */
-	}
 	fs_unlock();
-	if (!n)
-		return;
-	fuse_lowlevel_notify_inval_entry(fs.se, node_ino(n), s->thread, strlen(s->thread));
-	node_forget(n, 1);
+	return n;
+}
+
+/* The create behind v failed with err.  The directory is gone from then on:
+ * the user's listing and a new lookup of the name say ENOENT, and so does a
+ * stat of the directory (its cached attributes are invalidated before any
+ * waiter is answered, so one that got the errno cannot see it again).  The
+ * kernel's entry of the name is left to expire (1 s): whoever resolves the
+ * path meanwhile, e.g. a `cat ready` right after a create that failed at
+ * once, gets the create's errno rather than ENOENT, and a new mkdir of the
+ * name revalidates it (LOOKUP_EXCL) and works. */
+static void acquire_failed(struct acq *a, int err)
+{
+	struct node *dir = acquire_dir_ref(a->v);
+
+	view_fail(a->s, a->v, err);
+	if (dir) {
+		if (fs.se)
+			fuse_lowlevel_notify_inval_inode(fs.se, node_ino(dir), -1, 0);
+		node_forget(dir, 1);
+	}
+	park_drain(&a->v->ready_q, err);
 }
 
 /* Lifecycle work thread: the create; then the waiters run again, or get
@@ -86,7 +98,7 @@ static void acquire_run(struct work *w)
 		cur = view_current(a->s); /* adopts the pending view */
 		if (cur != a->v && __atomic_load_n(&a->v->pending, __ATOMIC_ACQUIRE)) {
 			log_warn(a->scope, "mkdir: the sandbox is ready but its directory was replaced");
-			view_fail(a->s, a->v, EIO);
+			acquire_failed(a, EIO);
 		} else {
 			__atomic_add_fetch(&a->v->status_ver, 1, __ATOMIC_RELEASE);
 			park_wake(&a->v->ready_q);
@@ -97,11 +109,7 @@ static void acquire_run(struct work *w)
 	} else {
 		log_err(a->scope, "create failed: %s: its directory goes, a waiter inside gets the error",
 			strerror(err));
-		/* the name first (the pool shows the scope free already, so a
-		 * lookup cannot bring it back), then the waiters: once one has
-		 * the errno, the directory is gone */
-		acquire_inval(a->s);
-		view_fail(a->s, a->v, err);
+		acquire_failed(a, err);
 	}
 	view_put(a->v);
 	pool_put(a->s);
@@ -144,6 +152,7 @@ fail:
 	log_err(user, "mkdir %s: cannot start the create: %s", thread, strerror(err));
 	if (v) {
 		view_fail(s, v, err);
+		park_drain(&v->ready_q, err);
 		view_put(v);
 	}
 	pool_unreserve(s);

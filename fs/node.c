@@ -437,7 +437,6 @@ void view_fail(struct sbx *s, struct view *v, int err)
 	__atomic_store_n(&v->pending, 0, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&v->status_ver, 1, __ATOMIC_RELEASE);
 	fs_unlock();
-	park_drain(&v->ready_q, err);
 	while (nput-- > 0)
 		view_put(v);
 }

@@ -220,7 +220,8 @@ struct view *view_pending(struct sbx *s);
 /* s's current view while it is pending (its create runs), referenced, or NULL. */
 struct view *view_pending_of(struct sbx *s);
 /* The create behind pending view v failed with err: v dies (if still s's
- * current view it is taken down as view_kill does) and its waiters get err. */
+ * current view it is taken down as view_kill does) with ready_err set; the
+ * caller then answers its waiters (park_drain(&v->ready_q, err)). */
 void view_fail(struct sbx *s, struct view *v, int err);
 
 /* ---- users -------------------------------------------------------------------- */

@@ -103,6 +103,8 @@ static void vtree_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct stat st;
 
 	(void)fi;
+	if (n->kind == N_SANDBOX && n->view && __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE))
+		return (void)fuse_reply_err(req, ENOENT); /* its create failed: gone (acquire.c) */
 	vnode_attr(n, vtree_mode(n), vtree_size(n, fuse_req_ctx(req)->uid), &st);
 	fuse_reply_attr(req, &st, vtree_timeout(n));
 }
@@ -221,7 +223,8 @@ static bool sandbox_lookup_wait(fuse_req_t req, struct view *v, fuse_ino_t paren
 
 	if (!__atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) && !__atomic_load_n(&v->ready_err, __ATOMIC_ACQUIRE))
 		return false;
-	if (!strcmp(name, "id") || !strcmp(name, "status") || !strcmp(name, "ready"))
+	if (__atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) &&
+	    (!strcmp(name, "id") || !strcmp(name, "status") || !strcmp(name, "ready")))
 		return false;
 	l = malloc(sizeof(*l) + len + 1);
 	if (!l) {
@@ -664,7 +667,8 @@ static void vtree_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct opendir_again *o;
 	struct vdir *d;
 
-	if (n->kind == N_SANDBOX && n->view && __atomic_load_n(&n->view->pending, __ATOMIC_ACQUIRE)) {
+	if (n->kind == N_SANDBOX && n->view &&
+	    (__atomic_load_n(&n->view->pending, __ATOMIC_ACQUIRE) || __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE))) {
 		/* a listing of a sandbox whose create runs waits for it */
 		o = malloc(sizeof(*o));
 		if (!o)
