@@ -52,37 +52,16 @@ struct acq_wait {
 	void (*arg_free)(void *arg);
 };
 
-/* v's directory node, held by a lookup reference (node_forget it), or NULL. */
-static struct node *acquire_dir_ref(struct view *v)
-{
-	struct node *n;
-
-	lock_acquire(&fs_lock);
-	n = v->dir;
-	if (n)
-		node_lookup_ref_locked(n); /* held while the lock is not */
-	fs_unlock();
-	return n;
-}
-
-/* The create behind v failed with err.  The directory is gone from then on:
- * the user's listing and a new lookup of the name say ENOENT, and so does a
- * stat of the directory (its cached attributes are invalidated before any
- * waiter is answered, so one that got the errno cannot see it again).  The
- * kernel's entry of the name is left to expire (1 s): whoever resolves the
- * path meanwhile, e.g. a `cat ready` right after a create that failed at
- * once, gets the create's errno rather than ENOENT, and a new mkdir of the
- * name revalidates it (LOOKUP_EXCL) and works. */
+/* The create behind v failed with err: v dies, then its waiters get err.
+ * From then on the directory is gone: the user's listing and a lookup of
+ * the name say ENOENT, and so does a getattr of the directory (which is
+ * never cached while it is creating: vtree_timeout), i.e. a stat and any
+ * path through it that the kernel still resolves from its entry (it checks
+ * the directory's permissions, default_permissions, with a getattr).  A new
+ * mkdir of the name revalidates the entry (LOOKUP_EXCL) and works. */
 static void acquire_failed(struct acq *a, int err)
 {
-	struct node *dir = acquire_dir_ref(a->v);
-
 	view_fail(a->s, a->v, err);
-	if (dir) {
-		if (fs.se)
-			fuse_lowlevel_notify_inval_inode(fs.se, node_ino(dir), -1, 0);
-		node_forget(dir, 1);
-	}
 	park_drain(&a->v->ready_q, err);
 }
 

@@ -87,6 +87,11 @@ static off_t vtree_size(struct node *n, uid_t reader)
 
 static double vtree_timeout(struct node *n)
 {
+	/* a creating sandbox's directory: never cached, so that once its create
+	 * failed a stat says ENOENT at once (acquire.c) */
+	if (n->kind == N_SANDBOX && n->view &&
+	    (__atomic_load_n(&n->view->pending, __ATOMIC_ACQUIRE) || __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE)))
+		return 0;
 	return n->kind == N_ROOTFILE || n->kind == N_CTL ? 0 : VDIR_TIMEOUT;
 }
 
@@ -223,7 +228,7 @@ static bool sandbox_lookup_wait(fuse_req_t req, struct view *v, fuse_ino_t paren
 
 	if (!__atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) && !__atomic_load_n(&v->ready_err, __ATOMIC_ACQUIRE))
 		return false;
-	if (__atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) &&
+	if (!__atomic_load_n(&v->ready_err, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) &&
 	    (!strcmp(name, "id") || !strcmp(name, "status") || !strcmp(name, "ready")))
 		return false;
 	l = malloc(sizeof(*l) + len + 1);
@@ -263,8 +268,8 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	off_t size = n ? vtree_size(n, fuse_req_ctx(req)->uid) : 0; /* rendered outside fs_lock */
 	lock_acquire(&fs_lock);
-	if (v->dead)
-		err = ENOENT;
+	if (v->dead) /* a failed create's view: its errno (set before it died; acquire.c) */
+		err = v->ready_err ? v->ready_err : ENOENT;
 	else if (i >= 0 && v->ctl[i])
 		vtree_entry_locked(v->ctl[i], size, &e);
 	else if (!strcmp(name, "jobs") && v->jobs)

@@ -44,7 +44,7 @@ def fake(t, requests):
 
 @pytest.mark.timeout_s(60)
 def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, case_label):
-    m = sbxfs(config={"ready_timeout": 3, "aio": {"command": ["--never-ready"]}})
+    m = sbxfs(config={"acquire": "sync", "ready_timeout": 3, "aio": {"command": ["--never-ready"]}})
     t0 = time.monotonic()
     expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.ETIMEDOUT, errno.EIO)
     took = time.monotonic() - t0
@@ -149,7 +149,7 @@ def test_api_key(sbxfs, case_label):
     assert code == 0 and out == "authorised\n"
     assert "k-123" not in read_text(m.mnt / ".config")
     assert "k-123" not in m.log
-    bad = sbxfs(config={"environment": {"SANDBOX_API_KEY": "right"}, "aio": {"api_key": "wrong"}})
+    bad = sbxfs(config={"acquire": "sync", "environment": {"SANDBOX_API_KEY": "right"}, "aio": {"api_key": "wrong"}})
     expect_errno(lambda: mkdir_ready(bad.mnt / "alice" / "t", parents=True), errno.EACCES)
     assert "refuses the API key" in bad.log
 

@@ -219,7 +219,7 @@ def test_strangers_with_our_labels_survive_start_reclaim_and_unmount(sbxfs, case
     from an image that carries them), one even under the name of a
     container of ours that was removed, are never adopted or removed: not
     at start, not by the mkdir of their scope, not at unmount."""
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     prefix = m.config["container_prefix"]
     d, _ = acquire(m, "alice", "t")
     [ours] = containers(case_label)
@@ -261,7 +261,7 @@ def test_reclaim_never_takes_a_stranger_under_our_name(sbxfs, case_label):
     and a stranger started under its name with its labels: the reclaim's
     health check fails, the new create finds the name taken and fails; the
     stranger runs on, also after the unmount."""
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     d, _ = acquire(m, "alice", "t")
     [ours] = containers(case_label)
     labels = inspect(ours["id"])["Config"]["Labels"]

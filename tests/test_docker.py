@@ -404,7 +404,7 @@ def private_dockerd(docker_images, case_label):
 @pytest.mark.timeout_s(240)
 def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
     d = private_dockerd
-    m = sbxfs(config={"docker": {"socket": str(d.sock)}})
+    m = sbxfs(config={"acquire": "sync", "docker": {"socket": str(d.sock)}})
     t1 = acquire(m, "alice", "t1")
     code, out, _ = J.run_job(t1, "a", "echo before")
     assert code == 0 and out == "before\n"
@@ -432,7 +432,7 @@ def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
 
 @pytest.mark.timeout_s(60)
 def test_image_that_does_not_exist(sbxfs, case_label):
-    m = sbxfs(config={"image": "sbxfs-no-such-image:404"})
+    m = sbxfs(config={"acquire": "sync", "image": "sbxfs-no-such-image:404"})
     expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.EIO)
     assert "image 'sbxfs-no-such-image:404' not found" in m.log, m.log[-2000:]
     assert not (m.mnt / "alice" / "t").exists()
@@ -443,7 +443,7 @@ def test_image_that_does_not_exist(sbxfs, case_label):
 
 @pytest.mark.timeout_s(60)
 def test_a_container_name_taken_by_a_stranger_is_left_alone(sbxfs, case_label):
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     token = sbxutil.SCOPE_TOKEN_ALICE_THREAD1
     name = f"{m.config['container_prefix']}-{token}"

@@ -52,7 +52,7 @@ def _timed(fn, *errnos, bound=20.0):
 @pytest.mark.timeout_s(300)
 def test_dockerd_gone_for_a_while(sbxfs, private_dockerd, case_label):
     d = private_dockerd
-    m = sbxfs(config={"docker": {"socket": str(d.sock)}, "replicas": 8, "request_timeout": 5})
+    m = sbxfs(config={"acquire": "sync", "docker": {"socket": str(d.sock)}, "replicas": 8, "request_timeout": 5})
     local = sbxfs(config={"use": "local"})
     a = acquire(m, "alice", "active")
     w = acquire(m, "alice", "warm")

@@ -31,7 +31,7 @@ def test_failed_create_leaves_nothing_and_reports(sbxfs, tmp_path):
     # sandbox cannot start.
     rootfs = tmp_path / "emptyroot"
     rootfs.mkdir()
-    m = sbxfs(config={"local": {"rootfs": str(rootfs)}, "ready_timeout": 5})
+    m = sbxfs(config={"acquire": "sync", "local": {"rootfs": str(rootfs)}, "ready_timeout": 5})
     (m.mnt / "alice").mkdir()
     before = sbxutil.procs_matching(str(m.state_dir))
     try:

@@ -209,7 +209,7 @@ def test_replicas_evict_the_oldest_warm_remote_sandbox(sbxfs, remote, fake):
 
 @AIO_ONLY
 def test_base_url_serves_one_scope_at_a_time(sbxfs, remote, fake):
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     a = acquire(m, "alice", "a")
     code, _, _ = job(a, "w", "echo secret > /mnt/user-data/workspace/alice.txt; echo s > /mnt/skills/s")
     assert code == 0
@@ -674,7 +674,7 @@ CREATE_FAULTS = [
                          isinstance(v, dict) else errno.errorcode[v])
 @OS_ONLY
 def test_create_fault_gives_the_errno_and_leaves_nothing(sbxfs, remote, fake, spec, want):
-    m = sbxfs(config={"request_timeout": 2, "ready_timeout": 3})
+    m = sbxfs(config={"acquire": "sync", "request_timeout": 2, "ready_timeout": 3})
     fake.fault(spec)
     os.mkdir(m.mnt / "alice")
     t0 = time.monotonic()
@@ -750,7 +750,7 @@ def test_execd_endpoint_and_stream_forms(sbxfs, remote, fake, variant):
 @pytest.mark.timeout_s(60)
 @AIO_ONLY
 def test_aio_sandbox_not_answering_is_etimedout(sbxfs, remote, fake):
-    m = sbxfs(config={"ready_timeout": 2, "request_timeout": 2})
+    m = sbxfs(config={"acquire": "sync", "ready_timeout": 2, "request_timeout": 2})
     fake.api.post("/_fake/ready", {"ready": False})
     os.mkdir(m.mnt / "alice")
     t0 = time.monotonic()
@@ -766,7 +766,7 @@ def test_server_that_is_not_there(sbxfs, remote, fake):
     a line naming the server; the daemon stays up."""
     dead = J.free_port()
     key = "domain" if remote == "opensandbox" else "base_url"
-    m = sbxfs(config={key: f"127.0.0.1:{dead}" if remote == "opensandbox" else f"http://127.0.0.1:{dead}",
+    m = sbxfs(config={"acquire": "sync", key: f"127.0.0.1:{dead}" if remote == "opensandbox" else f"http://127.0.0.1:{dead}",
                       "ready_timeout": 2, "request_timeout": 2})
     os.mkdir(m.mnt / "alice")
     e = expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
@@ -808,7 +808,7 @@ def test_a_hostile_execd_endpoint_is_refused(sbxfs, remote, fake, kind):
         port = lst.getsockname()[1]
         endpoint = HOSTILE_ENDPOINTS[kind].format(port=port)
         fake.fault({"kind": "reply", "path": "/endpoints/44772$", "body": {"endpoint": endpoint}})
-        m = sbxfs(config={"request_timeout": 2, "ready_timeout": 8})
+        m = sbxfs(config={"acquire": "sync", "request_timeout": 2, "ready_timeout": 8})
         os.mkdir(m.mnt / "alice")
         t0 = time.monotonic()
         try:
@@ -876,7 +876,7 @@ def test_api_key_is_sent_and_never_shown(sbxfs, remote, fake, tmp_path):
     leaks = {pid: txt for pid, txt in all_proc_text().items() if secret.encode() in txt}
     assert not leaks, f"the API key is in the argv or environment of {sorted(leaks)}"
     # a wrong key: EACCES, said in the log (without the key)
-    m2 = sbxfs(config={"api_key": "wrong-" + secret[-6:]})
+    m2 = sbxfs(config={"acquire": "sync", "api_key": "wrong-" + secret[-6:]})
     os.mkdir(m2.mnt / "bob")
     expect_errno(lambda: mkdir_ready(m2.mnt / "bob" / "t"), errno.EACCES)
     assert "INVALID_API_KEY" in m2.log and secret not in m2.log
@@ -964,7 +964,7 @@ def test_huge_and_malformed_answers_keep_the_daemon_up(sbxfs, remote, tmp_path):
         port = srv.server_address[1]
         cfg = {"domain": f"127.0.0.1:{port}"} if remote == "opensandbox" else {"base_url": f"http://127.0.0.1:{port}"}
         cfg.update({"request_timeout": 3, "ready_timeout": 3})
-        m = sbxfs(config=cfg)
+        m = sbxfs(config={**cfg, "acquire": "sync"})
         os.mkdir(m.mnt / "alice")
         expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
         Handler.mode = "half"
