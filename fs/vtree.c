@@ -10,11 +10,14 @@
  * although it holds files, control files cannot be created, removed or
  * renamed (EPERM), and they are opened with direct I/O.
  *
- * Acquire and release are slow (a container start, a remote call): mkdir and
- * rmdir of a thread hand them to the lifecycle queue (runtime/work.h, in the
- * scope's lane, fswork.h) and the work item answers the request, so no FUSE
- * worker waits for a provider.  A mkdir is interruptible: a signal answers
- * it EINTR at once and cancels the create, which cleans up.
+ * Acquire and release are slow (a container start, a remote call).  With
+ * `acquire: async` (the default) a thread's mkdir is answered at once and
+ * the create runs behind it (acquire.c); what is used inside the directory
+ * waits for it.  With `acquire: sync`, and for rmdir, they go to the
+ * lifecycle queue (runtime/work.h, in the scope's lane, fswork.h) and the
+ * work item answers the request, so no FUSE worker waits for a provider.  A
+ * sync mkdir is interruptible: a signal answers it EINTR at once and cancels
+ * the create, which cleans up.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
