@@ -117,6 +117,7 @@ int acquire_start(const char *user, const char *thread, struct view **out)
 	view_get(v); /* the work's */
 	snprintf(a->scope, sizeof(a->scope), "%s/%s", user, thread);
 	work_init(&a->w, WORK_LIFECYCLE, s->token, pool_work_timeout_ms(), acquire_run);
+	log_info(a->scope, "mkdir answered, create started (acquire: async)"); /* before: a is the work's then */
 	err = work_start(&a->w);
 	if (err) {
 		work_fini(&a->w);
@@ -124,7 +125,6 @@ int acquire_start(const char *user, const char *thread, struct view **out)
 		free(a);
 		goto fail;
 	}
-	log_info(a->scope, "mkdir answered, create started (acquire: async)");
 	*out = v;
 	return 0;
 fail:
