@@ -72,6 +72,7 @@ def sandbox_id(d):
 
 
 def _init_pid(inst, remote, fake, d):
+    sbxutil.wait_ready(d)  # acquire: async: the create may still run after mkdir
     if remote == "aio_url":
         return fake.proc.pid
     pid = fake.sandbox(sandbox_id(d))["init_pid"]
