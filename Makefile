@@ -6,7 +6,8 @@
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer (and lock assertions)
 #   make tsan-unit  the threaded C unit tests under ThreadSanitizer (build/tsan/, lock assertions on)
 #   make bench      benchmarks side by side with native I/O and bindfs
-#   make bench-remote  the remote providers against curl and against re-uploading every skill
+#   make bench-remote  the remote providers against curl and against re-uploading every skill,
+#                   and concurrent mkdirs of one user (acquire: async against sync)
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
 #   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below), and the
 #                   DeerFlow package sbxfs_deerflow into $(PYTHON)'s site directory there
@@ -263,6 +264,7 @@ bench-remote: all
 	/usr/bin/python3 bench/remote_bench.py
 	/usr/bin/python3 bench/rfiles_bench.py
 	/usr/bin/python3 bench/skills_bench.py
+	/usr/bin/python3 bench/acquire_bench.py
 
 # ---- fuzzing (tests/fuzz/, docs/security.md "Fuzzing") ---------------------
 # libFuzzer harnesses of the parsers that read what a hostile party sends,
