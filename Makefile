@@ -6,7 +6,8 @@
 #   make asan       build with AddressSanitizer + UndefinedBehaviorSanitizer (and lock assertions)
 #   make tsan-unit  the threaded C unit tests under ThreadSanitizer (build/tsan/, lock assertions on)
 #   make bench      benchmarks side by side with native I/O and bindfs
-#   make bench-remote  the remote providers against curl and against re-uploading every skill
+#   make bench-remote  the remote providers against curl and against re-uploading every skill,
+#                   and concurrent mkdirs of one user (acquire: async against sync)
 #   make deps       apt-get install what is missing, then prepare libfuse (below)
 #   make install    install into $(DESTDIR)$(PREFIX) (and /etc, /var/lib: see below), and the
 #                   DeerFlow package sbxfs_deerflow into $(PYTHON)'s site directory there
@@ -61,7 +62,7 @@ PROVIDERS := providers/providers.o providers/api.o providers/registry.o provider
 	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/container_freeze.o
-FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o \
+FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o fs/acquire.o \
       fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/netpol.o net/httpreader.o net/tls.o
@@ -263,6 +264,7 @@ bench-remote: all
 	/usr/bin/python3 bench/remote_bench.py
 	/usr/bin/python3 bench/rfiles_bench.py
 	/usr/bin/python3 bench/skills_bench.py
+	/usr/bin/python3 bench/acquire_bench.py
 
 # ---- fuzzing (tests/fuzz/, docs/security.md "Fuzzing") ---------------------
 # libFuzzer harnesses of the parsers that read what a hostile party sends,

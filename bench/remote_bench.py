@@ -168,6 +168,7 @@ def main():
         started.append(d)
         sbx = d.mnt / "bench" / "t"
         os.makedirs(sbx)
+        (sbx / "ready").read_text()  # acquire: async: the create ends here
         execd = json.loads((sbx / "status").read_text())["execd"]
         body = {"command": "true", "cwd": "/mnt/user-data/workspace"}
         results.append(measure("os-job", JobSide(sbx, "true", "t").once, curl_side(execd + "/command", body),

@@ -643,6 +643,20 @@ static void parse_use(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *v)
 		cfg_fail(x, "use", "out of memory");
 }
 
+/* acquire: async | sync (fs/acquire.c says what each means). */
+static void parse_acquire(struct cfg_ctx *x, struct sbx_config *c, const char *k, yaml_node_t *v)
+{
+	char *mode = NULL;
+
+	if (cfgr_get_str(x, k, v, &mode))
+		return;
+	if (!strcmp(mode, "async") || !strcmp(mode, "sync"))
+		c->acquire_sync = !strcmp(mode, "sync");
+	else
+		cfg_fail(x, k, "must be async or sync (got '%.64s')", mode);
+	free(mode);
+}
+
 static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, yaml_node_t *v)
 {
 	long l;
@@ -689,6 +703,8 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		cfgr_get_bool(x, k, v, &c->allow_other);
 	else if (!strcmp(k, "keep_on_exit"))
 		cfgr_get_bool(x, k, v, &c->keep_on_exit);
+	else if (!strcmp(k, "acquire"))
+		parse_acquire(x, c, k, v);
 	else if (!strcmp(k, "use_server_proxy"))
 		cfgr_get_bool(x, k, v, &c->use_server_proxy);
 	else if (!strcmp(k, "environment"))
@@ -780,7 +796,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		"snapshots", NULL };
+		"snapshots", "acquire", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -1043,6 +1059,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "ready_timeout", json_integer(c->ready_timeout));
 	json_object_set_new(o, "allow_other", json_boolean(c->allow_other));
 	json_object_set_new(o, "keep_on_exit", json_boolean(c->keep_on_exit));
+	json_object_set_new(o, "acquire", json_string(c->acquire_sync ? "sync" : "async"));
 	json_object_set_new(o, "environment", env);
 	json_object_set_new(o, "mounts", mounts);
 	json_object_set_new(o, "users", users);

@@ -86,6 +86,10 @@ struct sbx_config {
 	long ready_timeout;        /* seconds */
 	bool allow_other;
 	bool keep_on_exit;
+	/* acquire: async (default): mkdir of a thread answers once the create
+	 * has started and accesses inside wait for it; sync: mkdir answers when
+	 * the sandbox is ready (DESIGN §3) */
+	bool acquire_sync;
 	char *skills_container_path;
 	char *skills_path; /* optional library copied into new sandboxes */
 	/* skills/ limits (DESIGN §8), 0 = none: one file (EFBIG), all files'

@@ -180,6 +180,7 @@ static void view_free(struct view *v)
 	v->vprev->vnext = v->vnext;
 	v->vnext->vprev = v->vprev;
 	fs_unlock();
+	park_queue_destroy(&v->ready_q);
 	pthread_mutex_destroy(&v->lock);
 	budget_acct_put(v->fds);
 	free(v->jobs_dir);
@@ -252,6 +253,16 @@ int vnode_unlink_locked(struct node *n)
 	return vnode_maybe_free_locked(n) && n != &root_node ? 1 : 0;
 }
 
+static void view_get_owner(void *v)
+{
+	view_get(v);
+}
+
+static void view_put_owner(void *v)
+{
+	view_put(v);
+}
+
 /* fs_lock held.  A fresh view of s's current incarnation. */
 static struct view *view_new_locked(struct sbx *s, unsigned gen)
 {
@@ -275,6 +286,7 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 	v->pres_uid = u ? u->uid : fs.mount_uid;
 	v->pres_gid = u ? u->gid : fs.mount_gid;
 	pthread_mutex_init(&v->lock, NULL);
+	park_queue_init(&v->ready_q, view_get_owner, view_put_owner, v);
 	v->vprev = all_views.vprev;
 	v->vnext = &all_views;
 	all_views.vprev->vnext = v;
@@ -284,6 +296,17 @@ static struct view *view_new_locked(struct sbx *s, unsigned gen)
 		v->ctl[i] = view_vnode_new_locked(v, N_CTL, i);
 	v->jobs = view_vnode_new_locked(v, N_JOBS, 0);
 	return v;
+}
+
+/* fs_lock held: v (pending, s's current view) becomes the view of s's
+ * incarnation gen, now that the create has made s active. */
+static void view_adopt_locked(struct sbx *s, struct view *v, unsigned gen)
+{
+	lock_assert_held(&fs_lock);
+	v->gen = gen;
+	v->sbx_uid = s->uid;
+	v->sbx_gid = s->gid;
+	__atomic_store_n(&v->pending, 0, __ATOMIC_RELEASE);
 }
 
 struct view *view_current(struct sbx *s)
@@ -298,6 +321,8 @@ struct view *view_current(struct sbx *s)
 		return NULL;
 	lock_acquire(&fs_lock);
 	v = f->view;
+	if (v && !v->dead && v->pending)
+		view_adopt_locked(s, v, gen); /* the directory an asynchronous mkdir showed */
 	if (v && (v->gen != gen || v->dead))
 		v = NULL;
 	if (!v) {
@@ -314,6 +339,41 @@ struct view *view_current(struct sbx *s)
 	return v;
 }
 
+struct view *view_pending(struct sbx *s)
+{
+	struct fs_sbx *f = fs_sbx(s);
+	struct view *v;
+
+	if (!f)
+		return NULL;
+	lock_acquire(&fs_lock);
+	v = view_new_locked(s, 0);
+	if (v) {
+		v->pending = 1;
+		if (f->view)
+			f->view->dead = true;
+		f->view = v;
+		view_get(v);
+	}
+	fs_unlock();
+	return v;
+}
+
+struct view *view_pending_of(struct sbx *s)
+{
+	struct fs_sbx *f = fs_sbx(s);
+	struct view *v;
+
+	lock_acquire(&fs_lock);
+	v = f ? f->view : NULL;
+	if (v && !v->dead && v->pending)
+		view_get(v);
+	else
+		v = NULL;
+	fs_unlock();
+	return v;
+}
+
 struct view *view_of_sbx(struct sbx *s)
 {
 	struct fs_sbx *f = fs_sbx(s);
@@ -321,12 +381,32 @@ struct view *view_of_sbx(struct sbx *s)
 
 	lock_acquire(&fs_lock);
 	v = f ? f->view : NULL;
-	if (v && !v->dead)
+	if (v && !v->dead && !v->pending)
 		view_get(v);
 	else
 		v = NULL;
 	fs_unlock();
 	return v;
+}
+
+/* fs_lock held: f lets go of its view v (dead from now on).  Returns the
+ * number of references to drop with view_put() after unlocking. */
+static int view_kill_locked(struct fs_sbx *f, struct view *v)
+{
+	int nput = 0;
+
+	lock_assert_held(&fs_lock);
+	f->view = NULL;
+	v->dead = true;
+	v->dir = v->jobs = NULL;
+	for (int i = 0; i < CTL_COUNT; i++)
+		v->ctl[i] = NULL;
+	while (v->vnodes) {
+		struct node *n = v->vnodes;
+		v->vnodes = n->hnext;
+		nput += vnode_unlink_locked(n);
+	}
+	return nput + 1; /* + the sbx's reference */
 }
 
 void view_kill(struct sbx *s)
@@ -337,20 +417,25 @@ void view_kill(struct sbx *s)
 
 	lock_acquire(&fs_lock);
 	v = f ? f->view : NULL;
-	if (f)
-		f->view = NULL;
-	if (v) {
-		v->dead = true;
-		v->dir = v->jobs = NULL;
-		for (int i = 0; i < CTL_COUNT; i++)
-			v->ctl[i] = NULL;
-		while (v->vnodes) {
-			struct node *n = v->vnodes;
-			v->vnodes = n->hnext;
-			nput += vnode_unlink_locked(n);
-		}
-		nput++; /* the sbx's reference */
-	}
+	if (v)
+		nput = view_kill_locked(f, v);
+	fs_unlock();
+	while (nput-- > 0)
+		view_put(v);
+}
+
+void view_fail(struct sbx *s, struct view *v, int err)
+{
+	struct fs_sbx *f = fs_sbx(s);
+	int nput = 0;
+
+	lock_acquire(&fs_lock);
+	__atomic_store_n(&v->ready_err, err, __ATOMIC_RELEASE);
+	if (f && f->view == v)
+		nput = view_kill_locked(f, v);
+	v->dead = true;
+	__atomic_store_n(&v->pending, 0, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&v->status_ver, 1, __ATOMIC_RELEASE);
 	fs_unlock();
 	while (nput-- > 0)
 		view_put(v);

@@ -46,6 +46,7 @@
 #include "../common/lock.h"
 #include "../common/names.h"
 #include "../providers/pool.h"
+#include "../runtime/park.h"
 
 enum node_kind {
 	N_ROOT,
@@ -66,7 +67,7 @@ enum node_kind {
 };
 
 enum rootfile { RF_STATUS, RF_METRICS, RF_CONFIG, RF_HEALTH, RF_COUNT };
-enum ctlfile { CTL_ID, CTL_STATUS, CTL_CTL, CTL_EVENTS, CTL_NETWORK, CTL_COUNT };
+enum ctlfile { CTL_ID, CTL_STATUS, CTL_CTL, CTL_EVENTS, CTL_NETWORK, CTL_READY, CTL_COUNT };
 enum datadir { DD_WORKSPACE, DD_UPLOADS, DD_OUTPUTS, DD_SKILLS, DD_COUNT };
 
 struct view;
@@ -135,6 +136,16 @@ struct view {
 	pthread_mutex_t lock;       /* the data inode table */
 	struct node *table[VIEW_BUCKETS];
 	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
+	/* Readiness (fs/acquire.c): a view made at an asynchronous mkdir is
+	 * pending (atomic; set at birth, cleared once, under fs_lock) until its
+	 * create ends; ready_err (atomic, written once under fs_lock) is the create's errno when it
+	 * failed; ready_q holds the requests waiting for the end and the
+	 * pollers of `status`/`ready`; status_ver (atomic) counts the state
+	 * changes a poller of `status` is told of. */
+	int pending;
+	int ready_err;
+	unsigned status_ver;
+	struct park_queue ready_q;
 };
 
 struct fs {
@@ -202,6 +213,16 @@ void view_put(struct view *v);
 struct view *view_current(struct sbx *s); /* referenced, creating it; NULL unless active */
 struct view *view_of_sbx(struct sbx *s);  /* referenced current view or NULL; never creates */
 void view_kill(struct sbx *s);            /* at release */
+/* A pending view of s (a create has started: fs/acquire.c), referenced and
+ * made s's current view; NULL on ENOMEM.  view_current adopts it once s is
+ * active. */
+struct view *view_pending(struct sbx *s);
+/* s's current view while it is pending (its create runs), referenced, or NULL. */
+struct view *view_pending_of(struct sbx *s);
+/* The create behind pending view v failed with err: v dies (if still s's
+ * current view it is taken down as view_kill does) with ready_err set; the
+ * caller then answers its waiters (park_drain(&v->ready_q, err)). */
+void view_fail(struct sbx *s, struct view *v, int err);
 
 /* ---- users -------------------------------------------------------------------- */
 

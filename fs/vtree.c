@@ -10,11 +10,14 @@
  * although it holds files, control files cannot be created, removed or
  * renamed (EPERM), and they are opened with direct I/O.
  *
- * Acquire and release are slow (a container start, a remote call): mkdir and
- * rmdir of a thread hand them to the lifecycle queue (runtime/work.h, in the
- * scope's lane, fswork.h) and the work item answers the request, so no FUSE
- * worker waits for a provider.  A mkdir is interruptible: a signal answers
- * it EINTR at once and cancels the create, which cleans up.
+ * Acquire and release are slow (a container start, a remote call).  With
+ * `acquire: async` (the default) a thread's mkdir is answered at once and
+ * the create runs behind it (acquire.c); what is used inside the directory
+ * waits for it.  With `acquire: sync`, and for rmdir, they go to the
+ * lifecycle queue (runtime/work.h, in the scope's lane, fswork.h) and the
+ * work item answers the request, so no FUSE worker waits for a provider.  A
+ * sync mkdir is interruptible: a signal answers it EINTR at once and cancels
+ * the create, which cleans up.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -36,11 +39,12 @@
 #include "snapfs.h"
 #include "vdir.h"
 #include "fswork.h"
+#include "acquire.h"
 
 #define VDIR_TIMEOUT 1.0
 
 static const char *rootfile_names[RF_COUNT] = { ".status", ".metrics", ".config", ".health" };
-static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl", "events", "network" };
+static const char *ctl_names[CTL_COUNT] = { "id", "status", "ctl", "events", "network", "ready" };
 static const char *data_names[DD_COUNT] = { "workspace", "uploads", "outputs", "skills" };
 static struct node *rootfiles[RF_COUNT];
 
@@ -86,6 +90,11 @@ static off_t vtree_size(struct node *n, uid_t reader)
 
 static double vtree_timeout(struct node *n)
 {
+	/* a creating sandbox's directory: never cached, so that once its create
+	 * failed a stat says ENOENT at once (acquire.c) */
+	if (n->kind == N_SANDBOX && n->view &&
+	    (__atomic_load_n(&n->view->pending, __ATOMIC_ACQUIRE) || __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE)))
+		return 0;
 	return n->kind == N_ROOTFILE || n->kind == N_CTL ? 0 : VDIR_TIMEOUT;
 }
 
@@ -102,6 +111,8 @@ static void vtree_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	struct stat st;
 
 	(void)fi;
+	if (n->kind == N_SANDBOX && n->view && __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE))
+		return (void)fuse_reply_err(req, ENOENT); /* its create failed: gone (acquire.c) */
 	vnode_attr(n, vtree_mode(n), vtree_size(n, fuse_req_ctx(req)->uid), &st);
 	fuse_reply_attr(req, &st, vtree_timeout(n));
 }
@@ -144,20 +155,31 @@ static void root_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	node_reply_entry(req, err, &e);
 }
 
-/* The entry of s's sandbox directory, or ENOENT. */
-static int sandbox_entry(struct sbx *s, struct fuse_entry_param *e)
+/* The entry of v's sandbox directory; else the create's errno (a pending
+ * view whose create failed already) or ENOENT. */
+static int view_entry(struct view *v, struct fuse_entry_param *e)
 {
-	struct view *v = view_current(s);
-	int err = ENOENT;
+	int err;
 
-	if (!v)
-		return ENOENT;
 	lock_acquire(&fs_lock);
+	err = v->ready_err ? v->ready_err : ENOENT;
 	if (v->dir && !v->dead) {
 		vtree_entry_locked(v->dir, 0, e);
 		err = 0;
 	}
 	fs_unlock();
+	return err;
+}
+
+/* The entry of s's sandbox directory, or ENOENT. */
+static int sandbox_entry(struct sbx *s, struct fuse_entry_param *e)
+{
+	struct view *v = view_current(s);
+	int err;
+
+	if (!v)
+		return ENOENT;
+	err = view_entry(v, e);
 	view_put(v);
 	return err;
 }
@@ -167,15 +189,62 @@ static void user_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	char user[NAME_MAX_LEN + 1];
 	struct fuse_entry_param e;
 	struct sbx *s = NULL;
+	struct view *v = NULL;
+	bool creating = false;
 	int err = ENOENT;
 
 	if (user_name_of(node_of(parent), user, NULL) && names_valid(name))
-		s = pool_find_active(user, name);
-	if (s) {
+		s = pool_find_shown(user, name, &creating);
+	if (s && creating)
+		v = view_pending_of(s); /* the directory of an asynchronous mkdir */
+	if (v) {
+		err = view_entry(v, &e);
+		view_put(v);
+	} else if (s) {
 		err = sandbox_entry(s, &e);
-		pool_put(s);
 	}
-	node_reply_entry(req, err, &e);
+	if (s)
+		pool_put(s);
+	node_reply_entry(req, err ? ENOENT : 0, &e); /* a failed create's directory is gone */
+}
+
+struct lookup_again {
+	fuse_ino_t parent;
+	char name[];
+};
+
+static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name);
+
+static void sandbox_lookup_again(fuse_req_t req, void *arg)
+{
+	struct lookup_again *l = arg;
+
+	sandbox_lookup(req, l->parent, l->name);
+}
+
+/* A lookup in a sandbox directory whose create runs waits for it (all but
+ * id, status and ready, which answer at once): true when req was taken. */
+static bool sandbox_lookup_wait(fuse_req_t req, struct view *v, fuse_ino_t parent, const char *name)
+{
+	struct lookup_again *l;
+	size_t len = strlen(name);
+
+	if (!__atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) && !__atomic_load_n(&v->ready_err, __ATOMIC_ACQUIRE))
+		return false;
+	if (!__atomic_load_n(&v->ready_err, __ATOMIC_ACQUIRE) && __atomic_load_n(&v->pending, __ATOMIC_ACQUIRE) &&
+	    (!strcmp(name, "id") || !strcmp(name, "status") || !strcmp(name, "ready")))
+		return false;
+	l = malloc(sizeof(*l) + len + 1);
+	if (!l) {
+		fuse_reply_err(req, ENOMEM);
+		return true;
+	}
+	l->parent = parent;
+	memcpy(l->name, name, len + 1);
+	if (acquire_park(req, v, sandbox_lookup_again, l, free))
+		return true;
+	free(l);
+	return false;
 }
 
 static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -184,6 +253,9 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct fuse_entry_param e;
 	struct node *n = NULL;
 	int i, err = 0;
+
+	if (sandbox_lookup_wait(req, v, parent, name))
+		return;
 
 	if ((i = name_index(data_names, DD_COUNT, name)) >= 0) {
 		if (v->dead)
@@ -199,8 +271,8 @@ static void sandbox_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	off_t size = n ? vtree_size(n, fuse_req_ctx(req)->uid) : 0; /* rendered outside fs_lock */
 	lock_acquire(&fs_lock);
-	if (v->dead)
-		err = ENOENT;
+	if (v->dead) /* a failed create's view: its errno (set before it died; acquire.c) */
+		err = v->ready_err ? v->ready_err : ENOENT;
 	else if (i >= 0 && v->ctl[i])
 		vtree_entry_locked(v->ctl[i], size, &e);
 	else if (!strcmp(name, "jobs") && v->jobs)
@@ -374,14 +446,58 @@ static void thread_op_submit(fuse_req_t req, fuse_ino_t parent, const char *name
 		free(op);
 }
 
+/* acquire: async (fs/acquire.c): the mkdir answers once the create has
+ * started; acquire: sync: once the sandbox is ready (acquire_work). */
 static void user_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
+	char user[NAME_MAX_LEN + 1];
+	struct fuse_entry_param e;
+	struct sbx_config *cfg = pool_config();
+	bool sync = !cfg || cfg->acquire_sync;
+	struct view *v = NULL;
+	uid_t owner;
+	int err;
+
 	(void)mode;
-	thread_op_submit(req, parent, name, acquire_work);
+	config_put(cfg);
+	if (sync)
+		return thread_op_submit(req, parent, name, acquire_work);
+	if (!user_name_of(node_of(parent), user, &owner))
+		return (void)fuse_reply_err(req, ENOENT);
+	if (!names_valid(name)) {
+		log_warn(user, "mkdir %s: invalid thread name (must match ^[A-Za-z0-9_-]{1,64}$)", name);
+		return (void)fuse_reply_err(req, EINVAL);
+	}
+	if (!may_act_for(req, owner))
+		return (void)fuse_reply_err(req, EACCES);
+	err = acquire_start(user, name, &v);
+	if (!err) {
+		err = view_entry(v, &e);
+		view_put(v);
+	}
+	if (err)
+		return (void)fuse_reply_err(req, err);
+	fuse_reply_entry(req, &e);
 }
 
+/* rmdir of a sandbox whose create runs (acquire: async): EBUSY.  Waiting
+ * for the create to be cancelled and cleaned up would hold the user
+ * directory's lock for that long (what the asynchronous mkdir avoids), and
+ * answering before the clean-up would make a new mkdir of the name fail. */
 static void user_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	char user[NAME_MAX_LEN + 1];
+	bool creating = false;
+	struct sbx *s = NULL;
+
+	if (user_name_of(node_of(parent), user, NULL) && names_valid(name))
+		s = pool_find_shown(user, name, &creating);
+	if (s)
+		pool_put(s);
+	if (s && creating) {
+		log_warn(user, "rmdir %s refused: its create is running (wait on its `ready` file, then rmdir)", name);
+		return (void)fuse_reply_err(req, EBUSY);
+	}
 	thread_op_submit(req, parent, name, release_work);
 }
 
@@ -395,29 +511,47 @@ static void sandbox_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, m
 
 /* ---- control files ------------------------------------------------------------------- */
 
+/* An open readable control file: its content rendered at open (re-rendered
+ * by a read from 0 once `status` changed: poll(2) then pread, as with
+ * cgroup.events), and the status version it shows. */
+struct ctl_handle {
+	struct buf b; /* first: read as a struct buf */
+	unsigned ver;
+};
+
 static void ctl_handle_clean(void *p)
 {
-	buf_free(p);
+	buf_free(&((struct ctl_handle *)p)->b);
+}
+
+static unsigned ctl_status_ver(struct node *n)
+{
+	return n->view ? __atomic_load_n(&n->view->status_ver, __ATOMIC_ACQUIRE) : 0;
 }
 
 static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
+	struct ctl_handle *h;
 	struct buf *b;
 
 	if (sbxctl_is(n))
 		return sbxctl_open(req, n, fi);
 	if (netfs_owns(n))
 		return netfs_open(req, n, fi);
+	if (n->kind == N_CTL && n->which == CTL_READY)
+		return acquire_ready_open(req, n, fi);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		log_warn("namespace", "write to a read-only control file refused");
 		return (void)fuse_reply_err(req, EPERM);
 	}
 	if (n->view && n->view->dead)
 		return (void)fuse_reply_err(req, ENOENT);
-	b = handle_alloc(sizeof(*b), ctl_handle_clean);
-	if (!b)
+	h = handle_alloc(sizeof(*h), ctl_handle_clean);
+	if (!h)
 		return (void)fuse_reply_err(req, ENOMEM);
+	h->ver = ctl_status_ver(n); /* before the rendering: a change after it shows */
+	b = &h->b;
 	buf_init(b, BUF_CAP_JSON);
 	if (reports_render(n, b, fuse_req_ctx(req)->uid)) {
 		handle_discard(b);
@@ -431,10 +565,27 @@ static void ctlfile_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 
 static void ctlfile_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
 {
-	struct buf *b = (struct buf *)(uintptr_t)fi->fh;
+	struct node *n = node_of(ino);
+	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
+	struct buf *b = h ? &h->b : NULL;
+	unsigned ver;
 
-	if (netfs_owns(node_of(ino)))
-		return netfs_read(req, node_of(ino), size, off, fi);
+	if (netfs_owns(n))
+		return netfs_read(req, n, size, off, fi);
+	if (n->kind == N_CTL && n->which == CTL_READY)
+		return acquire_ready_read(req, n, size, off);
+	ver = ctl_status_ver(n);
+	if (off == 0 && n->kind == N_CTL && n->which == CTL_STATUS && ver != h->ver) {
+		struct buf fresh = BUF_INIT(BUF_CAP_JSON);
+
+		if (!reports_render(n, &fresh, fuse_req_ctx(req)->uid)) {
+			buf_free(b);
+			*b = fresh; /* (a concurrent read of this handle is not expected: one reader, pread 0) */
+			h->ver = ver;
+		} else {
+			buf_free(&fresh);
+		}
+	}
 	if ((size_t)off >= b->len)
 		return (void)fuse_reply_buf(req, NULL, 0);
 	fuse_reply_buf(req, b->ptr + off, b->len - (size_t)off < size ? b->len - (size_t)off : size);
@@ -470,14 +621,22 @@ static void ctlfile_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_inf
 {
 	if (netfs_owns(node_of(ino)))
 		return netfs_release(req, node_of(ino), fi);
-	handle_retire((void *)(uintptr_t)fi->fh);
+	if (fi->fh)
+		handle_retire((void *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
 static void ctlfile_poll(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, struct fuse_pollhandle *ph)
 {
-	if (netfs_owns(node_of(ino)))
-		return netfs_poll(req, node_of(ino), fi, ph);
+	struct node *n = node_of(ino);
+	struct ctl_handle *h = (struct ctl_handle *)(uintptr_t)fi->fh;
+
+	if (netfs_owns(n))
+		return netfs_poll(req, n, fi, ph);
+	if (n->kind == N_CTL && n->which == CTL_READY)
+		return acquire_ready_poll(req, n, ph);
+	if (n->kind == N_CTL && n->which == CTL_STATUS && h)
+		return (void)fuse_reply_poll(req, acquire_status_poll(n, h->ver, ph));
 	if (ph)
 		fuse_pollhandle_destroy(ph);
 	fuse_reply_poll(req, POLLIN | POLLRDNORM);
@@ -495,12 +654,39 @@ static void vdir_add_sbx(struct sbx *s, void *arg)
 	vdir_add(arg, s->thread, DT_DIR);
 }
 
+struct opendir_again {
+	fuse_ino_t ino;
+	struct fuse_file_info fi;
+};
+
+static void vtree_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+
+static void vtree_opendir_again(fuse_req_t req, void *arg)
+{
+	struct opendir_again *o = arg;
+
+	vtree_opendir(req, o->ino, &o->fi);
+}
+
 static void vtree_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct node *n = node_of(ino);
 	char user[NAME_MAX_LEN + 1];
+	struct opendir_again *o;
 	struct vdir *d;
 
+	if (n->kind == N_SANDBOX && n->view &&
+	    (__atomic_load_n(&n->view->pending, __ATOMIC_ACQUIRE) || __atomic_load_n(&n->view->ready_err, __ATOMIC_ACQUIRE))) {
+		/* a listing of a sandbox whose create runs waits for it */
+		o = malloc(sizeof(*o));
+		if (!o)
+			return (void)fuse_reply_err(req, ENOMEM);
+		o->ino = ino;
+		o->fi = *fi;
+		if (acquire_park(req, n->view, vtree_opendir_again, o, free))
+			return;
+		free(o);
+	}
 	if (n->view && n->view->dead)
 		return (void)fuse_reply_err(req, ENOENT);
 	d = vdir_new();

@@ -614,32 +614,25 @@ static int pool_user_cap_locked(const struct sbx_config *cfg, const char *user, 
 		return 0;
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next)
-			n += (s->state == SBX_ACTIVE || s->state == SBX_CREATING) && !strcmp(s->user, user);
+			n += (s->state == SBX_ACTIVE || s->state == SBX_CREATING || s->reserved) && !strcmp(s->user, user);
 	if (n < max)
 		return 0;
 	log_warn(scope, "mkdir refused: %s has %d sandboxes, users.%s.max_sandboxes is %d", user, n, user, max);
 	return EDQUOT;
 }
 
-int pool_acquire(const char *user, const char *thread, struct sbx **out)
+/* Acquire s (referenced by the caller, who keeps the reference on success).
+ * reserved: the caller holds s's reservation (pool_reserve), which ends
+ * here whatever the result. */
+static int pool_acquire_entry(struct sbx *s, bool reserved)
 {
 	struct sbx_config *cfg;
 	const struct sbx_provider *prov;
 	uint64_t t0 = util_now_ms();
 	char scope[NAMES_SCOPE_MAX];
-	struct sbx *s;
 	int err = 0, kind = 0;
 
-	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
-	lock_acquire(&pool.lock);
-	s = pool.stopping ? NULL : pool_entry_locked(user, thread);
-	if (!s) {
-		lock_release(&pool.lock);
-		return pool.stopping ? ESHUTDOWN : ENOMEM;
-	}
-	s->refs++;
-	lock_release(&pool.lock);
-
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	pthread_mutex_lock(&s->scope);
 	lock_acquire(&pool.lock);
 	cfg = config_get(pool.cfg);
@@ -651,12 +644,12 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 		err = EINTR;
 		goto out;
 	}
-	if (st == SBX_ACTIVE || st == SBX_CREATING) {
+	if (st == SBX_ACTIVE || st == SBX_CREATING || (s->reserved && !reserved)) {
 		lock_release(&pool.lock);
 		err = EEXIST;
 		goto out;
 	}
-	err = pool_user_cap_locked(cfg, user, scope);
+	err = reserved ? 0 : pool_user_cap_locked(cfg, s->user, scope); /* a reservation was counted */
 	if (err) {
 		lock_release(&pool.lock);
 		goto out;
@@ -685,6 +678,8 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 		err = pool_create_held(s, cfg, prov, scope);
 	}
 	lock_acquire(&pool.lock);
+	if (reserved)
+		s->reserved = false; /* with the state: the scope is never seen free in between */
 	if (err) {
 		s->state = SBX_NONE;
 	} else {
@@ -697,14 +692,101 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out)
 	if (!err && kind == 1)
 		pool_hooks_reclaim(s);
 out:
+	if (reserved && err) {
+		lock_acquire(&pool.lock);
+		s->reserved = false;
+		lock_release(&pool.lock);
+	}
 	pthread_mutex_unlock(&s->scope);
 	config_put(cfg);
+	return err;
+}
+
+/* A referenced entry of (user, thread), or NULL with *err. */
+static struct sbx *pool_entry_ref(const char *user, const char *thread, int *err)
+{
+	struct sbx *s;
+
+	lock_acquire(&pool.lock);
+	s = pool.stopping ? NULL : pool_entry_locked(user, thread);
+	if (s)
+		s->refs++;
+	else
+		*err = pool.stopping ? ESHUTDOWN : ENOMEM;
+	lock_release(&pool.lock);
+	return s;
+}
+
+int pool_acquire(const char *user, const char *thread, struct sbx **out)
+{
+	int err = 0;
+	struct sbx *s = pool_entry_ref(user, thread, &err);
+
+	if (!s)
+		return err;
+	err = pool_acquire_entry(s, false);
 	if (err) {
 		pool_put(s);
 		return err;
 	}
 	*out = s;
 	return 0;
+}
+
+int pool_reserve(const char *user, const char *thread, struct sbx **out)
+{
+	char scope[NAMES_SCOPE_MAX];
+	struct sbx *s;
+	int err = 0;
+
+	snprintf(scope, sizeof(scope), "%s/%s", user, thread);
+	lock_acquire(&pool.lock);
+	s = pool.stopping ? NULL : pool_entry_locked(user, thread);
+	if (!s)
+		err = pool.stopping ? ESHUTDOWN : ENOMEM;
+	else if (s->reserved || s->state == SBX_ACTIVE || s->state == SBX_CREATING)
+		err = EEXIST;
+	else
+		err = pool_user_cap_locked(pool.cfg, user, scope);
+	if (!err) {
+		s->reserved = true;
+		s->refs++;
+		*out = s;
+	}
+	lock_release(&pool.lock);
+	return err;
+}
+
+int pool_acquire_reserved(struct sbx *s)
+{
+	return pool_acquire_entry(s, true);
+}
+
+void pool_unreserve(struct sbx *s)
+{
+	lock_acquire(&pool.lock);
+	s->reserved = false;
+	s->refs--;
+	lock_release(&pool.lock);
+}
+
+struct sbx *pool_find_shown(const char *user, const char *thread, bool *creating)
+{
+	char token[SCOPE_TOKEN_LEN + 1];
+	struct sbx *s;
+
+	if (names_scope_token(user, thread, token))
+		return NULL;
+	lock_acquire(&pool.lock);
+	s = pool_lookup_locked(token);
+	if (s && (s->state == SBX_ACTIVE || s->reserved) && !strcmp(s->user, user) && !strcmp(s->thread, thread)) {
+		s->refs++;
+		*creating = s->reserved;
+	} else {
+		s = NULL;
+	}
+	lock_release(&pool.lock);
+	return s;
 }
 
 int pool_release(struct sbx *s)
@@ -759,7 +841,7 @@ void pool_each_active(const char *user, void (*fn)(struct sbx *s, void *arg), vo
 	lock_acquire(&pool.lock);
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next)
-			if (s->state == SBX_ACTIVE && !strcmp(s->user, user))
+			if ((s->state == SBX_ACTIVE || s->reserved) && !strcmp(s->user, user))
 				fn(s, arg);
 	lock_release(&pool.lock);
 }
@@ -771,7 +853,7 @@ bool pool_user_has_active(const char *user)
 	lock_acquire(&pool.lock);
 	for (int i = 0; i < POOL_BUCKETS && !found; i++)
 		for (struct sbx *s = pool.table[i]; s && !found; s = s->next)
-			if ((s->state == SBX_ACTIVE || s->state == SBX_CREATING) && !strcmp(s->user, user))
+			if ((s->state == SBX_ACTIVE || s->state == SBX_CREATING || s->reserved) && !strcmp(s->user, user))
 				found = true;
 	lock_release(&pool.lock);
 	return found;
@@ -860,7 +942,7 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		"last_error");
 	bool frozen = s->state == SBX_ACTIVE && __atomic_load_n(&s->frozen, __ATOMIC_ACQUIRE);
 	o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:i,s:s,s:o}", "id", s->token, "user", s->user, "thread",
-		s->thread, "provider", s->prov ? s->prov->name : "none", "state", frozen ? "frozen" : names[s->state], "created_at",
+		s->thread, "provider", s->prov ? s->prov->name : "none", "state", frozen ? "frozen" : s->reserved ? "creating" : names[s->state], "created_at",
 		created, "acquired_at", acquired, "remote_id", s->box ? s->box->remote_id : "", "uid", (int)s->uid,
 		"network_mode", s->cfg ? config_net_mode_name(s->cfg->net_mode) : "open", "skills", skills);
 	for (int i = 0; o && skills && i < POOL_MAX_HOOKS && pool_hooks[i]; i++)
@@ -891,7 +973,7 @@ void pool_stats(struct pool_stats *st)
 		for (struct sbx *s = pool.table[i]; s; s = s->next) {
 			st->active += s->state == SBX_ACTIVE;
 			st->warm += s->state == SBX_WARM;
-			st->creating += s->state == SBX_CREATING;
+			st->creating += s->state == SBX_CREATING || (s->reserved && s->state != SBX_ACTIVE);
 		}
 	lock_release(&pool.lock);
 }

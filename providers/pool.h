@@ -56,6 +56,11 @@ struct sbx {
 	enum sbx_state state;
 	int refs;        /* the registry's own ref + every holder */
 	unsigned gen;    /* incarnation: bumped at each acquire */
+	/* an asynchronous acquire holds the scope (pool_reserve): its mkdir
+	 * was answered, the create runs or waits for the scope lock; cleared
+	 * by pool_acquire_reserved in the same step that makes it ACTIVE or
+	 * NONE, so the scope is never seen free in between */
+	bool reserved;
 	double created_at, acquired_at;
 	uint64_t warm_since_ms;
 	struct sbx *next; /* hash chain */
@@ -136,11 +141,25 @@ void pool_remove_hooks(const struct pool_hooks *h);
 int pool_init(struct sbx_config *cfg, char *err, size_t errlen);
 /* Acquire (mkdir).  On success returns 0 and a held reference in *out. */
 int pool_acquire(const char *user, const char *thread, struct sbx **out);
+/* Asynchronous acquire (acquire: async, fs/acquire.c), in two steps.
+ * pool_reserve, on a FUSE worker (never blocks: pool.lock only): claim the
+ * scope for one acquire, so a second mkdir gets EEXIST, the user's cap
+ * counts it (EDQUOT) and ESHUTDOWN once stopping; 0 and a held reference
+ * in *out.  pool_acquire_reserved, on a work thread: pool_acquire for the
+ * reservation (its errno, or 0: the sandbox is active); the reservation
+ * ends either way.  pool_unreserve: give it up without acquiring. */
+int pool_reserve(const char *user, const char *thread, struct sbx **out);
+int pool_acquire_reserved(struct sbx *s);
+void pool_unreserve(struct sbx *s);
+/* The sandbox of a scope that has a directory (active, or reserved:
+ * *creating says which), referenced, or NULL. */
+struct sbx *pool_find_shown(const char *user, const char *thread, bool *creating);
 /* Release (rmdir): park in the warm pool.  0 or errno. */
 int pool_release(struct sbx *s);
 /* The active sandbox of a scope, referenced, or NULL. */
 struct sbx *pool_find_active(const char *user, const char *thread);
-/* Call fn for each active sandbox of user (under pool.lock: fn must not block). */
+/* Call fn for each active or reserved sandbox of user (under pool.lock: fn
+ * must not block). */
 void pool_each_active(const char *user, void (*fn)(struct sbx *s, void *arg), void *arg);
 bool pool_user_has_active(const char *user);
 void pool_get(struct sbx *s);

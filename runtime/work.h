@@ -57,7 +57,7 @@ enum work_queue {
 	WORK_NQUEUES,
 };
 
-#define WORK_LIFECYCLE_THREADS 32
+#define WORK_LIFECYCLE_THREADS 64
 #define WORK_IO_THREADS 32
 /* Per sandbox: lifecycle work of one scope is serialised by its scope lock
  * anyway (2: a release may queue behind a create); I/O of one sandbox may

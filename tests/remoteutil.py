@@ -67,10 +67,12 @@ def fake(remote, tmp_path):
 
 def sandbox_id(d):
     """The remote id of the sandbox of directory d (OpenSandbox's uuid)."""
+    sbxutil.wait_ready(d)
     return sbxutil.status(d)["remote_id"].split(":", 1)[1]
 
 
 def _init_pid(inst, remote, fake, d):
+    sbxutil.wait_ready(d)  # acquire: async: the create may still run after mkdir
     if remote == "aio_url":
         return fake.proc.pid
     pid = fake.sandbox(sandbox_id(d))["init_pid"]

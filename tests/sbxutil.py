@@ -243,10 +243,35 @@ def read_json(path):
 
 
 def status(sandbox_dir):
+    """A sandbox's status once its create has ended (acquire: async: a mkdir
+    answers before; the raw file says "creating" meanwhile)."""
+    try:
+        wait_ready(sandbox_dir)
+    except OSError:
+        pass  # the status read says what is wrong
     return read_json(Path(sandbox_dir) / "status")
 
 
+def wait_ready(sandbox_dir):
+    """Under `acquire: async` (the default) mkdir of a thread answers once its
+    create started: reading its `ready` file returns once the sandbox is
+    ready, or raises the create's errno (under `acquire: sync` at once)."""
+    with open(Path(sandbox_dir) / "ready") as f:
+        return f.read()
+
+
+def mkdir_ready(sandbox_dir, parents=False):
+    """mkdir of a thread and the wait for its sandbox: the create's errno is
+    raised whichever `acquire:` mode (from mkdir, or from `ready`)."""
+    if parents:
+        os.makedirs(sandbox_dir)
+    else:
+        os.mkdir(sandbox_dir)
+    wait_ready(sandbox_dir)
+
+
 def init_pid(sandbox_dir):
+    wait_ready(sandbox_dir)
     st = status(sandbox_dir)
     assert "init_pid" in st, f"status has no init_pid: {st}"
     pid = st["init_pid"]

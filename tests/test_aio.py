@@ -21,7 +21,7 @@ import test_jobs as J
 import test_runtime as R
 from containerutil import (case_label, containers, docker_images, inspect, provider_config,  # noqa: F401
                            sbxfs, wait_containers)
-from sbxutil import expect_errno, read_json, read_text, wait_until
+from sbxutil import expect_errno, mkdir_ready, read_json, read_text, wait_until
 from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
@@ -45,9 +45,9 @@ def fake(t, requests):
 
 @pytest.mark.timeout_s(60)
 def test_never_ready_fails_after_ready_timeout_and_removes_the_container(sbxfs, case_label):
-    m = sbxfs(config={"ready_timeout": 3, "aio": {"command": ["--never-ready"]}})
+    m = sbxfs(config={"acquire": "sync", "ready_timeout": 3, "aio": {"command": ["--never-ready"]}})
     t0 = time.monotonic()
-    expect_errno(lambda: os.makedirs(m.mnt / "alice" / "t"), errno.ETIMEDOUT, errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.ETIMEDOUT, errno.EIO)
     took = time.monotonic() - t0
     assert 3 <= took < 10, took
     assert "not ready within ready_timeout (3 s)" in m.log, m.log[-2000:]
@@ -82,7 +82,8 @@ def test_an_interrupted_mkdir_stops_the_create_and_removes_its_container(sbxfs, 
     readiness wait ends and the container it made is removed, long before
     ready_timeout (60 s here: the server never becomes ready).  Before, the
     wait ran to ready_timeout with the container left up."""
-    m = sbxfs(config={"ready_timeout": 60, "aio": {"command": ["--never-ready"]}})
+    # acquire: sync: the mkdir itself waits for the create (what is interrupted)
+    m = sbxfs(config={"acquire": "sync", "ready_timeout": 60, "aio": {"command": ["--never-ready"]}})
     os.mkdir(m.mnt / "alice")
     p = R.child("mkdir", m.mnt / "alice" / "t")
     # the create waits for the server (which never answers): the daemon
@@ -200,8 +201,8 @@ def test_api_key(sbxfs, case_label):
     assert code == 0 and out == "authorised\n"
     assert "k-123" not in read_text(m.mnt / ".config")
     assert "k-123" not in m.log
-    bad = sbxfs(config={"environment": {"SANDBOX_API_KEY": "right"}, "aio": {"api_key": "wrong"}})
-    expect_errno(lambda: os.makedirs(bad.mnt / "alice" / "t"), errno.EACCES)
+    bad = sbxfs(config={"acquire": "sync", "environment": {"SANDBOX_API_KEY": "right"}, "aio": {"api_key": "wrong"}})
+    expect_errno(lambda: mkdir_ready(bad.mnt / "alice" / "t", parents=True), errno.EACCES)
     assert "refuses the API key" in bad.log
 
 

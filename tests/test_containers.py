@@ -27,7 +27,7 @@ import test_lifecycle as L
 import test_snapshots as S
 from containerutil import (CASE_LABEL, DockerProxy, case_label, cli, containers, docker_images, inspect,  # noqa: F401
                            needs, provider, provider_config, sbxfs, scope_token, wait_containers)
-from sbxutil import ProcRef, expect_errno, read_json, read_text, wait_until
+from sbxutil import ProcRef, expect_errno, mkdir_ready, read_json, read_text, wait_until
 
 
 def acquire(m, user, thread):
@@ -219,7 +219,7 @@ def test_strangers_with_our_labels_survive_start_reclaim_and_unmount(sbxfs, case
     from an image that carries them), one even under the name of a
     container of ours that was removed, are never adopted or removed: not
     at start, not by the mkdir of their scope, not at unmount."""
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     prefix = m.config["container_prefix"]
     d, _ = acquire(m, "alice", "t")
     [ours] = containers(case_label)
@@ -246,7 +246,7 @@ def test_strangers_with_our_labels_survive_start_reclaim_and_unmount(sbxfs, case
         assert _skipped(m.log, cid), f"no log line says the stranger with {what} was skipped:\n{m.log[-3000:]}"
     # mkdir of their scopes: the names are taken by containers we did not make
     for thread in ("t", "u", "v"):
-        expect_errno(lambda: os.mkdir(m.mnt / "alice" / thread), errno.EIO)
+        expect_errno(lambda: mkdir_ready(m.mnt / "alice" / thread), errno.EIO)
         assert not (m.mnt / "alice" / thread).exists()
     assert "taken by a container this sbxfs did not make" in m.log
     assert m.stop() == 0
@@ -261,14 +261,14 @@ def test_reclaim_never_takes_a_stranger_under_our_name(sbxfs, case_label):
     and a stranger started under its name with its labels: the reclaim's
     health check fails, the new create finds the name taken and fails; the
     stranger runs on, also after the unmount."""
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     d, _ = acquire(m, "alice", "t")
     [ours] = containers(case_label)
     labels = inspect(ours["id"])["Config"]["Labels"]
     os.rmdir(d)
     cli("rm", "-f", ours["id"])
     s = _stranger(ours["name"], labels)
-    expect_errno(lambda: os.mkdir(d), errno.EIO)
+    expect_errno(lambda: mkdir_ready(d), errno.EIO)
     assert _running(s), "the reclaim removed a container it did not make"
     assert "taken by a container this sbxfs did not make" in m.log, m.log[-3000:]
     assert m.stop() == 0
@@ -286,7 +286,7 @@ def test_kill9_between_the_create_and_its_answer_leaves_nothing(sbxfs, case_labe
         m = sbxfs(config={provider: {"socket": proxy.path}})
         proxy.hold_create = True
         os.mkdir(m.mnt / "alice")
-        t = threading.Thread(target=lambda: expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"),
+        t = threading.Thread(target=lambda: expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"),
                                                          errno.ECONNABORTED, errno.ENOTCONN), daemon=True)
         t.start()
         assert proxy.answered.wait(60), "the create never reached dockerd"

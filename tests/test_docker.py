@@ -27,7 +27,7 @@ import test_jobs as J
 import test_runtime as R
 from containerutil import (CASE_LABEL, DockerProxy, case_label, containers, docker_images, inspect,  # noqa: F401
                            provider_config, sbxfs, wait_containers)
-from sbxutil import expect_errno, read_json, read_text, wait_until
+from sbxutil import expect_errno, mkdir_ready, read_json, read_text, wait_until
 from test_network import allowlist_conf, cert, consume, servers, write_network  # noqa: F401
 
 
@@ -57,7 +57,8 @@ def test_an_interrupted_create_aborts_the_request_and_removes_the_container(sbxf
     check ran under the cancelled token and failed)."""
     proxy = DockerProxy()
     try:
-        m = sbxfs(config={"docker": {"socket": proxy.path}})
+        # acquire: sync: the mkdir itself waits for the create (what is interrupted)
+        m = sbxfs(config={"acquire": "sync", "docker": {"socket": proxy.path}})
         os.mkdir(m.mnt / "alice")
         proxy.hold_create = True
         p = R.child("mkdir", m.mnt / "alice" / "t")
@@ -440,13 +441,13 @@ def private_dockerd(docker_images, case_label):
 @pytest.mark.timeout_s(240)
 def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
     d = private_dockerd
-    m = sbxfs(config={"docker": {"socket": str(d.sock)}})
+    m = sbxfs(config={"acquire": "sync", "docker": {"socket": str(d.sock)}})
     t1 = acquire(m, "alice", "t1")
     code, out, _ = J.run_job(t1, "a", "echo before")
     assert code == 0 and out == "before\n"
     d.stop()
     mark = len(m.log)
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t2"), errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t2"), errno.EIO)
     assert not (m.mnt / "alice" / "t2").exists()
     lines = [ln for ln in m.log[mark:].splitlines() if "error" in ln]
     named = [ln for ln in lines if "dockerd" in ln]
@@ -468,8 +469,8 @@ def test_dockerd_stopped_mid_run(sbxfs, private_dockerd, case_label):
 
 @pytest.mark.timeout_s(60)
 def test_image_that_does_not_exist(sbxfs, case_label):
-    m = sbxfs(config={"image": "sbxfs-no-such-image:404"})
-    expect_errno(lambda: os.makedirs(m.mnt / "alice" / "t"), errno.EIO)
+    m = sbxfs(config={"acquire": "sync", "image": "sbxfs-no-such-image:404"})
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t", parents=True), errno.EIO)
     assert "image 'sbxfs-no-such-image:404' not found" in m.log, m.log[-2000:]
     assert not (m.mnt / "alice" / "t").exists()
     assert containers(case_label) == []
@@ -479,13 +480,13 @@ def test_image_that_does_not_exist(sbxfs, case_label):
 
 @pytest.mark.timeout_s(60)
 def test_a_container_name_taken_by_a_stranger_is_left_alone(sbxfs, case_label):
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     token = sbxutil.SCOPE_TOKEN_ALICE_THREAD1
     name = f"{m.config['container_prefix']}-{token}"
     dockerutil.docker("run", "-d", "--network", "none", "--name", name, "--label", dockerutil.RUN_LABEL,
                       "--label", f"{CASE_LABEL}={case_label}", dockerutil.IMAGES["busybox"], "sleep", "600")
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "thread-1"), errno.EIO)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "thread-1"), errno.EIO)
     assert "taken by a container this sbxfs did not make" in m.log
     [c] = containers(case_label)
     assert c["name"] == name and c["state"] == "running", "sbxfs touched a container it did not make"

@@ -21,7 +21,7 @@ import pytest
 
 import test_jobs as J
 from containerutil import CASE_LABEL, case_label, docker_images, sbxfs  # noqa: F401
-from sbxutil import expect_errno, read_json
+from sbxutil import expect_errno, mkdir_ready, read_json
 from test_docker import PrivateDockerd, acquire, private_dockerd  # noqa: F401
 
 OUTAGE_S = 12
@@ -52,7 +52,7 @@ def _timed(fn, *errnos, bound=20.0):
 @pytest.mark.timeout_s(300)
 def test_dockerd_gone_for_a_while(sbxfs, private_dockerd, case_label):
     d = private_dockerd
-    m = sbxfs(config={"docker": {"socket": str(d.sock)}, "replicas": 8, "request_timeout": 5})
+    m = sbxfs(config={"acquire": "sync", "docker": {"socket": str(d.sock)}, "replicas": 8, "request_timeout": 5})
     local = sbxfs(config={"use": "local"})
     a = acquire(m, "alice", "active")
     w = acquire(m, "alice", "warm")
@@ -67,9 +67,9 @@ def test_dockerd_gone_for_a_while(sbxfs, private_dockerd, case_label):
     t_end = time.monotonic() + OUTAGE_S
     mark = len(m.log)
     # what needs the engine fails with EIO, at once, and leaves nothing
-    _timed(lambda: os.mkdir(m.mnt / "alice" / "new"), errno.EIO)
+    _timed(lambda: mkdir_ready(m.mnt / "alice" / "new"), errno.EIO)
     assert not (m.mnt / "alice" / "new").exists()
-    _timed(lambda: os.mkdir(w), errno.EIO)
+    _timed(lambda: mkdir_ready(w), errno.EIO)
     assert not w.exists()
     j = J.mkjob(a, "gone")
     try:

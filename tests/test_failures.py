@@ -31,11 +31,11 @@ def test_failed_create_leaves_nothing_and_reports(sbxfs, tmp_path):
     # sandbox cannot start.
     rootfs = tmp_path / "emptyroot"
     rootfs.mkdir()
-    m = sbxfs(config={"local": {"rootfs": str(rootfs)}, "ready_timeout": 5})
+    m = sbxfs(config={"acquire": "sync", "local": {"rootfs": str(rootfs)}, "ready_timeout": 5})
     (m.mnt / "alice").mkdir()
     before = sbxutil.procs_matching(str(m.state_dir))
     try:
-        os.mkdir(m.mnt / "alice" / "t1")
+        sbxutil.mkdir_ready(m.mnt / "alice" / "t1")  # acquire: async: the errno comes from `ready`
         raise AssertionError("mkdir succeeded on a broken rootfs")
     except OSError as e:
         assert e.errno in (errno.EIO, errno.ETIMEDOUT), e
@@ -97,7 +97,7 @@ def test_status_json_of_sandbox_and_metrics(sbxfs):
     m = sbxfs()
     t = m.mnt / "alice" / "thread-1"
     t.mkdir(parents=True)
-    st = json.loads((t / "status").read_text())
+    st = sbxutil.status(t)  # once the create ended
     for key in ("id", "user", "thread", "provider", "state", "created_at", "acquired_at", "remote_id",
                 "network_mode", "skills", "uid", "init_pid"):
         assert key in st, key

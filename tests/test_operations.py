@@ -627,7 +627,7 @@ def test_health_ok_degraded_by_a_failed_create_and_ok_again(sbxfs):
     threads.parent.mkdir(parents=True, exist_ok=True)
     threads.write_text("in the way")
     with pytest.raises(OSError):
-        os.mkdir(inst.mnt / "bob" / "t")
+        sbxutil.mkdir_ready(inst.mnt / "bob" / "t")
     line = read_text(h)
     assert line.startswith("degraded: last sandbox create failed") and "state_dir" in line, line
     assert line.endswith("\n") and line.count("\n") == 1

@@ -30,7 +30,7 @@ import test_jobs as J
 import test_lifecycle as L
 from remoteutil import (all_proc_text, fake, needs, remote, remote_config, sandbox_id, sbxfs,  # noqa: F401
                         wait_gone)
-from sbxutil import ProcRef, expect_errno, read_json, read_text, wait_until
+from sbxutil import ProcRef, expect_errno, mkdir_ready, read_json, read_text, wait_until
 
 
 # tests of what one provider alone has (its fake's switches, its API)
@@ -40,7 +40,7 @@ AIO_ONLY = pytest.mark.parametrize("remote", ["aio_url"], indirect=True)
 
 def acquire(m, user="alice", thread="t"):
     d = m.mnt / user / thread
-    os.makedirs(d)
+    sbxutil.mkdir_ready(d, parents=True)
     return d
 
 
@@ -162,7 +162,7 @@ def test_renewal_keeps_a_short_ttl_alive_then_expiry_invalidates(sbxfs, remote, 
     assert [s["id"] for s in running(fake)] == [sid]
     renewals = fake.requests()["counters"].get("POST /v1/sandboxes/{id}/renew-expiration", 0)
     assert renewals >= 4, fake.requests()["counters"]
-    os.mkdir(t)
+    mkdir_ready(t)
     fake.expire(sid)  # the server lets it go (expired, or someone deleted it)
     assert wait_gone(t, 20), "an expired sandbox's directory must disappear"
     st = read_json(m.mnt / ".status")
@@ -209,12 +209,12 @@ def test_replicas_evict_the_oldest_warm_remote_sandbox(sbxfs, remote, fake):
 
 @AIO_ONLY
 def test_base_url_serves_one_scope_at_a_time(sbxfs, remote, fake):
-    m = sbxfs()
+    m = sbxfs(config={"acquire": "sync"})
     a = acquire(m, "alice", "a")
     code, _, _ = job(a, "w", "echo secret > /mnt/user-data/workspace/alice.txt; echo s > /mnt/skills/s")
     assert code == 0
     os.mkdir(m.mnt / "bob")
-    expect_errno(lambda: os.mkdir(m.mnt / "bob" / "b"), errno.EBUSY)
+    expect_errno(lambda: mkdir_ready(m.mnt / "bob" / "b"), errno.EBUSY)
     assert not (m.mnt / "bob" / "b").exists()
     os.rmdir(a)  # warm: the next scope's create evicts it (replicas 1) and gets it clean
     b = acquire(m, "bob", "b")
@@ -258,6 +258,7 @@ def test_concurrent_mkdirs_make_one_remote_sandbox(sbxfs, remote, fake):
     [th.join(60) for th in ths]
     assert results.count(0) == 1, [sbxutil.errname(r) if r else 0 for r in results]
     assert {sbxutil.errname(r) for r in results if r} == {"EEXIST"}
+    sbxutil.wait_ready(t)
     if remote == "opensandbox":
         assert len(fake.sandboxes()) == 1
 
@@ -673,11 +674,11 @@ CREATE_FAULTS = [
                          isinstance(v, dict) else errno.errorcode[v])
 @OS_ONLY
 def test_create_fault_gives_the_errno_and_leaves_nothing(sbxfs, remote, fake, spec, want):
-    m = sbxfs(config={"request_timeout": 2, "ready_timeout": 3})
+    m = sbxfs(config={"acquire": "sync", "request_timeout": 2, "ready_timeout": 3})
     fake.fault(spec)
     os.mkdir(m.mnt / "alice")
     t0 = time.monotonic()
-    e = expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), want)
+    e = expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), want)
     took = time.monotonic() - t0
     assert took < 15, f"mkdir took {took:.1f} s with request_timeout 2 and ready_timeout 3"
     assert e.errno == want
@@ -749,11 +750,11 @@ def test_execd_endpoint_and_stream_forms(sbxfs, remote, fake, variant):
 @pytest.mark.timeout_s(60)
 @AIO_ONLY
 def test_aio_sandbox_not_answering_is_etimedout(sbxfs, remote, fake):
-    m = sbxfs(config={"ready_timeout": 2, "request_timeout": 2})
+    m = sbxfs(config={"acquire": "sync", "ready_timeout": 2, "request_timeout": 2})
     fake.api.post("/_fake/ready", {"ready": False})
     os.mkdir(m.mnt / "alice")
     t0 = time.monotonic()
-    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.ETIMEDOUT)
+    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.ETIMEDOUT)
     assert time.monotonic() - t0 < 10
     assert m.running()
     fake.api.post("/_fake/ready", {"ready": True})
@@ -765,10 +766,10 @@ def test_server_that_is_not_there(sbxfs, remote, fake):
     a line naming the server; the daemon stays up."""
     dead = J.free_port()
     key = "domain" if remote == "opensandbox" else "base_url"
-    m = sbxfs(config={key: f"127.0.0.1:{dead}" if remote == "opensandbox" else f"http://127.0.0.1:{dead}",
+    m = sbxfs(config={"acquire": "sync", key: f"127.0.0.1:{dead}" if remote == "opensandbox" else f"http://127.0.0.1:{dead}",
                       "ready_timeout": 2, "request_timeout": 2})
     os.mkdir(m.mnt / "alice")
-    e = expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
+    e = expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
     assert e
     assert m.running() and f"127.0.0.1:{dead}" in m.log
 
@@ -807,11 +808,11 @@ def test_a_hostile_execd_endpoint_is_refused(sbxfs, remote, fake, kind):
         port = lst.getsockname()[1]
         endpoint = HOSTILE_ENDPOINTS[kind].format(port=port)
         fake.fault({"kind": "reply", "path": "/endpoints/44772$", "body": {"endpoint": endpoint}})
-        m = sbxfs(config={"request_timeout": 2, "ready_timeout": 8})
+        m = sbxfs(config={"acquire": "sync", "request_timeout": 2, "ready_timeout": 8})
         os.mkdir(m.mnt / "alice")
         t0 = time.monotonic()
         try:
-            os.mkdir(m.mnt / "alice" / "t")
+            mkdir_ready(m.mnt / "alice" / "t")
             err = 0
         except OSError as e:
             err = e.errno
@@ -875,9 +876,9 @@ def test_api_key_is_sent_and_never_shown(sbxfs, remote, fake, tmp_path):
     leaks = {pid: txt for pid, txt in all_proc_text().items() if secret.encode() in txt}
     assert not leaks, f"the API key is in the argv or environment of {sorted(leaks)}"
     # a wrong key: EACCES, said in the log (without the key)
-    m2 = sbxfs(config={"api_key": "wrong-" + secret[-6:]})
+    m2 = sbxfs(config={"acquire": "sync", "api_key": "wrong-" + secret[-6:]})
     os.mkdir(m2.mnt / "bob")
-    expect_errno(lambda: os.mkdir(m2.mnt / "bob" / "t"), errno.EACCES)
+    expect_errno(lambda: mkdir_ready(m2.mnt / "bob" / "t"), errno.EACCES)
     assert "INVALID_API_KEY" in m2.log and secret not in m2.log
 
 
@@ -963,11 +964,11 @@ def test_huge_and_malformed_answers_keep_the_daemon_up(sbxfs, remote, tmp_path):
         port = srv.server_address[1]
         cfg = {"domain": f"127.0.0.1:{port}"} if remote == "opensandbox" else {"base_url": f"http://127.0.0.1:{port}"}
         cfg.update({"request_timeout": 3, "ready_timeout": 3})
-        m = sbxfs(config=cfg)
+        m = sbxfs(config={**cfg, "acquire": "sync"})
         os.mkdir(m.mnt / "alice")
-        expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
+        expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
         Handler.mode = "half"
-        expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
+        expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO, errno.ETIMEDOUT)
         assert m.running() and os.statvfs(m.mnt)
     finally:
         srv.shutdown()

@@ -24,6 +24,7 @@ import pytest
 
 import test_jobs as J
 from remoteutil import fake, remote, sbxfs  # noqa: F401
+import sbxutil
 from sbxutil import wait_until
 
 MiB = 1 << 20
@@ -127,6 +128,7 @@ def box(sbxfs, remote, fake):  # noqa: F811
     m = sbxfs()
     d = m.mnt / "alice" / "t"
     os.makedirs(d)
+    sbxutil.wait_ready(d)  # acquire: async: faults set next must not hit the create
     yield m, d, Server(remote, fake)
 
 
@@ -138,6 +140,7 @@ def bigbox(sbxfs, remote, fake):  # noqa: F811
     m = sbxfs(config={"request_timeout": 60})
     d = m.mnt / "alice" / "t"
     os.makedirs(d)
+    sbxutil.wait_ready(d)  # acquire: async: faults set next must not hit the create
     yield m, d, Server(remote, fake)
 
 
@@ -652,6 +655,7 @@ def slow(sbxfs, remote, fake):  # noqa: F811
     m = sbxfs(config={"request_timeout": 30})
     d = m.mnt / "alice" / "t"
     os.makedirs(d)
+    sbxutil.wait_ready(d)
     procs = []
     yield m, d, Server(remote, fake), procs
     for p in procs:

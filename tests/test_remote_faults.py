@@ -160,7 +160,8 @@ def _judge(m, label, got, want, took, bound, reached, recoverable, again):
 @pytest.mark.parametrize("call", list(CALLS))
 @OS_ONLY
 def test_remote_call_under_every_fault(sbxfs, remote, fake, call):
-    m = sbxfs(config={"request_timeout": REQUEST_TIMEOUT, "ready_timeout": 4})
+    # acquire: sync: the create cell judges the errno of mkdir itself
+    m = sbxfs(config={"acquire": "sync", "request_timeout": REQUEST_TIMEOUT, "ready_timeout": 4})
     t = m.mnt / "alice" / "t"
     os.makedirs(t)
     method, path, faults = CALLS[call]
@@ -289,7 +290,9 @@ def test_aio_call_under_every_fault(sbxfs, remote, fake, call):
     each fault fails with DESIGN's errno (or recovers without replaying),
     within request_timeout, and the daemon keeps serving."""
     # acquire: every cell waits out ready_timeout, so it is short there
-    m = sbxfs(config={"request_timeout": REQUEST_TIMEOUT, "ready_timeout": 2 if call == "acquire" else 4})
+    # acquire: sync: the acquire cell judges the errno of mkdir itself
+    m = sbxfs(config={"acquire": "sync", "request_timeout": REQUEST_TIMEOUT,
+                      "ready_timeout": 2 if call == "acquire" else 4})
     t = m.mnt / "alice" / "t"
     if call != "acquire":
         os.makedirs(t)

@@ -119,8 +119,11 @@ def ours(fake):
 def test_an_interrupted_slow_mkdir_answers_eintr_and_leaves_nothing(sbxfs, fake, hold):  # noqa: F811
     """hold=pending: the server made the sandbox and keeps it Pending (the
     create waits for Running); hold=post: the server holds the create's
-    answer 20 s, then makes the sandbox for a client that went away."""
-    m = sbxfs()
+    answer 20 s, then makes the sandbox for a client that went away.
+    acquire: sync, where the mkdir itself waits for the create (under async
+    the waits inside a creating sandbox are interrupted instead:
+    test_async_acquire.py)."""
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     if hold == "pending":
         fake.fault({"kind": "pending_forever"})
@@ -129,6 +132,9 @@ def test_an_interrupted_slow_mkdir_answers_eintr_and_leaves_nothing(sbxfs, fake,
     p = child("mkdir", m.mnt / "alice" / "t")
     if hold == "pending":
         assert wait_until(lambda: fake.sandboxes(), 20), "the create never reached the server"
+    else:  # the create has started (its record is written just before the POST): else an
+        # interrupt that came first cancels it before anything reaches the server
+        assert wait_until(lambda: (m.thread_data("alice", "t") / "sandbox.json").exists(), 20)
     out, took = interrupt(p)
     assert out == "interrupted\n", out
     assert took < 1.0, f"an interrupted mkdir took {took:.2f} s"
@@ -159,8 +165,8 @@ def test_an_interrupted_slow_mkdir_answers_eintr_and_leaves_nothing(sbxfs, fake,
 def test_an_interrupt_before_the_create_starts_answers_at_once(sbxfs, fake):  # noqa: F811
     """Hostile: mkdirs of one scope queue behind each other (its lane of the
     lifecycle queue); interrupting the queued ones answers them at once,
-    and the held one afterwards still leaves nothing."""
-    m = sbxfs()
+    and the held one afterwards still leaves nothing (acquire: sync)."""
+    m = sbxfs(config={"acquire": "sync"})
     os.mkdir(m.mnt / "alice")
     fake.fault({"kind": "pending_forever"})
     procs = [child("mkdir", m.mnt / "alice" / "t") for _ in range(6)]
@@ -235,9 +241,12 @@ def test_80_slow_creates_do_not_delay_a_read_of_a_ready_sandbox(sbxfs, fake):  #
           f"during 80 held creates p50 {sorted(held)[N_FILES // 2] * 1000:.1f} ms "
           f"p99 {p99(held) * 1000:.1f} ms (baseline p99 {p99(base) * 1000:.1f} ms)")
     assert still >= 30, "the creates were not held while the reads ran"
-    # 100 ms, or the idle figure's worst plus 100 ms on a loaded host: before,
-    # the reads waited for a create to end (seconds)
-    assert p99(held) < max(0.1, p99(base) + 0.1), (sorted(held), sorted(base))
+    # 250 ms, or the idle figure's worst plus 250 ms on a loaded host: before,
+    # the reads waited for a create to end (seconds).  (100 ms until the
+    # lifecycle queue took 64 creates at once (issue 21): the fake server,
+    # one Python process, then answers a read behind 64 create handlers, and
+    # the first read missed 100 ms by 15-20 ms on the shared 2-CPU host.)
+    assert p99(held) < max(0.25, p99(base) + 0.25), (sorted(held), sorted(base))
     assert not errs, errs
     assert m.running()
 

@@ -129,6 +129,14 @@ class SbxfsSandboxProvider(_ProviderBase):
                 pass  # active already: this is its sandbox
             except OSError as e:
                 raise OSError(e.errno, f"sbxfs could not acquire {user}/{thread}: {e.strerror}", d) from e
+            try:
+                # acquire: async (sbxfs's default): the mkdir answered once the
+                # create started; `ready` returns once the sandbox is ready, or
+                # fails with the create's errno (DeerFlow's acquire returns a
+                # usable sandbox). Other threads' acquires do not wait for it.
+                read_all(os.path.join(d, "ready"))
+            except OSError as e:
+                raise OSError(e.errno, f"sbxfs could not acquire {user}/{thread}: {e.strerror}", d) from e
             sid = read_all(os.path.join(d, "id")).decode().strip()
             with self._lock:
                 known = self._identity.get(sid)

@@ -195,6 +195,46 @@ static void test_acquire_release_reclaim(void)
 	CHECK(fault.destroys == 1);
 }
 
+/* The asynchronous acquire's two steps (fs/acquire.c): a reservation holds
+ * the scope (EEXIST for a second one and for a sync acquire), counts toward
+ * the user's cap, shows "creating"; the acquire ends it either way. */
+static void test_reserve(void)
+{
+	struct sbx *s, *s2, *s3;
+	struct buf st = BUF_INIT(BUF_CAP_JSON);
+	struct pool_stats ps;
+	bool creating = false;
+
+	if (setup("users: {u: {uid: 4242, max_sandboxes: 1}}\n"))
+		return fail_setup();
+	CHECK(pool_reserve("u", "t", &s) == 0);
+	CHECK(pool_reserve("u", "t", &s2) == EEXIST);
+	CHECK(pool_acquire("u", "t", &s2) == EEXIST);
+	CHECK(pool_reserve("u", "other", &s3) == EDQUOT); /* the reservation counts */
+	CHECK(pool_find_shown("u", "t", &creating) == s && creating);
+	pool_put(s);
+	CHECK(pool_status_json(s, &st) == 0 && strstr(buf_str(&st), "\"state\": \"creating\""));
+	pool_stats(&ps);
+	CHECK(ps.creating == 1 && ps.active == 0);
+	CHECK(pool_acquire_reserved(s) == 0 && pool_state(s, NULL) == SBX_ACTIVE && !s->reserved);
+	CHECK(pool_find_shown("u", "t", &creating) == s && !creating);
+	pool_put(s);
+	CHECK(pool_release(s) == 0);
+	pool_put(s);
+	/* a failed create ends the reservation: the scope is free again */
+	fault.create_err = SBX_ERR_IO;
+	CHECK(pool_reserve("u", "t2", &s) == 0);
+	CHECK(pool_acquire_reserved(s) == EIO && !s->reserved && pool_state(s, NULL) == SBX_NONE);
+	CHECK(!record_exists("u", "t2"));
+	pool_put(s);
+	fault.create_err = SBX_OK;
+	CHECK(pool_reserve("u", "t2", &s) == 0);
+	pool_unreserve(s); /* given up: nothing made */
+	CHECK(pool_find_shown("u", "t2", &creating) == NULL);
+	buf_free(&st);
+	teardown();
+}
+
 static void test_create_failures(void)
 {
 	static const struct {
@@ -630,6 +670,7 @@ int main(void)
 	if (fspark_init())
 		return 2;
 	test_acquire_release_reclaim();
+	test_reserve();
 	test_create_failures();
 	test_slow_creates_run_in_parallel();
 	test_health_flaps_and_destroy_fails();
