@@ -56,6 +56,7 @@
 #include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
+#include "fswatch.h"
 #include "dlock.h"
 #include "handle.h"
 #include "import.h"
@@ -641,6 +642,9 @@ int main(int argc, char **argv)
 	 * dropped (data.c), and an open always revalidates. */
 	fs.data_timeout = 10.0;
 	fs.data_timeout_busy = 1.0;
+	/* ...and for cache_timeout while fswatch.c tells the kernel of every
+	 * change a sandbox makes (issue 23) */
+	fs.cache_timeout = (double)cfg->cache_timeout;
 	if (vtree_init()) {
 		fprintf(stderr, "sbxfs: out of memory\n");
 		goto out;
@@ -653,6 +657,7 @@ int main(int argc, char **argv)
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
 		goto out;
+	fswatch_init(cfg->state_dir, cfg->cache_timeout);
 	detach_stale_mount(cfg->state_dir, o.mountpoint);
 	if (fuse_session_mount(fs.se, o.mountpoint)) {
 		fprintf(stderr, "sbxfs: cannot mount %s\n", o.mountpoint);
@@ -713,6 +718,7 @@ out_signals:
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
+	fswatch_shutdown();
 	handle_free_all();
 	data_shutdown();
 	fuse_session_destroy(fs.se);

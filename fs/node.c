@@ -31,6 +31,7 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "fsbx.h"
+#include "fswatch.h"
 
 struct lock fs_lock = LOCK_INIT;
 static struct user_ent *users; /* fs_lock */
@@ -420,6 +421,8 @@ void view_kill(struct sbx *s)
 	if (v)
 		nput = view_kill_locked(f, v);
 	fs_unlock();
+	if (v)
+		fswatch_view_dead(v);
 	while (nput-- > 0)
 		view_put(v);
 }
