@@ -567,7 +567,7 @@ void fswatch_init(const char *state_dir, long cache_timeout)
 		log_warn("fswatch", "fanotify_init: %s: no watcher, data caches take the short timeouts", strerror(errno));
 		return;
 	}
-	fsw.mntfd = open(state_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	fsw.mntfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* not O_PATH: open_by_handle_at */
 	fsw.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fsw.mntfd < 0 || fsw.wake < 0 || pthread_create(&fsw.thread, NULL, fsw_thread, NULL)) {
 		log_warn("fswatch", "cannot start the watcher: %s: data caches take the short timeouts", strerror(errno));
