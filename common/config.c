@@ -799,7 +799,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		"snapshots", "acquire", NULL };
+		"snapshots", "acquire", "cache_timeout", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))

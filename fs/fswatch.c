@@ -23,7 +23,7 @@
  * (fanotify's max_queued_events): when it overflows the thread cannot know
  * what it lost, so every watched sandbox goes back to the short timeouts for
  * FSW_OVERFLOW_HOLD_MS and all their cached attributes are dropped
- * (data_inval_sbx), which also ends the staleness of what was lost.
+ * (the inval_sbx hook: data_inval_sbx), which also ends the staleness of what was lost.
  *
  * Locks: fsw.lock, a leaf (docs/architecture.md), guards the table and is
  * held across fanotify_mark (an in-memory kernel call) so that a mark and
@@ -45,7 +45,6 @@
 
 #include "../common/log.h"
 #include "../common/util.h"
-#include "data.h"
 #include "fswatch.h"
 
 #define FSW_BUCKETS 4096
@@ -101,6 +100,7 @@ static struct {
 	uint64_t overflow_until;          /* atomic: monotonic ms */
 	unsigned long long events, invals, overflows; /* atomic */
 	long stall_ms;                    /* test-only: SBXFS_TEST_FSWATCH_STALL_MS */
+	const struct fswatch_hooks *hooks;
 } fsw = { .fan = -1, .mntfd = -1, .wake = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static unsigned fsw_hash(const struct fsw_handle *h)
@@ -303,7 +303,7 @@ static void fsw_overflow(void)
 	n = fsw_views(&vs);
 	for (size_t i = 0; i < n; i++) {
 		if (!__atomic_load_n(&vs[i]->dead, __ATOMIC_RELAXED))
-			data_inval_sbx(vs[i]->sbx);
+			fsw.hooks->inval_sbx(vs[i]->sbx);
 		view_put(vs[i]);
 	}
 	free(vs);
@@ -457,6 +457,28 @@ static bool fsw_seen(uint64_t *seen, const struct fsw_item *it)
 	}
 }
 
+/* Watcher thread: a watched directory was removed; its mark went with its
+ * inode, its entry goes now (so the cap counts live directories). */
+static void fsw_unwatch(const struct fsw_handle *h)
+{
+	struct fsw_dir **pp, *d = NULL;
+
+	pthread_mutex_lock(&fsw.lock);
+	for (pp = &fsw.tab[fsw_hash(h)]; *pp; pp = &(*pp)->next)
+		if (fsw_same(&(*pp)->h, h)) {
+			d = *pp;
+			*pp = d->next;
+			d->v->watch_dirs--;
+			fsw.dirs--;
+			break;
+		}
+	pthread_mutex_unlock(&fsw.lock);
+	if (d) {
+		view_put(d->v);
+		free(d);
+	}
+}
+
 /* Watcher thread, no lock held: the kernel forgets what it changed. */
 static void fsw_apply(const struct fsw_item *it)
 {
@@ -467,11 +489,13 @@ static void fsw_apply(const struct fsw_item *it)
 	if (__atomic_load_n(&it->v->dead, __ATOMIC_RELAXED))
 		return;
 	if (it->name && (it->mask & FSW_NAME_EVENTS))
-		n += data_inval_dirent(it->v, it->ddev, it->dino, it->name);
+		n += fsw.hooks->inval_dirent(it->v, it->ddev, it->dino, it->name);
 	if (!it->name)
-		n += data_inval_file(it->v, it->ddev, it->dino, false);
+		n += fsw.hooks->inval_file(it->v, it->ddev, it->dino, false);
 	if (it->obj.len && fsw_identify(&it->obj, &dev, &ino))
-		n += data_inval_file(it->v, dev, ino, (it->mask & FSW_DATA_EVENTS) != 0);
+		n += fsw.hooks->inval_file(it->v, dev, ino, (it->mask & FSW_DATA_EVENTS) != 0);
+	else if (it->obj.len && (it->mask & FAN_DELETE) && (it->mask & FAN_ONDIR))
+		fsw_unwatch(&it->obj);
 	__atomic_add_fetch(&fsw.invals, (unsigned long long)n, __ATOMIC_RELAXED);
 }
 
@@ -553,7 +577,7 @@ out:
 	return NULL;
 }
 
-void fswatch_init(const char *state_dir, long cache_timeout)
+void fswatch_init(const char *state_dir, long cache_timeout, const struct fswatch_hooks *hooks)
 {
 	const char *stall = getenv("SBXFS_TEST_FSWATCH_STALL_MS");
 
@@ -561,6 +585,7 @@ void fswatch_init(const char *state_dir, long cache_timeout)
 		log_info("fswatch", "cache_timeout is 0: no watcher, data caches take the short timeouts");
 		return;
 	}
+	fsw.hooks = hooks;
 	fsw.stall_ms = stall ? strtol(stall, NULL, 10) : 0;
 	fsw.fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME_TARGET, O_RDONLY);
 	if (fsw.fan < 0) {

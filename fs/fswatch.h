@@ -19,10 +19,22 @@
 
 #include "node.h"
 
+/* What the watcher calls to make the kernel forget (data.c's, given by
+ * main.c: this module does not name data.c), each with no lock held.
+ * inval_dirent/inval_file return how many notifications they sent. */
+struct fswatch_hooks {
+	/* name changed in the directory (ddev, dino) of v */
+	int (*inval_dirent)(struct view *v, dev_t ddev, ino_t dino, const char *name);
+	/* the file (dev, ino) of v changed; its pages too when data */
+	int (*inval_file)(struct view *v, dev_t dev, ino_t ino, bool data);
+	/* everything the kernel caches of s's data (events were lost) */
+	void (*inval_sbx)(struct sbx *s);
+};
+
 /* At start, before the session serves: open the fanotify group and start
  * the watcher thread; off (logged) when cache_timeout is 0 or fanotify
  * cannot serve.  fswatch_shutdown() before the session is destroyed. */
-void fswatch_init(const char *state_dir, long cache_timeout);
+void fswatch_init(const char *state_dir, long cache_timeout, const struct fswatch_hooks *hooks);
 void fswatch_shutdown(void);
 
 /* A data directory of v (fd: its O_PATH descriptor, st: its stat) is about

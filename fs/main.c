@@ -596,6 +596,13 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 	return 0;
 }
 
+/* The watcher of data caches invalidates through data.c (fswatch.h). */
+static const struct fswatch_hooks watch_hooks = {
+	.inval_dirent = data_inval_dirent,
+	.inval_file = data_inval_file,
+	.inval_sbx = data_inval_sbx,
+};
+
 int main(int argc, char **argv)
 {
 	struct args o;
@@ -657,7 +664,8 @@ int main(int argc, char **argv)
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
 		goto out;
-	fswatch_init(cfg->state_dir, cfg->cache_timeout);
+	fswatch_init(cfg->state_dir, cfg->cache_timeout, &watch_hooks);
+	view_set_kill_hook(fswatch_view_dead);
 	detach_stale_mount(cfg->state_dir, o.mountpoint);
 	if (fuse_session_mount(fs.se, o.mountpoint)) {
 		fprintf(stderr, "sbxfs: cannot mount %s\n", o.mountpoint);

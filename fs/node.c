@@ -31,7 +31,6 @@
 #include "../common/log.h"
 #include "../common/util.h"
 #include "fsbx.h"
-#include "fswatch.h"
 
 struct lock fs_lock = LOCK_INIT;
 static struct user_ent *users; /* fs_lock */
@@ -410,6 +409,13 @@ static int view_kill_locked(struct fs_sbx *f, struct view *v)
 	return nput + 1; /* + the sbx's reference */
 }
 
+static void (*view_killed_hook)(struct view *v);
+
+void view_set_kill_hook(void (*fn)(struct view *v))
+{
+	view_killed_hook = fn;
+}
+
 void view_kill(struct sbx *s)
 {
 	struct fs_sbx *f = fs_sbx(s);
@@ -421,8 +427,8 @@ void view_kill(struct sbx *s)
 	if (v)
 		nput = view_kill_locked(f, v);
 	fs_unlock();
-	if (v)
-		fswatch_view_dead(v);
+	if (v && view_killed_hook)
+		view_killed_hook(v);
 	while (nput-- > 0)
 		view_put(v);
 }

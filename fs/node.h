@@ -216,6 +216,9 @@ void view_put(struct view *v);
 struct view *view_current(struct sbx *s); /* referenced, creating it; NULL unless active */
 struct view *view_of_sbx(struct sbx *s);  /* referenced current view or NULL; never creates */
 void view_kill(struct sbx *s);            /* at release */
+/* At start: fn(v) runs after view_kill took v down (no lock held; the
+ * watcher of data caches lets go of v's watches: fswatch.h). */
+void view_set_kill_hook(void (*fn)(struct view *v));
 /* A pending view of s (a create has started: fs/acquire.c), referenced and
  * made s's current view; NULL on ENOMEM.  view_current adopts it once s is
  * active. */

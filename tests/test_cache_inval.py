@@ -166,8 +166,12 @@ def test_directory_replaced_by_a_file_and_back(sandbox):
     (ws / "d" / "inner").write_text("i")
     for _ in range(2):
         os.stat(ws / "d"), os.listdir(ws / "d"), os.stat(ws / "d" / "inner")
+    watched = read_json(m.mnt / ".status")["cache_watcher"]["directories"]
     c = Change(t, "rm -r d\necho file > d")
     try:
+        # the removed directory's watch goes with it
+        _poll("dir removed: unwatched",
+              lambda: read_json(m.mnt / ".status")["cache_watcher"]["directories"] == watched - 1)
         _poll("dir -> file: type", lambda: os.path.isfile(ws / "d") and not os.path.isdir(ws / "d"))
         _poll("dir -> file: content", lambda: (ws / "d").read_text() == "file\n")
         with pytest.raises(NotADirectoryError):
