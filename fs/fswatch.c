@@ -494,7 +494,9 @@ static void fsw_apply(const struct fsw_item *it)
 		n += fsw.hooks->inval_file(it->v, it->ddev, it->dino, false);
 	if (it->obj.len && fsw_identify(&it->obj, &dev, &ino))
 		n += fsw.hooks->inval_file(it->v, dev, ino, (it->mask & FSW_DATA_EVENTS) != 0);
-	else if (it->obj.len && (it->mask & FAN_DELETE) && (it->mask & FAN_ONDIR))
+	/* a directory has one name: removed, it is gone (its handle may still
+	 * open while a descriptor pins the inode) */
+	if (it->obj.len && (it->mask & FAN_DELETE) && (it->mask & FAN_ONDIR))
 		fsw_unwatch(&it->obj);
 	__atomic_add_fetch(&fsw.invals, (unsigned long long)n, __ATOMIC_RELAXED);
 }
