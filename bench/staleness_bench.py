@@ -124,15 +124,22 @@ def measure(binary, workdir, name, conf, changes):
         now = time.time_ns()
         out = open(os.path.join(job, "stdout")).read().split("\n")
         delays = {"rename": [], "append": [], "create": []}
-        for ln in out:
-            if not ln.strip():
-                continue
-            k, s, t = ln.split()
+        made = [ln.split() for ln in out if ln.strip()]
+        # a rename is shown once its file or a later one is: the first time any of
+        # them was seen (a poll may miss a file renamed over again 5 ms later)
+        renames = [(int(s), int(t)) for k, s, t in made if k == "rename"]
+        first = now
+        shown = {}
+        for ino, t in reversed(renames):
+            first = min(first, seen["rename"].get(ino, now))
+            shown[(ino, t)] = first
+        for k, s, t in made:
             s, t = int(s), int(t)
-            if s in seen[k]:
-                delays[k].append(max(0, seen[k][s] - t) / 1e6)
-            else:  # seen only after the job ended (or never)
-                delays[k].append(max(0, now - t) / 1e6)
+            if k == "rename":
+                at = shown[(s, t)]
+            else:  # counts: seen[k][s] is when the count first reached s
+                at = seen[k].get(s, now)  # else only after the job ended (or never)
+            delays[k].append(max(0, at - t) / 1e6)
         return delays, polls, status
     finally:
         d.stop(timeout=60)
