@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,30 +387,36 @@ static bool fsw_identify(const struct fsw_handle *h, dev_t *dev, ino_t *ino)
 	return true;
 }
 
-/* One event of the queue, resolved to its directory's view; false when it
- * is none of ours. */
-static bool fsw_parse(const struct fanotify_event_metadata *e, struct fsw_item *it)
+/* One event of the queue (e: its metadata, copied; rec..end: its info
+ * records, in the read buffer), resolved to its directory's view; false
+ * when it is none of ours.  Events follow each other unaligned in the
+ * buffer: every field is copied out, never read in place. */
+static bool fsw_parse(const struct fanotify_event_metadata *e, const char *rec, const char *end,
+	struct fsw_item *it)
 {
-	const char *p = (const char *)(e + 1), *end = (const char *)e + e->event_len;
+	const size_t fh_at = offsetof(struct fanotify_event_info_fid, handle);
+	const size_t bytes_at = fh_at + offsetof(struct file_handle, f_handle);
 	bool dir = false;
 
 	memset(it, 0, sizeof(*it));
 	it->mask = e->mask;
-	while (p + sizeof(struct fanotify_event_info_header) <= end) {
-		const struct fanotify_event_info_fid *f = (const void *)p;
-		const struct file_handle *fh = (const void *)f->handle;
+	while (rec + bytes_at <= end) {
+		struct fanotify_event_info_header hdr;
+		struct file_handle fh;
 		struct fsw_handle h;
 
-		if (f->hdr.len < sizeof(*f) + sizeof(*fh) || p + f->hdr.len > end)
+		memcpy(&hdr, rec, sizeof(hdr));
+		memcpy(&fh, rec + fh_at, sizeof(fh));
+		if (hdr.len < bytes_at || hdr.len > (size_t)(end - rec))
 			break;
-		if (fh->handle_bytes <= FSW_HANDLE_MAX) {
-			h.type = fh->handle_type;
-			h.len = fh->handle_bytes;
-			memcpy(h.b, fh->f_handle, h.len);
-			if (f->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME ||
-			    f->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
+		if (fh.handle_bytes <= FSW_HANDLE_MAX && bytes_at + fh.handle_bytes <= hdr.len) {
+			h.type = fh.handle_type;
+			h.len = fh.handle_bytes;
+			memcpy(h.b, rec + bytes_at, h.len);
+			if (hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || hdr.info_type == FAN_EVENT_INFO_TYPE_DFID) {
+				const char *name = rec + bytes_at + h.len;
+				size_t room = hdr.len - bytes_at - h.len;
 				struct fsw_dir *d;
-				const char *name = (const char *)fh->f_handle + fh->handle_bytes;
 
 				pthread_mutex_lock(&fsw.lock);
 				if ((d = fsw_find_locked(&h))) {
@@ -420,16 +427,16 @@ static bool fsw_parse(const struct fanotify_event_metadata *e, struct fsw_item *
 					dir = true;
 				}
 				pthread_mutex_unlock(&fsw.lock);
-				if (dir && f->hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME && strcmp(name, ".") &&
-				    !(it->name = strdup(name))) {
+				if (dir && hdr.info_type == FAN_EVENT_INFO_TYPE_DFID_NAME && room &&
+				    memchr(name, '\0', room) && strcmp(name, ".") && !(it->name = strdup(name))) {
 					view_put(it->v);
 					return false;
 				}
-			} else if (f->hdr.info_type == FAN_EVENT_INFO_TYPE_FID) {
+			} else if (hdr.info_type == FAN_EVENT_INFO_TYPE_FID) {
 				it->obj = h;
 			}
 		}
-		p += f->hdr.len;
+		rec += hdr.len;
 	}
 	return dir;
 }
@@ -504,21 +511,28 @@ static void fsw_apply(const struct fsw_item *it)
 /* Watcher thread: the events of one read. */
 static void fsw_batch(const char *buf, ssize_t len, struct fsw_item *items, uint64_t *seen)
 {
-	const struct fanotify_event_metadata *e;
-	size_t n = 0;
+	size_t n = 0, off = 0;
 	pid_t self = getpid();
 	bool overflow = false;
 
 	memset(seen, 0, FSW_BATCH * 2 * sizeof(*seen));
-	for (e = (const void *)buf; FAN_EVENT_OK(e, len); e = FAN_EVENT_NEXT(e, len)) {
-		if (e->vers != FANOTIFY_METADATA_VERSION)
+	while (off + sizeof(struct fanotify_event_metadata) <= (size_t)len) {
+		struct fanotify_event_metadata e;
+
+		memcpy(&e, buf + off, sizeof(e));
+		if (e.event_len < sizeof(e) || e.metadata_len < sizeof(e) || e.metadata_len > e.event_len ||
+		    e.event_len > (size_t)len - off)
+			break;
+		off += e.event_len;
+		if (e.vers != FANOTIFY_METADATA_VERSION)
 			continue;
 		__atomic_add_fetch(&fsw.events, 1, __ATOMIC_RELAXED);
-		if (e->mask & FAN_Q_OVERFLOW) {
+		if (e.mask & FAN_Q_OVERFLOW) {
 			overflow = true;
 			continue;
 		}
-		if (e->pid == self || n == FSW_BATCH || !fsw_parse(e, &items[n]))
+		if (e.pid == self || n == FSW_BATCH ||
+		    !fsw_parse(&e, buf + off - e.event_len + e.metadata_len, buf + off, &items[n]))
 			continue;
 		if (fsw_seen(seen, &items[n]))
 			fsw_item_free(&items[n]);
