@@ -306,3 +306,40 @@ def test_flood_of_changes_does_not_stall_other_sandboxes(mnt):
     _poll("after the flood", lambda: os.listdir(a / "workspace" / "fl") == [])
     st = read_json(b / "status")["cache"]
     assert st in ("long", "short (watcher overflow)"), st
+
+
+@pytest.mark.timeout_s(180)
+def test_watch_limit_puts_that_sandbox_alone_on_short_timeouts(mnt):
+    m = mnt
+    big = m.mnt / "alice" / "big"
+    other = m.mnt / "alice" / "other"
+    os.makedirs(big)
+    os.makedirs(other)
+    ws = _ws(big)
+    os.mkdir(ws / "tree")
+    # 16 500 directories made inside, then learned by the host: past the cap of
+    # 16 384 watched directories per sandbox
+    (ws / "mk.py").write_text("import os\nfor i in range(16500):\n    os.mkdir('tree/d%05d' % i)\n")
+    j = mkjob(big, "mk")
+    start(j, f"cd {INSIDE} && python3 mk.py")
+    assert wait_exit(j, 120) == 0
+    n = 0
+    with os.scandir(ws / "tree") as it:
+        for e in it:
+            e.stat(follow_symlinks=False)
+            n += 1
+    assert n == 16500
+    for d in ("d00000", "d16499"):
+        os.stat(ws / "tree" / d)
+    _poll("limit: status", lambda: read_json(big / "status")["cache"] == "short (watch limit)", 10)
+    assert "watch limit reached: 16384 directories" in m.log
+    # only that sandbox
+    assert read_json(other / "status")["cache"] == "long"
+    # and its changes still show (the short timeouts, the watched part invalidated)
+    (ws / "f").write_text("1")
+    os.stat(ws / "f")
+    c = Change(big, "echo 22 > f")
+    try:
+        _poll("limit: a change", lambda: os.stat(ws / "f").st_size == 3)
+    finally:
+        c.end()
