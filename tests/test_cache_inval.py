@@ -343,3 +343,21 @@ def test_watch_limit_puts_that_sandbox_alone_on_short_timeouts(mnt):
         _poll("limit: a change", lambda: os.stat(ws / "f").st_size == 3)
     finally:
         c.end()
+
+
+def test_release_lets_go_of_the_watches(mnt):
+    m = mnt
+    t = m.mnt / "alice" / "r"
+    os.makedirs(t)
+    for d in ("a", "b", "c"):
+        os.mkdir(_ws(t) / d)
+        os.listdir(_ws(t) / d)
+    assert read_json(m.mnt / ".status")["cache_watcher"]["directories"] >= 4
+    os.rmdir(t)
+    _poll("release: no watch left",
+          lambda: read_json(m.mnt / ".status")["cache_watcher"]["directories"] == 0, 10)
+    # reacquired: a new view, watched again
+    os.makedirs(t)
+    os.listdir(_ws(t) / "a")
+    assert read_json(t / "status")["cache"] == "long"
+    assert read_json(m.mnt / ".status")["cache_watcher"]["directories"] >= 2
