@@ -23,6 +23,7 @@
 #include "reports.h"
 #include "fswatch.h"
 #include "nodefd.h"
+#include "rfiles.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
@@ -92,7 +93,8 @@ static int ctl_sbx_status(struct view *v, struct buf *out)
 	buf_free(&b);
 	if (!o)
 		return -1;
-	json_object_set_new(o, "cache", json_string(fswatch_state(v)));
+	/* remote files have their own cache rules (rfiles.c) */
+	json_object_set_new(o, "cache", json_string(rfiles_is_remote(v, DD_WORKSPACE) ? "remote" : fswatch_state(v)));
 	return json_to_buf(o, out);
 }
 
