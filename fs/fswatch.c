@@ -25,6 +25,15 @@
  * FSW_OVERFLOW_HOLD_MS and all their cached attributes are dropped
  * (the inval_sbx hook: data_inval_sbx), which also ends the staleness of what was lost.
  *
+ * One race is left to the job's end: a file a job changes between the
+ * daemon's stat of it for a LOOKUP and the kernel's receipt of that reply
+ * may be invalidated before the kernel knows its inode (the notification
+ * then finds nothing), so the kernel keeps the older attributes; a known
+ * inode is safe (the kernel's attr_version discards the older reply).  The
+ * job's end still drops every cached attribute of the sandbox (data.c's
+ * data_inval_sbx), which bounds that case, and any other missed event, by
+ * the job's end.
+ *
  * Locks: fsw.lock, a leaf (docs/architecture.md), guards the table and is
  * held across fanotify_mark (an in-memory kernel call) so that a mark and
  * its removal never cross.  Invalidations run on the thread with no lock
