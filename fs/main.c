@@ -664,8 +664,6 @@ int main(int argc, char **argv)
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
 		goto out;
-	fswatch_init(cfg->state_dir, cfg->cache_timeout, &watch_hooks);
-	view_set_kill_hook(fswatch_view_dead);
 	detach_stale_mount(cfg->state_dir, o.mountpoint);
 	if (fuse_session_mount(fs.se, o.mountpoint)) {
 		fprintf(stderr, "sbxfs: cannot mount %s\n", o.mountpoint);
@@ -682,6 +680,9 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground)
 		service_detached(); /* MAINPID=, before the launcher exits */
+	/* after the detaching fork: the watcher is a thread */
+	fswatch_init(cfg->state_dir, cfg->cache_timeout, &watch_hooks);
+	view_set_kill_hook(fswatch_view_dead);
 	if (fuse_set_signal_handlers(fs.se))
 		goto out_unmount;
 	started = start_services(cfg, &reloader);

@@ -361,3 +361,21 @@ def test_release_lets_go_of_the_watches(mnt):
     os.listdir(_ws(t) / "a")
     assert read_json(t / "status")["cache"] == "long"
     assert read_json(m.mnt / ".status")["cache_watcher"]["directories"] >= 2
+
+
+@pytest.mark.timeout_s(120)
+def test_a_detached_daemon_keeps_its_watcher(sbxfs):
+    # the watcher is a thread: it must be started after the detaching fork
+    m = sbxfs(detach=True)
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    ws = _ws(t)
+    (ws / "f").write_text("1")
+    for _ in range(2):
+        os.stat(ws / "f")
+    assert read_json(t / "status")["cache"] == "long"
+    c = Change(t, "echo 22 > f")
+    try:
+        _poll("detached: a change", lambda: os.stat(ws / "f").st_size == 3)
+    finally:
+        c.end()
