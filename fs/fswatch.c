@@ -16,7 +16,11 @@
  * directory (a file handle, matched against the handles of this table),
  * the name, and the file itself (a handle, opened by the thread to find the
  * node the kernel may cache).  Events of the daemon's own pid are its own
- * writes through the mount, whose caches the kernel keeps itself: skipped.
+ * writes through the mount, whose caches the kernel keeps itself: skipped;
+ * so are those of processes in the daemon's mount namespace (every sandbox
+ * has its own), the host's passthrough writes through the mount, which the
+ * kernel also keeps its caches of.  A host process writing into state_dir
+ * directly, behind the mount, is not a sandbox and is not watched for.
  *
  * Bounds: FSW_DIRS_PER_VIEW marked directories per sandbox (past it, that
  * sandbox alone goes back to the short timeouts); the kernel's queue
@@ -110,6 +114,7 @@ static struct {
 	uint64_t overflow_until;          /* atomic: monotonic ms */
 	unsigned long long events, invals, overflows; /* atomic */
 	long stall_ms;                    /* test-only: SBXFS_TEST_FSWATCH_STALL_MS */
+	unsigned long long mntns;         /* the daemon's mount namespace (0: unknown) */
 	const struct fswatch_hooks *hooks;
 } fsw = { .fan = -1, .mntfd = -1, .wake = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
 
@@ -517,12 +522,26 @@ static void fsw_apply(const struct fsw_item *it)
 	__atomic_add_fetch(&fsw.invals, (unsigned long long)n, __ATOMIC_RELAXED);
 }
 
+/* Watcher thread: whether pid is outside every sandbox, i.e. in the
+ * daemon's own mount namespace (a sandbox always has one of its own): the
+ * host's passthrough writes through the mount, whose caches the kernel
+ * keeps itself.  last_pid and last cache the answer within one read (one
+ * writer makes many events); a process already gone counts as a sandbox's. */
+static bool fsw_host_pid(pid_t pid, pid_t *last_pid, bool *last)
+{
+	if (pid != *last_pid) {
+		*last_pid = pid;
+		*last = fsw.mntns && util_ns_inode(pid, "mnt") == fsw.mntns;
+	}
+	return *last;
+}
+
 /* Watcher thread: the events of one read. */
 static void fsw_batch(const char *buf, ssize_t len, struct fsw_item *items, uint64_t *seen)
 {
 	size_t n = 0, off = 0;
-	pid_t self = getpid();
-	bool overflow = false;
+	pid_t self = getpid(), last_pid = 0;
+	bool overflow = false, last_host = false;
 
 	memset(seen, 0, FSW_BATCH * 2 * sizeof(*seen));
 	while (off + sizeof(struct fanotify_event_metadata) <= (size_t)len) {
@@ -540,7 +559,7 @@ static void fsw_batch(const char *buf, ssize_t len, struct fsw_item *items, uint
 			overflow = true;
 			continue;
 		}
-		if (e.pid == self || n == FSW_BATCH ||
+		if (e.pid == self || n == FSW_BATCH || fsw_host_pid(e.pid, &last_pid, &last_host) ||
 		    !fsw_parse(&e, buf + off - e.event_len + e.metadata_len, buf + off, &items[n]))
 			continue;
 		if (fsw_seen(seen, &items[n]))
@@ -611,6 +630,7 @@ void fswatch_init(const char *state_dir, long cache_timeout, const struct fswatc
 		return;
 	}
 	fsw.hooks = hooks;
+	fsw.mntns = util_ns_inode(getpid(), "mnt");
 	fsw.stall_ms = stall ? strtol(stall, NULL, 10) : 0;
 	fsw.fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME_TARGET, O_RDONLY);
 	if (fsw.fan < 0) {
