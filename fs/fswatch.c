@@ -22,6 +22,16 @@
  * kernel also keeps its caches of.  A host process writing into state_dir
  * directly, behind the mount, is not a sandbox and is not watched for.
  *
+ * Cost for the host's own work through the mount (every create, unlink,
+ * write there is an event on a marked directory): writes and closes never
+ * reach the queue (an ignore mark on the daemon's mount of state_dir:
+ * fsw_ignore_own_mount); entry events cannot be kept out (the kernel has no
+ * mount for them) and are dropped by pid, the cheapest test first; and the
+ * thread waits FSW_GATHER_MS after each wakeup, so a storm of creates is
+ * read in a few large reads (the kernel also merges what waits in its
+ * queue) instead of one wakeup each.  That wait adds at most FSW_GATHER_MS
+ * to how long a job's change may stay unseen.
+ *
  * Bounds: FSW_DIRS_PER_VIEW marked directories per sandbox (past it, that
  * sandbox alone goes back to the short timeouts); the kernel's queue
  * (fanotify's max_queued_events): when it overflows the thread cannot know
@@ -72,6 +82,7 @@
 		FAN_DELETE_SELF | FAN_EVENT_ON_CHILD | FAN_ONDIR)
 #define FSW_NAME_EVENTS (FAN_CREATE | FAN_DELETE | FAN_MOVED_FROM | FAN_MOVED_TO)
 #define FSW_DATA_EVENTS (FAN_MODIFY | FAN_CLOSE_WRITE)
+#define FSW_GATHER_MS 2                /* wait after a wakeup, so one read takes a storm's events */
 
 /* Why a view is on the short timeouts (view->cache_short, atomic). */
 enum fsw_why { FSW_OK, FSW_LIMIT, FSW_FAILED };
@@ -114,6 +125,8 @@ static struct {
 	uint64_t overflow_until;          /* atomic: monotonic ms */
 	unsigned long long events, invals, overflows; /* atomic */
 	long stall_ms;                    /* test-only: SBXFS_TEST_FSWATCH_STALL_MS */
+	long gather_ms;                   /* FSW_GATHER_MS (bench: SBXFS_TEST_FSWATCH_GATHER_MS) */
+	bool mount_ignored;               /* the daemon's mount's data events stay out of the queue */
 	unsigned long long mntns;         /* the daemon's mount namespace (0: unknown) */
 	const struct fswatch_hooks *hooks;
 } fsw = { .fan = -1, .mntfd = -1, .wake = -1, .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -604,6 +617,8 @@ static void *fsw_thread(void *arg)
 			continue;
 		if (fsw.stall_ms) /* test-only: let the queue fill up */
 			poll(NULL, 0, (int)fsw.stall_ms);
+		else if (fsw.gather_ms) /* a storm's events come in one read, not one wakeup each */
+			poll(NULL, 0, (int)fsw.gather_ms);
 		len = read(fsw.fan, buf, FSW_BUF);
 		if (len > 0)
 			fsw_batch(buf, len, items, seen);
@@ -621,8 +636,33 @@ out:
 	return NULL;
 }
 
+/* Writes and closes through the daemon's own mount of state_dir (its own,
+ * and the host's passthrough writes through the FUSE mount, made by the
+ * host's processes on the daemon's backing files) are kept out of the queue
+ * by an ignore mark on that mount: a sandbox writes through its own bind
+ * mounts, which the mark does not cover.  Entry and attribute events carry
+ * no mount (the kernel refuses them on a mount mark: EINVAL), so those of
+ * the daemon's own creates and unlinks are still queued and dropped by pid.
+ * Without the mark (a kernel before 6.0) the pid and namespace filters drop
+ * them all the same, at the cost of reading them. */
+static void fsw_ignore_own_mount(const char *state_dir)
+{
+	const char *off = getenv("SBXFS_TEST_FSWATCH_NO_MOUNT_IGNORE"); /* test, bench: the cost without it */
+
+	if (off && *off)
+		return;
+	if (fanotify_mark(fsw.fan, FAN_MARK_ADD | FAN_MARK_MOUNT | FAN_MARK_IGNORE_SURV, FSW_DATA_EVENTS, AT_FDCWD,
+		    state_dir))
+		log_info("fswatch", "no ignore mark on state_dir's mount (%s): its writes are read and dropped",
+			strerror(errno));
+	else
+		fsw.mount_ignored = true;
+}
+
 void fswatch_init(const char *state_dir, long cache_timeout, const struct fswatch_hooks *hooks)
 {
+	const char *gather = getenv("SBXFS_TEST_FSWATCH_GATHER_MS");
+
 	const char *stall = getenv("SBXFS_TEST_FSWATCH_STALL_MS");
 
 	if (cache_timeout <= 0) {
@@ -632,11 +672,15 @@ void fswatch_init(const char *state_dir, long cache_timeout, const struct fswatc
 	fsw.hooks = hooks;
 	fsw.mntns = util_ns_inode(getpid(), "mnt");
 	fsw.stall_ms = stall ? strtol(stall, NULL, 10) : 0;
+	fsw.gather_ms = gather ? strtol(gather, NULL, 10) : FSW_GATHER_MS;
+	if (fsw.gather_ms < 0 || fsw.gather_ms > 20)
+		fsw.gather_ms = FSW_GATHER_MS;
 	fsw.fan = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME_TARGET, O_RDONLY);
 	if (fsw.fan < 0) {
 		log_warn("fswatch", "fanotify_init: %s: no watcher, data caches take the short timeouts", strerror(errno));
 		return;
 	}
+	fsw_ignore_own_mount(state_dir);
 	fsw.mntfd = open(state_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* not O_PATH: open_by_handle_at */
 	fsw.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fsw.mntfd < 0 || fsw.wake < 0 || pthread_create(&fsw.thread, NULL, fsw_thread, NULL)) {

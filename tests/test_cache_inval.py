@@ -389,3 +389,40 @@ def test_a_detached_daemon_keeps_its_watcher(sbxfs):
         _poll("detached: a change", lambda: os.stat(ws / "f").st_size == 3)
     finally:
         c.end()
+
+
+def _events(m):
+    return read_json(m.mnt / ".status")["cache_watcher"]["events"]
+
+
+@pytest.mark.parametrize("ignored", [True, False])
+def test_host_writes_through_the_mount_stay_out_of_the_queue(sbxfs, ignored):
+    # the host's writes through the mount are the daemon's backing files
+    # written through the daemon's own mount of state_dir: an ignore mark on
+    # that mount keeps them out of fanotify's queue (the watcher would read
+    # and drop each); a job's writes, through its own bind mounts, still come
+    env = {} if ignored else {"SBXFS_TEST_FSWATCH_NO_MOUNT_IGNORE": "1"}
+    m = sbxfs(env=env)
+    t = _acquire(m, "t")
+    ws = _ws(t)
+    (ws / "log").write_text("")
+    os.listdir(ws)
+    if ignored:
+        assert "no ignore mark" not in m.log
+    e0 = _events(m)
+    for i in range(40):  # paced: queued events of one writer and file merge
+        with open(ws / "log", "a") as f:
+            f.write("line %d\n" % i)
+        time.sleep(0.01)
+    c = Change(t, "echo job >> log")
+    try:
+        # the queue is read in order: the job's change seen, the host's writes were read too
+        _poll("a job's append after the host's", lambda: (ws / "log").read_text().endswith("line 39\njob\n"))
+        n = _events(m) - e0
+        print(f"events for 40 host appends and a job's change: {n}")
+        if ignored:
+            assert n < 20, f"{n} events: the host's writes were queued"
+        else:
+            assert n >= 40, f"{n} events: without the mark each host write is an event"
+    finally:
+        c.end()
