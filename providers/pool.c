@@ -635,7 +635,12 @@ static int pool_acquire_entry(struct sbx *s, bool reserved)
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	pthread_mutex_lock(&s->scope);
 	lock_acquire(&pool.lock);
-	cfg = config_get(pool.cfg);
+	if (reserved && s->reserved_cfg) { /* the configuration of the mkdir's moment */
+		cfg = s->reserved_cfg;
+		s->reserved_cfg = NULL;
+	} else {
+		cfg = config_get(pool.cfg);
+	}
 	prov = pool.prov;
 	enum sbx_state st = s->state;
 	if (token_check(token_current()) == SBX_ERR_INTR) {
@@ -750,6 +755,7 @@ int pool_reserve(const char *user, const char *thread, struct sbx **out)
 		err = pool_user_cap_locked(pool.cfg, user, scope);
 	if (!err) {
 		s->reserved = true;
+		s->reserved_cfg = config_get(pool.cfg);
 		s->refs++;
 		*out = s;
 	}
@@ -764,10 +770,15 @@ int pool_acquire_reserved(struct sbx *s)
 
 void pool_unreserve(struct sbx *s)
 {
+	struct sbx_config *cfg;
+
 	lock_acquire(&pool.lock);
 	s->reserved = false;
+	cfg = s->reserved_cfg;
+	s->reserved_cfg = NULL;
 	s->refs--;
 	lock_release(&pool.lock);
+	config_put(cfg);
 }
 
 struct sbx *pool_find_shown(const char *user, const char *thread, bool *creating)

@@ -61,6 +61,9 @@ struct sbx {
 	 * by pool_acquire_reserved in the same step that makes it ACTIVE or
 	 * NONE, so the scope is never seen free in between */
 	bool reserved;
+	/* the configuration in force when the reservation's mkdir was answered:
+	 * the create uses it, not a configuration reloaded meanwhile */
+	struct sbx_config *reserved_cfg;
 	double created_at, acquired_at;
 	uint64_t warm_since_ms;
 	struct sbx *next; /* hash chain */
@@ -145,7 +148,7 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out);
  * pool_reserve, on a FUSE worker (never blocks: pool.lock only): claim the
  * scope for one acquire, so a second mkdir gets EEXIST, the user's cap
  * counts it (EDQUOT) and ESHUTDOWN once stopping; 0 and a held reference
- * in *out.  pool_acquire_reserved, on a work thread: pool_acquire for the
+ * in *out; the configuration in force now is the create's.  pool_acquire_reserved, on a work thread: pool_acquire for the
  * reservation (its errno, or 0: the sandbox is active); the reservation
  * ends either way.  pool_unreserve: give it up without acquiring. */
 int pool_reserve(const char *user, const char *thread, struct sbx **out);

@@ -226,8 +226,11 @@ def test_last_error_shown_only_to_root_and_its_owner(sbxfs, accounts, tmp_path):
     os.chmod(tmp_path, 0o755)
     m = sbxfs(config={"users": {a: ua, b: ub}, "allow_other": True, "ready_timeout": 5,
                       "local": {"rootfs": str(rootfs)}})
-    res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1")])
-    assert "ok" in res[0] and res[1].get("errno") in ("EIO", "ETIMEDOUT"), res
+    # acquire: async: the mkdir answers, the create's failure reaches the ready
+    # file (or ENOENT once the failed create's directory is gone)
+    res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1"), ("read", m.mnt / a / "t1" / "ready")])
+    assert "ok" in res[0] and "ok" in res[1] and res[2].get("errno") in ("EIO", "ETIMEDOUT", "ENOENT"), res
+    assert wait_until(lambda: json.loads((m.mnt / ".status").read_text())["last_error"], 10)
     as_root = json.loads((m.mnt / ".status").read_text())
     assert as_root["last_error"] and as_root["last_error"]["scope"] == f"{a}/t1", as_root
     res = as_user(ua, [("read", m.mnt / ".status")])

@@ -418,6 +418,9 @@ class Chaos:
                 s.state = "unknown"
                 return
         try:
+            # acquire: async: the mkdir answered once the create started; the
+            # sandbox is acknowledged (active, to be adopted) once ready says so
+            (d / "ready").read_text()
             st = json.loads((d / "status").read_text())
         except (OSError, ValueError) as e:
             if isinstance(e, ValueError):
