@@ -119,8 +119,12 @@ int egress_ruleset(const struct egress_rules *r, struct buf *b)
 	unsigned char bin[16];
 	int e = 0;
 
-	/* delete what a previous attempt left, then define the table whole */
-	e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\ntable inet sbxfs {\n");
+	/* delete what a previous attempt left, then define the table whole; a
+	 * namespace made a moment ago has nothing to delete (and nobody in it
+	 * can add a table: no process there has CAP_NET_ADMIN) */
+	if (!r->fresh)
+		e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\n");
+	e |= buf_adds(b, "table inet sbxfs {\n");
 	if (r->mode == NET_OPEN && !r->allow_private) {
 		h4 = calloc(EGRESS_HOST_ADDRS, sizeof(*h4));
 		h6 = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
@@ -206,21 +210,58 @@ static int nft_apply_here(void *arg)
 	return r;
 }
 
+static void *egress_job_main(void *p)
+{
+	struct egress_job *j = p;
+
+	if (setns(j->nsfd, CLONE_NEWNET)) {
+		snprintf(j->err, sizeof(j->err), "cannot enter the sandbox's network namespace: %s", strerror(errno));
+		j->result = -1;
+		return NULL;
+	}
+	j->result = nft_apply_here(&(struct nft_call){ .text = buf_str(&j->text), .err = j->err, .errlen = sizeof(j->err) });
+	return NULL;
+}
+
+int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r)
+{
+	int e;
+
+	memset(j, 0, sizeof(*j));
+	buf_init(&j->text, 64 * 1024);
+	j->nsfd = nsfd;
+	j->result = -1;
+	snprintf(j->err, sizeof(j->err), "out of memory");
+	if (egress_ruleset(r, &j->text))
+		return 0; /* finish reports it */
+	/* a thread of its own: setns() changes only the calling thread, and
+	 * this one ends right after, so no other work runs in the namespace */
+	e = pthread_create(&j->thread, NULL, egress_job_main, j);
+	if (e) {
+		snprintf(j->err, sizeof(j->err), "cannot start a thread: %s", strerror(e));
+		return 0;
+	}
+	j->running = true;
+	return 0;
+}
+
+int egress_apply_finish(struct egress_job *j, char *err, size_t errlen)
+{
+	if (j->running)
+		pthread_join(j->thread, NULL);
+	j->running = false;
+	if (j->result)
+		snprintf(err, errlen, "%s", j->err);
+	buf_free(&j->text);
+	return j->result;
+}
+
 int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errlen)
 {
-	struct buf text = BUF_INIT(64 * 1024);
-	struct nft_call c = { .err = err, .errlen = errlen };
-	int res = -1;
+	struct egress_job j;
 
-	snprintf(err, errlen, "out of memory");
-	if (!egress_ruleset(r, &text)) {
-		c.text = buf_str(&text);
-		res = egress_in_netns(nsfd, nft_apply_here, &c);
-		if (res && errno && !strncmp(err, "out of memory", 13))
-			snprintf(err, errlen, "cannot enter the sandbox's network namespace: %s", strerror(errno));
-	}
-	buf_free(&text);
-	return res;
+	egress_apply_start(&j, nsfd, r);
+	return egress_apply_finish(&j, err, errlen);
 }
 
 /* ---- waiting for the link --------------------------------------------------------- */
