@@ -9,13 +9,19 @@
  * Why a clone of our own for bubblewrap: a sandbox's cgroups hold its
  * limits, and they must hold from bubblewrap's first instruction on (so its
  * init, the cgroup namespace it makes and everything after are inside
- * them).  posix_spawn cannot join a cgroup between the clone and the exec,
- * and cgroup v1 hierarchies (memory, pids, cpu on hybrid hosts) have no
- * CLONE_INTO_CGROUP; starting a launcher that joins and then execs
- * bubblewrap cost a whole exec on every create (docs/performance.md, "Cold
- * start").  So the child of local_spawn_joined writes itself into each
- * cgroup.procs (fds the parent opened) and then execs bubblewrap: the same
- * guarantee, one exec.
+ * them).  posix_spawn cannot join a cgroup between the clone and the exec;
+ * a launcher that joins and then execs bubblewrap (sbxfs-exec --launch,
+ * until 2026-12) cost a whole exec on every create.  And how a process
+ * joins matters: a write of cgroup.procs takes cgroup_threadgroup_rwsem for
+ * writing, which waits for an RCU grace period whenever the lock was idle
+ * (4-14 ms on this project's VM: docs/performance.md, "Cold start").  So
+ * local_spawn_joined clones with clone3 straight into the sandbox's v2
+ * cgroup (CLONE_INTO_CGROUP), and the child, a single thread, moves itself
+ * into each v1 cgroup (memory, pids, cpu of a hybrid host) through the
+ * "tasks" file, which for the calling thread takes no such lock; then it
+ * execs bubblewrap.  The same guarantee, one exec, no grace period.  A
+ * kernel without CLONE_INTO_CGROUP (before 5.7) gets the older way: a
+ * vfork-like clone that writes every cgroup.procs.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,10 +30,13 @@
 #include <signal.h>
 #include <spawn.h>
 #include <string.h>
+#include <linux/sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/util.h"
 #include "local.h"
 
 /* Move every fd of fds[] that sits in 0..LOCAL_SPAWN_FDS-1 at another
@@ -108,23 +117,21 @@ out_moved:
 
 #define SPAWN_STACK (128 * 1024)
 
-/* Shared with the child (CLONE_VM): set up by the parent, err written by
- * the child when it cannot exec (the parent runs again only after the
- * child's exec or exit: CLONE_VFORK). */
+/* What the child does between its clone and its exec (set up by the
+ * parent; with CLONE_VM it is shared, err written by the child when it
+ * cannot exec: the parent runs again only after the exec or the exit). */
 struct spawn_child {
 	char *const *argv, *const *envp;
 	int src[LOCAL_SPAWN_FDS]; /* what becomes 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2, else closed) */
 	int null_fd;
-	int join[CGROUP_MAX_JOIN], njoin; /* cgroup.procs files, open for writing */
+	int join[CGROUP_MAX_JOIN], njoin; /* files the child writes "0" to, open for writing */
+	int report;                       /* clone3: a pipe for errno when the exec fails */
 	volatile int err;
 };
 
-/* The child: only system calls, on its own stack, sharing the daemon's
- * memory until its exec.  Not instrumented: a sanitizer's bookkeeping of
- * this stack would outlive it in the shared memory. */
-__attribute__((no_sanitize_address)) static int spawn_child_main(void *p)
+/* The child's work: only system calls.  Returns only on failure (errno). */
+__attribute__((no_sanitize_address)) static void spawn_child_run(struct spawn_child *c)
 {
-	struct spawn_child *c = p;
 	struct sigaction dfl;
 	sigset_t none;
 
@@ -135,34 +142,146 @@ __attribute__((no_sanitize_address)) static int spawn_child_main(void *p)
 	for (int sig = 1; sig < NSIG; sig++)
 		sigaction(sig, &dfl, NULL); /* SIGKILL, SIGSTOP and libc's own refuse: fine */
 	if (setsid() < 0)
-		goto fail;
+		return;
 	/* into the sandbox's cgroups before anything else runs as this process */
 	for (int i = 0; i < c->njoin; i++)
 		if (write(c->join[i], "0", 1) != 1)
-			goto fail;
+			return;
 	for (int i = 0; i < LOCAL_SPAWN_FDS; i++) {
 		int from = c->src[i] >= 0 ? c->src[i] : i <= 2 ? c->null_fd : -1;
 		if (from < 0)
 			close(i);
 		else if (from == i ? fcntl(i, F_SETFD, 0) < 0 : dup2(from, i) < 0)
-			goto fail;
+			return;
 	}
-	close_range(LOCAL_SPAWN_FDS, ~0U, 0);
+	/* the rest closes at the exec (the report pipe must stay until then) */
+	close_range(LOCAL_SPAWN_FDS, ~0U, CLOSE_RANGE_CLOEXEC);
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	execve(c->argv[0], c->argv, c->envp);
-fail:
+}
+
+/* CLONE_VM child: on its own stack, sharing the daemon's memory until its
+ * exec.  Not instrumented: a sanitizer's bookkeeping of this stack would
+ * outlive it in the shared memory. */
+__attribute__((no_sanitize_address)) static int spawn_vm_child(void *p)
+{
+	struct spawn_child *c = p;
+
+	spawn_child_run(c);
 	c->err = errno ? errno : EIO;
 	_exit(127);
+}
+
+/* The fallback (a kernel without clone3's CLONE_INTO_CGROUP): a vfork-like
+ * clone that writes itself into every cgroup.procs, which waits for an RCU
+ * grace period per create (cgroup_threadgroup_rwsem). */
+static pid_t spawn_vm(struct spawn_child *c, const struct cgroup_join *j)
+{
+	void *stack;
+	pid_t pid;
+
+	for (c->njoin = 0; c->njoin < j->n; c->njoin++)
+		if ((c->join[c->njoin] = open(j->path[c->njoin], O_WRONLY | O_CLOEXEC)) < 0)
+			return -1;
+	stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -1;
+	pid = clone(spawn_vm_child, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, c);
+	if (pid > 0 && c->err) { /* it never ran the program: reap it */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		errno = c->err;
+		pid = -1;
+	}
+	munmap(stack, SPAWN_STACK);
+	return pid;
+}
+
+/* The v1 "tasks" file next to a cgroup.procs path. */
+static int spawn_open_tasks(const char *procs)
+{
+	char path[PATH_MAX];
+	const char *slash = strrchr(procs, '/');
+
+	if (!slash || str_fmt(path, sizeof(path), "%.*s/tasks", (int)(slash - procs), procs))
+		return -1;
+	return open(path, O_WRONLY | O_CLOEXEC);
+}
+
+/* The usual way: clone3 straight into the v2 cgroup (CLONE_INTO_CGROUP),
+ * and the child moves its single thread into each v1 cgroup through its
+ * "tasks" file.  Neither takes cgroup_threadgroup_rwsem for writing, whose
+ * RCU grace period (4-14 ms on this project's VM) a write of cgroup.procs
+ * waits for.  Without CLONE_VM (a copy-on-write child: clone3 has no
+ * function-and-stack form), so errno comes back through a pipe.  -1 with
+ * errno ENOSYS: the kernel has no such clone3. */
+static pid_t spawn_clone3(struct spawn_child *c, const struct cgroup_join *j)
+{
+	struct clone_args args = { .flags = 0, .exit_signal = SIGCHLD };
+	int v2 = -1, p[2] = { -1, -1 }, e = 0;
+	pid_t pid = -1;
+	ssize_t n;
+
+	for (int i = 0; i < j->n; i++) {
+		char dir[PATH_MAX];
+		const char *slash = strrchr(j->path[i], '/');
+		if (!j->v2[i]) {
+			if ((c->join[c->njoin] = spawn_open_tasks(j->path[i])) < 0)
+				goto out;
+			c->njoin++;
+		} else if (!slash || str_fmt(dir, sizeof(dir), "%.*s", (int)(slash - j->path[i]), j->path[i]) ||
+			   (v2 = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+			goto out;
+		}
+	}
+	if (v2 >= 0) {
+		args.flags |= CLONE_INTO_CGROUP;
+		args.cgroup = (uint64_t)v2;
+	}
+	if (pipe2(p, O_CLOEXEC))
+		goto out;
+	c->report = fcntl(p[1], F_DUPFD_CLOEXEC, 10);
+	if (c->report < 0)
+		goto out;
+	pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+	if (pid == 0) {
+		spawn_child_run(c);
+		e = errno ? errno : EIO;
+		if (write(c->report, &e, sizeof(e)) < 0)
+			_exit(126);
+		_exit(127);
+	}
+	if (pid < 0 && (errno == E2BIG || errno == EINVAL))
+		errno = ENOSYS;
+	if (pid < 0)
+		goto out;
+	close(c->report);
+	close(p[1]);
+	c->report = p[1] = -1;
+	while ((n = read(p[0], &e, sizeof(e))) < 0 && errno == EINTR)
+		;
+	if (n == sizeof(e)) { /* it never ran the program: reap it */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		pid = -1;
+		errno = e;
+	}
+out:
+	e = errno;
+	spawn_close_all(&v2, 1);
+	spawn_close_all(p, 2);
+	spawn_close_all(&c->report, 1);
+	errno = e;
+	return pid;
 }
 
 pid_t local_spawn_joined(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS],
 	const struct cgroup_join *j)
 {
-	struct spawn_child c = { .argv = argv, .envp = envp, .null_fd = -1 };
+	struct spawn_child c = { .argv = argv, .envp = envp, .null_fd = -1, .report = -1 };
 	int moved[LOCAL_SPAWN_FDS], saved;
 	sigset_t all, old;
-	void *stack = MAP_FAILED;
 	pid_t pid = -1;
 
 	for (int i = 0; i < CGROUP_MAX_JOIN; i++)
@@ -170,30 +289,23 @@ pid_t local_spawn_joined(char *const argv[], char *const envp[], const int fds[L
 	if (spawn_move_fds(fds, c.src, moved))
 		goto out;
 	c.null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (c.null_fd < 0)
+	if (c.null_fd < 0 || (saved = fcntl(c.null_fd, F_DUPFD_CLOEXEC, 10)) < 0)
 		goto out;
-	for (c.njoin = 0; c.njoin < j->n; c.njoin++)
-		if ((c.join[c.njoin] = open(j->path[c.njoin], O_WRONLY | O_CLOEXEC)) < 0)
-			goto out;
-	stack = mmap(NULL, SPAWN_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-	if (stack == MAP_FAILED)
-		goto out;
+	close(c.null_fd);
+	c.null_fd = saved;
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
-	pid = clone(spawn_child_main, (char *)stack + SPAWN_STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+	pid = spawn_clone3(&c, j);
+	if (pid < 0 && errno == ENOSYS) {
+		spawn_close_all(c.join, CGROUP_MAX_JOIN);
+		c.njoin = 0;
+		pid = spawn_vm(&c, j);
+	}
 	saved = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	errno = saved;
-	if (pid > 0 && c.err) { /* it never ran the program: reap it */
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		errno = c.err;
-		pid = -1;
-	}
 out:
 	saved = errno;
-	if (stack != MAP_FAILED)
-		munmap(stack, SPAWN_STACK);
 	spawn_close_all(c.join, CGROUP_MAX_JOIN);
 	spawn_close_all(&c.null_fd, 1);
 	spawn_close_all(moved, LOCAL_SPAWN_FDS);
