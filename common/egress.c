@@ -14,6 +14,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../common/log.h"
@@ -293,25 +296,66 @@ struct wait_call {
 	int pidfd;
 };
 
+/* A socket that becomes readable whenever a link or an address of the
+ * calling thread's namespace changes (its messages are only a wake-up:
+ * link_ready() reads the state), or -1. */
+static int link_events(void)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK,
+		.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR };
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void drain(int fd)
+{
+	char junk[8192];
+
+	while (recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+}
+
 static int wait_here(void *arg)
 {
 	struct wait_call *w = arg;
 	uint64_t deadline = util_now_ms() + (uint64_t)w->timeout_ms;
+	/* subscribed before the first look, so no change falls between them;
+	 * without it (no netlink), a look every 5 ms */
+	int ev = link_events(), r = -1;
 
 	for (;;) {
-		struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = w->pidfd, .events = POLLIN }, { .fd = ev, .events = POLLIN } };
+		uint64_t now = util_now_ms();
+		int left = now < deadline ? (int)(deadline - now) : 0;
 
-		if (link_ready(NULL))
-			return 0;
-		if (util_now_ms() >= deadline) {
+		if (link_ready(NULL)) {
+			r = 0;
+			break;
+		}
+		if (!left) {
 			errno = ETIMEDOUT;
-			return -1;
+			break;
 		}
-		if (w->pidfd >= 0 ? poll(&p, 1, 5) == 1 : usleep(5000) < 0) {
+		if (poll(p, 2, ev >= 0 ? left : (left < 5 ? left : 5)) < 0 && errno != EINTR)
+			break;
+		if (p[0].revents) {
 			errno = ECHILD; /* the helper ended */
-			return -1;
+			break;
 		}
+		if (p[1].revents)
+			drain(ev);
 	}
+	if (ev >= 0) {
+		int saved = errno;
+		close(ev);
+		errno = saved;
+	}
+	return r;
 }
 
 int egress_wait_link(int nsfd, int timeout_ms, int pidfd)
