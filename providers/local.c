@@ -889,13 +889,26 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	uint64_t deadline = util_now_ms() + 10000;
 
-	if (local_alive(lb))
+	/* through a pidfd taken while it is still this init: never a recycled
+	 * pid, and its exit wakes the wait (unmount destroys every sandbox) */
+	int pidfd = local_alive(lb) ? pidfd_open(lb->init_pid, 0) : -1;
+
+	if (pidfd >= 0 && local_alive(lb) && !pidfd_send_signal(pidfd, SIGKILL, NULL, 0)) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+			;
+	} else if (local_alive(lb)) {
 		kill(lb->init_pid, SIGKILL);
-	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
-		usleep(2000);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	/* bubblewrap reaps it and exits; gone from /proc once reaped (an
+	 * adopted sandbox's bubblewrap is not ours to wait for) */
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
+		usleep(1000);
 	/* what the init's death did not end (nothing, normally) and the cgroups */
 	cgroup_sandbox_destroy(lb->token);
 	local_net_down(&lb->net);
