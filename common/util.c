@@ -25,6 +25,11 @@ int util_mkdir_p(const char *path, mode_t mode)
 		errno = ENAMETOOLONG;
 		return -1;
 	}
+	/* most calls find the parent there already: one mkdir */
+	if (!mkdir(path, mode) || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
 	memcpy(tmp, path, n + 1);
 	for (char *p = tmp + 1; *p; p++) {
 		if (*p != '/')

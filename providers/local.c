@@ -510,11 +510,10 @@ static int local_save(struct local_box *lb)
 	return r;
 }
 
-/* local_net_up's started(): pasta runs, record it. */
-static void local_record(void *arg)
+/* local_net_up's started(): pasta is about to run, record it. */
+static int local_record(void *arg)
 {
-	if (local_save(arg))
-		log_warn("local", "cannot record pasta: %s", strerror(errno));
+	return local_save(arg);
 }
 
 static void local_box_free(struct local_box *lb)
@@ -649,10 +648,9 @@ static void local_close_fds(int *fds, int n)
 
 /* Where a create's time goes (a debug line per create; docs/performance.md,
  * "Cold start"): the moment each step ended. */
-enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET,
-	LS_SAVED, LS_N };
+enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET, LS_N };
 static const char *const local_step_names[LS_N] = { "start", "files", "cgroup", "identity", "spawn", "bwrap",
-	"record", "ready+rules", "pasta", "record2" };
+	"record", "ready+rules", "pasta" };
 
 static void local_steps_log(const char *scope, const uint64_t *t)
 {
@@ -779,12 +777,8 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_NET);
-	result = SBX_ERR_IO;
-	if (local_save(lb)) {
-		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
-		goto out;
-	}
-	LOCAL_STEP(LS_SAVED);
+	/* local.json is complete: written when bubblewrap named the init, and
+	 * again by local_record once pasta ran (open mode) */
 	local_steps_log(scope, steps);
 	*out = &lb->base;
 	lb = NULL;

@@ -82,7 +82,7 @@ int local_net_nsfd(pid_t init)
 }
 
 static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_spec *spec, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg)
 {
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
 	int pidfd = -1, left, gate[2] = { -1, -1 };
@@ -121,8 +121,11 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	out->pid = pid;
 	out->child = 1;
 	out->start = util_proc_starttime(pid);
-	if (started)
-		started(arg);
+	if (started && started(arg)) { /* unrecorded: it must not run */
+		log_err(scope, "local: cannot record pasta: %s", strerror(errno));
+		local_net_down(out);
+		goto out;
+	}
 	if (write(gate[1], "go\n", 3) != 3) {
 		log_err(scope, "local: pasta did not start: %s", strerror(errno));
 		local_net_down(out);
@@ -190,7 +193,7 @@ enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope
 }
 
 enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg)
 {
 	enum sbx_err result;
 	int nsfd;

@@ -47,7 +47,7 @@ enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope
  * takes pasta's early errors.  SBX_OK, or an error after logging it
  * (nothing is left running). */
 enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg);
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg);
 /* Is the helper (if any) still running? */
 int local_net_alive(struct local_net *n);
 /* End the helper (if any) and wait until it is gone. */
