@@ -913,6 +913,16 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	return SBX_OK;
 }
 
+/* Shutdown: the init's end (and with it the sandbox's) starts now;
+ * local_destroy waits for it. */
+static void local_stop_soon(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (local_alive(lb))
+		kill(lb->init_pid, SIGKILL);
+}
+
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -1093,6 +1103,7 @@ static const struct sbx_provider_ops local_ops = {
 	.box_free = local_box_release,
 	.adopt = local_adopt,
 	.kill_all = local_kill_all,
+	.stop_soon = local_stop_soon,
 	.box_status = local_box_status,
 	.exec_start = local_exec_start,
 	.exec_reattach = local_exec_reattach,

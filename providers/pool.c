@@ -1245,6 +1245,15 @@ void pool_shutdown(bool keep)
 		pool_provider_shutdown();
 		return;
 	}
+	/* every sandbox told to end first (a kill each), then destroyed by the
+	 * workers: their exits run meanwhile instead of one after the other */
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			pthread_mutex_lock(&s->scope);
+			if (s->box && s->box->prov->ops->stop_soon && (s->state == SBX_ACTIVE || s->state == SBX_WARM))
+				s->box->prov->ops->stop_soon(s->box);
+			pthread_mutex_unlock(&s->scope);
+		}
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
 		n++;
 	if (n == 0)
