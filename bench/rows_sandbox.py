@@ -260,15 +260,23 @@ def _acquire_open(ctx):
                 call_with_timeout(lambda: _acquire(p), 60, "mkdir " + p)
             times.append(tm.s)
         needle = (d.state + "/").encode()
+        found = {}
         for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
             try:
                 with open("/proc/%d/comm" % pid) as f:
                     comm = f.read().strip()
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
                     cmdline = f.read()
-            except OSError:
+                with open("/proc/%d/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
             if comm.startswith("pas") and needle in cmdline:
+                found[pid] = ppid
+        # a short-lived child pasta clones to work in the namespace has its
+        # parent's name and command line: count each pasta once
+        for pid, ppid in found.items():
+            if ppid not in found:
                 v = _pss_mib(pid)
                 if v is not None:
                     pss.append(v)

@@ -269,25 +269,55 @@ int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errle
 
 /* ---- waiting for the link --------------------------------------------------------- */
 
+/* Does the calling thread's namespace have a default route in the
+ * routing table of this /proc/thread-self/net file (route: IPv4, dest and
+ * mask 00000000; ipv6_route: ::/0)? */
+static bool default_route(const char *file, bool v6)
+{
+	char path[64], line[512];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/thread-self/net/%s", file);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char dest[40], plen[40], mask[16];
+		if (v6)
+			found = sscanf(line, "%39s %39s", dest, plen) == 2 &&
+				!strcmp(dest, "00000000000000000000000000000000") && !strcmp(plen, "00");
+		else
+			found = sscanf(line, "%*s %39s %*s %*s %*s %*s %*s %15s", dest, mask) == 2 &&
+				!strcmp(dest, "00000000") && !strcmp(mask, "00000000");
+	}
+	fclose(f);
+	return found;
+}
+
+/* pasta has configured the namespace: an interface other than lo is up
+ * with an address, and the default route of that family is there (pasta
+ * adds the route after the address: a sandbox handed out in between could
+ * not connect anywhere). */
 static int link_ready(void *arg)
 {
 	struct ifaddrs *ifa = NULL;
-	int found = 0;
+	bool v4 = false, v6 = false;
 
 	(void)arg;
 	if (getifaddrs(&ifa))
 		return 0;
-	for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next) {
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
 		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
 			continue;
 		if (i->ifa_addr->sa_family == AF_INET)
-			found = 1;
+			v4 = true;
 		else if (i->ifa_addr->sa_family == AF_INET6 &&
 			 !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
-			found = 1;
+			v6 = true;
 	}
 	freeifaddrs(ifa);
-	return found;
+	return (v4 && default_route("route", false)) || (v6 && default_route("ipv6_route", true));
 }
 
 /* One thread for the whole wait: it has joined the namespace once. */
