@@ -41,7 +41,9 @@ def _av_dirs(argv, path):
 
 def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="0123456789abcdef"):
     """argv of the bubblewrap sandbox that sbxfs's local provider starts (local_build_argv()
-    in providers/local.c, network mode open, no extra mounts, skills at /mnt/skills).
+    in providers/local.c, no extra mounts, skills at /mnt/skills): the same namespaces, a
+    network namespace of its own included (every mode has one: loopback only until the
+    daemon gives it more; before 2026-12-02 the peer had none, and a netns costs time).
     The daemon's pid 1 is its own helper (/run/sbxfs-init: drops to the uid, no caps,
     no_new_privs, "ready" on fd 4, reaps orphans); the peer does the same with
     setpriv + sh, the standard tools, so the bwrap flags are identical and only pid 1 differs.
@@ -51,7 +53,7 @@ def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="01234567
     info_fd:   pass --info-fd N (bwrap writes {"child-pid": ...} there)
     """
     argv = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--hostname", "sbx-" + token,
+            "--unshare-net", "--hostname", "sbx-" + token,
             "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
@@ -258,15 +260,23 @@ def _acquire_open(ctx):
                 call_with_timeout(lambda: _acquire(p), 60, "mkdir " + p)
             times.append(tm.s)
         needle = (d.state + "/").encode()
+        found = {}
         for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
             try:
                 with open("/proc/%d/comm" % pid) as f:
                     comm = f.read().strip()
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
                     cmdline = f.read()
-            except OSError:
+                with open("/proc/%d/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
             if comm.startswith("pas") and needle in cmdline:
+                found[pid] = ppid
+        # a short-lived child pasta clones to work in the namespace has its
+        # parent's name and command line: count each pasta once
+        for pid, ppid in found.items():
+            if ppid not in found:
                 v = _pss_mib(pid)
                 if v is not None:
                     pss.append(v)

@@ -38,7 +38,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -392,23 +391,10 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_add(a, dst);
 }
 
-/* sbxfs-exec --launch: bubblewrap starts inside the sandbox's cgroups, so
- * its init, and the cgroup namespace bubblewrap makes, are inside them. */
-static void av_launcher(struct argv_builder *a, const struct cgroup_join *j)
-{
-	av_add(a, local_exec_helper);
-	av_add(a, "--launch");
-	for (int i = 0; i < j->n; i++)
-		av_add(a, av_fmt(a, "--join=%s", j->path[i]));
-	av_add(a, "--");
-}
-
-static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, const struct cgroup_join *j,
-	uid_t uid, gid_t gid)
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, uid_t uid, gid_t gid)
 {
 	const struct sbx_config *cfg = s->cfg;
 
-	av_launcher(a, j);
 	av_add(a, local_bwrap);
 	av_add(a, "--unshare-pid");
 	av_add(a, "--unshare-ipc");
@@ -524,11 +510,10 @@ static int local_save(struct local_box *lb)
 	return r;
 }
 
-/* local_net_up's started(): pasta runs, record it. */
-static void local_record(void *arg)
+/* local_net_up's started(): pasta is about to run, record it. */
+static int local_record(void *arg)
 {
-	if (local_save(arg))
-		log_warn("local", "cannot record pasta: %s", strerror(errno));
+	return local_save(arg);
 }
 
 static void local_box_free(struct local_box *lb)
@@ -583,67 +568,6 @@ int local_memfd(const char *name, const void *data, size_t len)
 int local_filter_fd(void)
 {
 	return local_memfd("sbxfs-filter", local_filter.ptr, local_filter.len);
-}
-
-/* Start argv[0] with the given fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2, else closed), in a new
- * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
- * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
- * cloning: no copy of a daemon with many threads and mappings. */
-pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
-{
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	int moved[LOCAL_SPAWN_FDS], src[LOCAL_SPAWN_FDS];
-	sigset_t none;
-	pid_t pid = -1;
-	int r;
-
-	/* a source fd among 0..5 could be overwritten by an earlier dup2 */
-	for (int i = 0; i < LOCAL_SPAWN_FDS; i++) {
-		src[i] = fds[i];
-		moved[i] = -1;
-		if (fds[i] >= 0 && fds[i] < LOCAL_SPAWN_FDS && fds[i] != i) {
-			moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
-			if (moved[i] < 0)
-				return -1;
-			src[i] = moved[i];
-		}
-	}
-	if (posix_spawn_file_actions_init(&fa))
-		goto out_moved;
-	if (posix_spawnattr_init(&attr)) {
-		posix_spawn_file_actions_destroy(&fa);
-		goto out_moved;
-	}
-	sigemptyset(&none);
-	r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	r |= posix_spawnattr_setsigmask(&attr, &none);
-	{
-		sigset_t def;
-		sigemptyset(&def);
-		sigaddset(&def, SIGPIPE);
-		sigaddset(&def, SIGUSR2);
-		sigaddset(&def, SIGHUP);
-		sigaddset(&def, SIGTERM);
-		sigaddset(&def, SIGINT);
-		r |= posix_spawnattr_setsigdefault(&attr, &def);
-	}
-	for (int i = 0; i < LOCAL_SPAWN_FDS && !r; i++) {
-		if (src[i] >= 0)
-			r |= posix_spawn_file_actions_adddup2(&fa, src[i], i);
-		else if (i <= 2)
-			r |= posix_spawn_file_actions_addopen(&fa, i, "/dev/null", O_RDWR, 0);
-	}
-	r |= posix_spawn_file_actions_addclosefrom_np(&fa, LOCAL_SPAWN_FDS);
-	if (!r && posix_spawn(&pid, argv[0], &fa, &attr, argv, envp))
-		pid = -1;
-	posix_spawnattr_destroy(&attr);
-	posix_spawn_file_actions_destroy(&fa);
-out_moved:
-	for (int i = 0; i < LOCAL_SPAWN_FDS; i++)
-		if (moved[i] >= 0)
-			close(moved[i]);
-	return pid;
 }
 
 /* The sandbox's uid and its data directories (owned by it). */
@@ -722,8 +646,32 @@ static void local_close_fds(int *fds, int n)
 		}
 }
 
+/* Where a create's time goes (a debug line per create; docs/performance.md,
+ * "Cold start"): the moment each step ended. */
+enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET, LS_N };
+static const char *const local_step_names[LS_N] = { "start", "files", "cgroup", "identity", "spawn", "bwrap",
+	"record", "ready+rules", "pasta" };
+
+static void local_steps_log(const char *scope, const uint64_t *t)
+{
+	char line[512];
+	size_t n = 0;
+
+	for (int i = 1; i < LS_N && t[i]; i++) {
+		int w = snprintf(line + n, sizeof(line) - n, " %s %.2f", local_step_names[i],
+			(double)(t[i] - t[i - 1]) / 1000.0);
+		if (w < 0 || (size_t)w >= sizeof(line) - n)
+			break;
+		n += (size_t)w;
+	}
+	line[n] = '\0';
+	log_debug(scope, "local: create steps (ms):%s", line);
+}
+
 static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **out)
 {
+	uint64_t steps[LS_N] = { util_now_us() };
+#define LOCAL_STEP(k) (steps[k] = util_now_us())
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
@@ -733,6 +681,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX];
 	struct cgroup_join join = { 0 };
+	struct local_net_rules rules = { .nsfd = -1 };
 	bool made_cgroup = false, recorded = false;
 	uid_t uid;
 	gid_t gid;
@@ -744,6 +693,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	}
 	if ((result = local_prepare_files(s, scope, &uid, &gid)))
 		goto out;
+	LOCAL_STEP(LS_FILES);
 	result = SBX_ERR_IO;
 	{
 		const struct cgroup_limits lim = { s->cfg->res.memory, s->cfg->res.cpus, s->cfg->res.pids };
@@ -753,11 +703,13 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 			goto out;
 		}
 	}
+	LOCAL_STEP(LS_CGROUP);
 	if (!local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		goto out;
 	}
-	local_build_argv(a, s, &join, uid, gid);
+	LOCAL_STEP(LS_IDENTITY);
+	local_build_argv(a, s, uid, gid);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
 		result = SBX_ERR_INVAL;
@@ -779,13 +731,16 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	{
 		static char *const empty_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 		const int fds[LOCAL_SPAWN_FDS] = { -1, log_fd, log_fd, info_p[1], ready_p[1], filter_fd };
-		bwrap = local_spawn((char *const *)a->v, empty_env, fds);
+		/* bubblewrap's first instruction already runs inside the
+		 * sandbox's cgroups (local_spawn.c) */
+		bwrap = local_spawn_joined((char *const *)a->v, empty_env, fds, &join);
 	}
 	if (bwrap < 0) {
 		log_err(scope, "local: fork: %s", strerror(errno));
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
 		goto out;
 	}
+	LOCAL_STEP(LS_SPAWN);
 	local_close_fds((int[]){ info_p[1], ready_p[1] }, 2);
 	info_p[1] = ready_p[1] = -1;
 	if ((result = local_read_init_pid(info_p[0], deadline, &init))) {
@@ -793,6 +748,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
+	LOCAL_STEP(LS_INIT);
 	result = SBX_ERR_IO;
 	local_box_fill(lb, s, uid, gid, bwrap, init);
 	/* record the init as soon as it is known, before it is ready and before
@@ -803,19 +759,27 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		goto out;
 	}
 	recorded = true;
-	if ((result = local_wait_ready(ready_p[0], deadline, scope))) {
+	LOCAL_STEP(LS_RECORD);
+	/* the namespace exists (bubblewrap made it before it started the
+	 * init): its rules go in while the init starts; the sandbox is handed
+	 * out only once they are in force */
+	result = local_net_rules_start(&rules, scope, init, s, local_conf(s->cfg)->rootfs);
+	if (!result)
+		result = local_wait_ready(ready_p[0], deadline, scope);
+	if (result == SBX_ERR_TIMEOUT || result == SBX_ERR_IO)
 		local_log_tail(scope, logpath.ptr);
-		goto out;
-	}
-	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net, local_record,
-		lb);
+	if (rules.nsfd >= 0 && local_net_rules_finish(&rules, scope) && !result)
+		result = SBX_ERR_IO;
 	if (result)
 		goto out;
-	result = SBX_ERR_IO;
-	if (local_save(lb)) {
-		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+	LOCAL_STEP(LS_READY);
+	result = local_net_up(scope, init, s, log_fd, deadline, &lb->net, local_record, lb);
+	if (result)
 		goto out;
-	}
+	LOCAL_STEP(LS_NET);
+	/* local.json is complete: written when bubblewrap named the init, and
+	 * again by local_record once pasta ran (open mode) */
+	local_steps_log(scope, steps);
 	*out = &lb->base;
 	lb = NULL;
 	bwrap = -1;
@@ -842,6 +806,7 @@ out:
 	buf_free(&logpath);
 	local_box_free(lb);
 	return result;
+#undef LOCAL_STEP
 }
 
 /*
@@ -918,13 +883,26 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	uint64_t deadline = util_now_ms() + 10000;
 
-	if (local_alive(lb))
+	/* through a pidfd taken while it is still this init: never a recycled
+	 * pid, and its exit wakes the wait (unmount destroys every sandbox) */
+	int pidfd = local_alive(lb) ? pidfd_open(lb->init_pid, 0) : -1;
+
+	if (pidfd >= 0 && local_alive(lb) && !pidfd_send_signal(pidfd, SIGKILL, NULL, 0)) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+			;
+	} else if (local_alive(lb)) {
 		kill(lb->init_pid, SIGKILL);
-	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
-		usleep(2000);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	/* bubblewrap reaps it and exits; gone from /proc once reaped (an
+	 * adopted sandbox's bubblewrap is not ours to wait for) */
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
+		usleep(1000);
 	/* what the init's death did not end (nothing, normally) and the cgroups */
 	cgroup_sandbox_destroy(lb->token);
 	local_net_down(&lb->net);
@@ -933,6 +911,16 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	buf_free(&path);
 	lb->init_pid = 0;
 	return SBX_OK;
+}
+
+/* Shutdown: the init's end (and with it the sandbox's) starts now;
+ * local_destroy waits for it. */
+static void local_stop_soon(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (local_alive(lb))
+		kill(lb->init_pid, SIGKILL);
 }
 
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
@@ -1115,6 +1103,7 @@ static const struct sbx_provider_ops local_ops = {
 	.box_free = local_box_release,
 	.adopt = local_adopt,
 	.kill_all = local_kill_all,
+	.stop_soon = local_stop_soon,
 	.box_status = local_box_status,
 	.exec_start = local_exec_start,
 	.exec_reattach = local_exec_reattach,

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "../common/buf.h"
+#include "cgroup.h"
 #include "local_net.h"
 #include "provider.h"
 
@@ -66,10 +67,14 @@ void local_exec_free(struct sbx_exec *x);
 enum sbx_err local_kill_all(struct sbx_box *b);
 void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
 
-/* Start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2,
- * closed above), in a new session, every other fd closed, no signal
- * blocked.  pid or -1. */
+/* local_spawn.c: start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1:
+ * /dev/null for 0..2, closed above), in a new session, every other fd
+ * closed, no signal blocked.  pid or -1 (errno).  _joined: and inside the
+ * cgroups of j from its first instruction (every signal's disposition the
+ * default). */
 pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
+pid_t local_spawn_joined(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS],
+	const struct cgroup_join *j);
 
 
 #endif

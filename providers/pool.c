@@ -545,6 +545,7 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	struct pool_dirs d;
 	struct sbx_spec spec;
 	enum sbx_err e;
+	uint64_t t0 = util_now_us(), t1, t2;
 	int err;
 
 	err = pool_dirs(s, &d);
@@ -564,7 +565,9 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_dirs_free(&d);
 		return EIO;
 	}
+	t1 = util_now_us();
 	e = prov->ops->create(&spec, &box);
+	t2 = util_now_us();
 	pool_dirs_free(&d);
 	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
 		log_info(scope, "create cancelled: the provider cleaned up what it made");
@@ -599,6 +602,8 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_unsave(s);
 		return err;
 	}
+	log_debug(scope, "pool: create steps (ms): prepare %.2f provider %.2f policy+record %.2f",
+		(double)(t1 - t0) / 1000.0, (double)(t2 - t1) / 1000.0, (double)(util_now_us() - t2) / 1000.0);
 	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)box->uid);
 	return 0;
 }
@@ -1251,6 +1256,15 @@ void pool_shutdown(bool keep)
 		pool_provider_shutdown();
 		return;
 	}
+	/* every sandbox told to end first (a kill each), then destroyed by the
+	 * workers: their exits run meanwhile instead of one after the other */
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			pthread_mutex_lock(&s->scope);
+			if (s->box && s->box->prov->ops->stop_soon && (s->state == SBX_ACTIVE || s->state == SBX_WARM))
+				s->box->prov->ops->stop_soon(s->box);
+			pthread_mutex_unlock(&s->scope);
+		}
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
 		n++;
 	if (n == 0)

@@ -287,6 +287,11 @@ struct sbx_provider_ops {
 	 * which report "killed", and what finished jobs left behind), keeping
 	 * the sandbox and its files.  Default NOTSUP. */
 	enum sbx_err (*kill_all)(struct sbx_box *box);
+	/* MAY: at a shutdown that destroys every sandbox, start ending this one
+	 * now, without waiting for anything (the local provider: SIGKILL to its
+	 * init), so that the sandboxes' ends overlap; destroy follows and
+	 * finishes the job.  Scope lock held. */
+	void (*stop_soon)(struct sbx_box *box);
 	/* MAY: add the provider's own keys to the sandbox's status JSON (e.g.
 	 * init_pid).  Any thread, pool.lock held: MUST NOT block. */
 	void (*box_status)(struct sbx_box *box, struct json_t *out);
