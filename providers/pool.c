@@ -600,6 +600,7 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	if (!claimed) {
 		pool_enforce_replicas(cfg->replicas, scope);
 		e = prov->ops->create(&spec, &box);
+		spares_refill(); /* none was ready (reaped while idle, all taken): demand is back */
 	}
 	pool_dirs_free(&d);
 	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
