@@ -7,7 +7,7 @@
  * with empty directories where a thread's data goes and an init that has
  * no uid yet (sbxfs-init --spare).  Claiming it must not restart it, so
  * what a create puts on bubblewrap's command line is done to the running
- * sandbox instead, by the daemon (root), in the order a create does it:
+ * sandbox instead, by the daemon (root):
  *   1. the thread's uid (uidpool: the same one a cold create gives, kept
  *      by the thread for ever) and its data directories owned by it, and
  *      its passwd/group (local_etc.c);
@@ -21,7 +21,10 @@
  *      cannot setns into a mount namespace), and the sandbox's seccomp
  *      filter, which forbids all of these, binds only its own processes;
  *   3. the init learns the uid through its claim FIFO and drops to it
- *      (helpers/local_init.c); the claim waits until /proc shows it;
+ *      (helpers/local_init.c), told right after step 1 so that it does so
+ *      while the daemon does step 2; the claim then waits until /proc
+ *      shows it (a spare runs nothing else, and no job starts before the
+ *      claim has returned);
  *   4. the record (local.json) moves to the thread's directory, keeping
  *      the spare's cgroup (lb->token) so destroy and adoption find it.
  * The data is attached, never copied: a thread whose sandbox was destroyed
@@ -234,8 +237,9 @@ static long claim_proc_uid(pid_t pid)
 	return uid;
 }
 
-/* Step 3: tell the init its uid and wait until it runs as it. */
-static enum sbx_err claim_uid(struct local_box *lb, uid_t uid, gid_t gid, uint64_t deadline, const char *scope)
+/* Step 3: tell the init its uid (it drops to it while the daemon attaches
+ * the mounts: nothing but the init runs in the spare until the claim ends). */
+static enum sbx_err claim_tell_uid(struct local_box *lb, uid_t uid, gid_t gid, const char *scope)
 {
 	char path[64], line[48];
 	int fd, len;
@@ -253,6 +257,12 @@ static enum sbx_err claim_uid(struct local_box *lb, uid_t uid, gid_t gid, uint64
 		return SBX_ERR_IO;
 	}
 	close(fd);
+	return SBX_OK;
+}
+
+/* ... and wait until /proc shows the init runs as it. */
+static enum sbx_err claim_wait_uid(struct local_box *lb, uid_t uid, uint64_t deadline, const char *scope)
+{
 	while (claim_proc_uid(lb->init_pid) != (long)uid) {
 		if (!local_alive(lb) || util_now_ms() > deadline) {
 			log_err(scope, "local: claim: the spare's init did not take uid %u (%s)", (unsigned)uid,
@@ -303,13 +313,13 @@ enum sbx_err local_claim(struct sbx_box *b, const struct sbx_spec *s)
 		log_err(scope, "local: claim: the spare's init (pid %d) is gone", (int)lb->init_pid);
 		return SBX_ERR_GONE;
 	}
-	if ((e = local_prepare_files(s, scope, &uid, &gid)))
+	if ((e = local_prepare_files(s, scope, &uid, &gid)) || (e = claim_tell_uid(lb, uid, gid, scope)))
 		return e;
 	if (!local_rootfs(s->cfg) && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		return SBX_ERR_IO;
 	}
-	if ((e = claim_mounts(lb, s, scope)) || (e = claim_uid(lb, uid, gid, deadline, scope)))
+	if ((e = claim_mounts(lb, s, scope)) || (e = claim_wait_uid(lb, uid, deadline, scope)))
 		return e;
 	return claim_record(lb, s, uid, gid, scope);
 }
