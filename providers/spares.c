@@ -383,13 +383,13 @@ static void spares_adopt_one(const char *dir, const char *token)
 	char scope[NAMES_SCOPE_MAX];
 	struct sbx_spec spec;
 
-	snprintf(scope, sizeof(scope), "spare/%s", token);
+	snprintf(scope, sizeof(scope), "spare/%.*s", SCOPE_TOKEN_LEN, token);
 	if (!sp || !(sp->dir = strdup(dir))) {
 		free(sp);
 		json_decref(j);
 		return;
 	}
-	snprintf(sp->token, sizeof(sp->token), "%s", token);
+	memcpy(sp->token, token, SCOPE_TOKEN_LEN); /* spares_scan checked its length */
 	sp->prov = spares.prov;
 	sp->cfg = config_get(spares.cfg);
 	if (pname && strcmp(pname, spares.prov->name)) {
