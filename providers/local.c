@@ -995,6 +995,15 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	return SBX_OK;
 }
 
+/* A spare's init still waits for its claim: its FIFO is there. */
+static bool local_spare_unclaimed(struct local_box *lb)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/root/run/sbxfs-claim", (int)lb->init_pid);
+	return access(path, F_OK) == 0;
+}
+
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -1034,6 +1043,13 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 		 * leftovers; it is recreated on reclaim (its data stays) */
 		log_warn(s->user, "local: sandbox %s has no cgroup of its own: recreated on reclaim", lb->token);
 		kill(lb->init_pid, SIGKILL);
+	}
+	if (s->spare && local_alive(lb) && !local_spare_unclaimed(lb)) {
+		/* a claim cut short by a crash: it may carry a thread's uid and
+		 * mounts, and no claim can reach it any more */
+		log_warn("local", "spare %s: its claim FIFO is gone (a claim was interrupted): ending it", s->token);
+		kill(lb->init_pid, SIGKILL);
+		lb->init_pid = 0; /* dead to the health check at once; destroy ends the rest (its cgroup) */
 	}
 	if (!local_alive(lb))
 		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */

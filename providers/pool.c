@@ -277,6 +277,7 @@ static int pool_dirs(struct sbx *s, struct pool_dirs *d)
 
 static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg, struct sbx_spec *spec)
 {
+	memset(spec, 0, sizeof(*spec)); /* a scope's: not a spare */
 	spec->user = s->user;
 	spec->thread = s->thread;
 	spec->token = s->token;

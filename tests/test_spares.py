@@ -250,6 +250,50 @@ def test_interrupted_spare_create_cleaned_at_start(sbxfs):
         m.track(pid)
 
 
+@pytest.mark.timeout_s(120)
+def test_interrupted_claim_spare_not_adopted(sbxfs):
+    """A spare whose claim FIFO is gone (a claim cut short by a crash, after
+    the init took a thread's uid) is ended at start, not adopted."""
+    m = start(sbxfs)
+    before = spare_inits(m)
+    m.kill9()
+    tok = sorted(before)[0]
+    os.unlink(f"/proc/{before[tok]}/root/run/sbxfs-claim")
+    m.restart()
+    wait_spares(m, 2)
+    assert wait_until(lambda: not sbxutil.pid_alive(before[tok]), 5)
+    assert spares(m)["adopted"] == 1, spares(m)
+    assert "claim FIFO is gone" in m.log
+    for pid in spare_inits(m).values():
+        m.track(pid)
+
+
+@pytest.mark.timeout_s(120)
+def test_claimed_sandbox_adopted_after_kill9_and_ended_at_unmount(sbxfs):
+    """A claimed sandbox keeps its spare's cgroups (local.json "cgroup"):
+    after a kill -9 it is adopted as the thread's, reclaimed, and destroyed
+    at unmount with nothing left."""
+    m = start(sbxfs)
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    st = sbxutil.status(t)
+    assert st["from_spare"] is True
+    rec = json.loads((m.thread_data("alice", "t") / "local.json").read_text())
+    assert rec["cgroup"] != st["id"] and rec["init_pid"] == st["init_pid"], (rec, st)
+    wait_spares(m, 2)
+    m.kill9()
+    m.restart()
+    wait_spares(m, 2)
+    os.mkdir(t)  # adopted warm: reclaimed, the same init
+    assert sbxutil.status(t)["init_pid"] == st["init_pid"]
+    assert run(t, "j", "id -u").strip() == str(st["uid"])
+    pids = list(spare_inits(m).values()) + [st["init_pid"]]
+    assert m.stop() == 0
+    assert not any(sbxutil.pid_alive(p) for p in pids)
+    assert sbxutil.sandbox_cgroups(m.state_dir) == []
+    assert not sbxutil.procs_matching(m.state_dir)
+
+
 def test_none_left_after_unmount(sbxfs):
     m = start(sbxfs)
     os.makedirs(m.mnt / "alice" / "t")
