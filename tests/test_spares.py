@@ -154,6 +154,41 @@ def test_open_mode_spare_has_its_network(sbxfs):
     assert "lo" in out.split() and len(out.split()) == 2, out
 
 
+def test_allowlist_spare_gets_its_proxy_at_claim(sbxfs):
+    m = start(sbxfs, network={"mode": "allowlist", "allow_domains": ["static.example.test"]})
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    st = sbxutil.status(t)
+    assert st["from_spare"] is True and st["network_mode"] == "allowlist", st
+    out = run(t, "j", "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 3128), 5); print('proxy')\"; "
+                      "echo $HTTPS_PROXY")
+    assert out.split() == ["proxy", "http://127.0.0.1:3128"], out
+
+
+def test_users_mapping_uid_given_at_claim(sbxfs):
+    uid = 61777
+    m = start(sbxfs, users={"alice": uid})
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    st = sbxutil.status(t)
+    assert st["from_spare"] is True and st["uid"] == uid, st
+    out = run(t, "j", "id -u; touch /mnt/user-data/workspace/w; stat -c %u /proc/1")
+    assert out.split() == [str(uid), str(uid)], out
+    assert (m.workspace_data("alice", "t") / "w").stat().st_uid == uid
+
+
+def test_reload_to_prewarm_zero_destroys_spares(sbxfs):
+    m = start(sbxfs)
+    pids = list(spare_inits(m).values())
+    reconfigure(m, pool={"prewarm": 0})
+    m.proc.send_signal(signal.SIGHUP)
+    assert wait_until(lambda: spares(m)["prewarm"] == 0 and spares(m)["ready"] == 0, 10), spares(m)
+    assert wait_until(lambda: not any(sbxutil.pid_alive(p) for p in pids), 5)
+    os.makedirs(m.mnt / "alice" / "t")
+    assert sbxutil.status(m.mnt / "alice" / "t")["from_spare"] is False
+    assert spares(m)["creating"] == 0 and not list((m.state_dir / "spares").iterdir())
+
+
 def test_warm_thread_reclaims_its_own_sandbox_not_a_spare(sbxfs):
     m = start(sbxfs)
     t = m.mnt / "alice" / "t"
