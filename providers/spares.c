@@ -162,18 +162,22 @@ static void spares_make_run(void *arg)
 {
 	struct spare *sp = arg;
 	struct sbx_spec spec;
-	char scope[NAMES_SCOPE_MAX];
+	char scope[NAMES_SCOPE_MAX], remote_id[sizeof(((struct sbx_box *)0)->remote_id)] = "";
 	enum sbx_err e = SBX_ERR_IO;
 	bool keep;
 
 	snprintf(scope, sizeof(scope), "spare/%s", sp->token);
 	spare_spec(sp, &spec);
-	if (util_mkdir_p(sp->dir, 0700) || spare_save(sp, "creating"))
+	if (util_mkdir_p(sp->dir, 0700) || spare_save(sp, "creating")) {
 		log_err(scope, "cannot record the spare in %s: %s", sp->dir, strerror(errno));
-	else if ((e = sp->prov->ops->create(&spec, &sp->box)))
+	} else if ((e = sp->prov->ops->create(&spec, &sp->box))) {
 		log_err(scope, "create of a spare failed: %s", sbx_err_name(e));
-	else if (spare_save(sp, "ready"))
-		e = SBX_ERR_IO, log_err(scope, "cannot record the spare: %s", strerror(errno));
+	} else if (spare_save(sp, "ready")) {
+		log_err(scope, "cannot record the spare: %s", strerror(errno));
+		e = SBX_ERR_IO;
+	}
+	if (!e) /* from here on sp may be claimed and freed by another thread */
+		snprintf(remote_id, sizeof(remote_id), "%s", sp->box->remote_id);
 	pthread_mutex_lock(&spares.lock);
 	spares.n_creating--;
 	keep = !e && !spares.stopping && sp->cfg == spares.cfg && sp->prov == spares.prov;
@@ -188,7 +192,7 @@ static void spares_make_run(void *arg)
 	}
 	pthread_mutex_unlock(&spares.lock);
 	if (keep)
-		log_info(scope, "spare ready (%s)", sp->box->remote_id);
+		log_info(scope, "spare ready (%s)", remote_id);
 	else
 		spare_destroy(sp, e ? "its create failed" : "no longer wanted");
 }
@@ -407,6 +411,7 @@ static void spares_adopt_one(const char *dir, const char *token)
 	} else if (spares.prov->ops->health(sp->box) != SBX_OK) {
 		spare_destroy(sp, "it failed its health check");
 	} else {
+		log_info(scope, "spare adopted (%s)", sp->box->remote_id); /* before another thread may take it */
 		pthread_mutex_lock(&spares.lock);
 		sp->ready_since_ms = util_now_ms();
 		sp->next = spares.ready;
@@ -414,7 +419,6 @@ static void spares_adopt_one(const char *dir, const char *token)
 		spares.n_ready++;
 		spares.st.adopted++;
 		pthread_mutex_unlock(&spares.lock);
-		log_info(scope, "spare adopted (%s)", sp->box->remote_id);
 	}
 	json_decref(j);
 }
