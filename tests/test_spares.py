@@ -90,10 +90,12 @@ def test_new_thread_claims_spare_with_the_threads_identity(sbxfs):
     then with spares the same thread and a new one claim: the job shows
     what a cold create shows (uid, gid, name, ownership, network), with the
     earlier data attached, not copied."""
-    m = sbxfs(config={"pool": {"prewarm": 0}, "replicas": 6})
+    m = sbxfs(config={"pool": {"prewarm": 0}, "replicas": 6, "environment": {"GREETING": "hi"}})
     t1 = m.mnt / "alice" / "t1"
     sbxutil.mkdir_ready(t1, parents=True)
-    cold = run(t1, "j", PROBE + "; echo cold > /mnt/user-data/workspace/f")
+    (m.thread_data("alice", "t1") / "skills" / "s.md").write_text("skill\n")
+    probe = PROBE + "; echo $GREETING; cat /mnt/skills/s.md; touch /mnt/skills/x 2>/dev/null || echo ro"
+    cold = run(t1, "j", probe + "; echo cold > /mnt/user-data/workspace/f")
     cold_status = sbxutil.status(t1)
     assert cold_status["from_spare"] is False, cold_status
     m.stop()
@@ -111,7 +113,7 @@ def test_new_thread_claims_spare_with_the_threads_identity(sbxfs):
     assert st["from_spare"] is True and st["init_pid"] in inits, (st, inits)
     assert claims(m) == (1, 0)
     assert st["uid"] == cold_status["uid"], (st, cold_status)
-    warm = run(t1, "j2", PROBE + "; cat /mnt/user-data/workspace/f; echo claimed >> /mnt/user-data/workspace/f")
+    warm = run(t1, "j2", probe + "; cat /mnt/user-data/workspace/f; echo claimed >> /mnt/user-data/workspace/f")
     assert warm.splitlines()[:-1] == cold.splitlines(), (warm, cold)
     assert warm.splitlines()[-1] == "cold"
     f = m.workspace_data("alice", "t1") / "f"
@@ -119,6 +121,7 @@ def test_new_thread_claims_spare_with_the_threads_identity(sbxfs):
     lines = warm.splitlines()
     assert lines[0] == str(st["uid"]) and lines[3] == f"sbx-{st['id']}", lines
     assert lines[6].split() == ["outputs", "uploads", "workspace"], lines
+    assert lines[8:11] == ["hi", "skill", "ro"], lines  # environment and skills (read-only)
     # the init itself took the thread's uid (it was root, waiting, as a spare)
     assert proc_uid(st["init_pid"]) == st["uid"]
 
