@@ -68,10 +68,11 @@ static int ctl_status(struct buf *out, uid_t reader)
 		(json_int_t)st.reaps, "adopted", (json_int_t)st.adopted, "last_error", le ? le : json_null());
 	if (o) /* pool.prewarm (providers/spares.h) */
 		json_object_set_new(o, "spares",
-			json_pack("{s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I}", "prewarm", st.spares.target, "ready",
+			json_pack("{s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "prewarm", st.spares.target, "ready",
 				(int)st.spares.ready, "creating", (int)st.spares.creating, "claims",
 				(json_int_t)st.spares.claims, "claim_failures", (json_int_t)st.spares.claim_failures,
-				"made", (json_int_t)st.spares.made, "reaps", (json_int_t)st.spares.reaps, "evictions",
+				"made", (json_int_t)st.spares.made, "make_failures", (json_int_t)st.spares.make_failures,
+				"reaps", (json_int_t)st.spares.reaps, "evictions",
 				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted));
 	if (o) /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
@@ -297,7 +298,9 @@ static int ctl_metrics(struct buf *out)
 	r |= buf_addf(out, "sbxfs_spare_claims_total{result=\"ok\"} %llu\nsbxfs_spare_claims_total{result=\"failed\"} %llu\n",
 		(unsigned long long)st.spares.claims, (unsigned long long)st.spares.claim_failures);
 	r |= metric_head(out, "sbxfs_spare_events_total", "counter",
-		"Spares made, reaped (idle_timeout), evicted (replicas) and adopted at start.");
+		"Spares made, failed to make, reaped (idle_timeout), evicted (replicas) and adopted at start.");
+	r |= buf_addf(out, "sbxfs_spare_events_total{event=\"make_failed\"} %llu\n",
+		(unsigned long long)st.spares.make_failures);
 	r |= buf_addf(out,
 		"sbxfs_spare_events_total{event=\"made\"} %llu\nsbxfs_spare_events_total{event=\"reaped\"} %llu\n"
 		"sbxfs_spare_events_total{event=\"evicted\"} %llu\nsbxfs_spare_events_total{event=\"adopted\"} %llu\n",
