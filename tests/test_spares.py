@@ -401,6 +401,23 @@ def test_hostile_claimed_job_sees_no_spare_nor_host_data(sbxfs):
     assert "mount=" in lines[-1] and "bob's" not in out
 
 
+def test_spare_create_failure_logged_and_mkdir_creates_cold(sbxfs):
+    """state_dir/spares is a file (hostile state_dir): no spare can be made;
+    the failures are counted and logged, and threads are created cold."""
+    m = sbxfs(config={"pool": {"prewarm": 2}, "replicas": 6}, start=False)
+    m.state_dir.mkdir(parents=True, exist_ok=True)
+    (m.state_dir / "spares").write_text("not a directory\n")
+    m.start()
+    assert wait_until(lambda: spares(m)["make_failures"] == 2 and spares(m)["creating"] == 0, 10), spares(m)
+    assert "cannot record the spare" in m.log
+    os.makedirs(m.mnt / "alice" / "t")
+    st = sbxutil.status(m.mnt / "alice" / "t")
+    assert st["from_spare"] is False and st["state"] == "active", st
+    assert run(m.mnt / "alice" / "t", "j", "id -u").strip() == str(st["uid"])
+    assert wait_until(lambda: spares(m)["creating"] == 0, 10)
+    assert spares(m)["ready"] == 0 and metrics(m)['sbxfs_spare_events_total{event="make_failed"}'] >= 2
+
+
 @pytest.mark.parametrize("value,words", [
     (-1, ["pool.prewarm", "between 0"]),
     ("two", ["pool.prewarm", "integer"]),
