@@ -208,6 +208,25 @@ def test_warm_thread_reclaims_its_own_sandbox_not_a_spare(sbxfs):
     assert set(spare_inits(m).values()) == spare_pids
 
 
+def test_concurrent_new_threads_claim_different_spares(sbxfs):
+    import threading
+    m = start(sbxfs)
+    spare_pids = set(spare_inits(m).values())
+    ts = [m.mnt / "alice" / f"c{i}" for i in range(2)]
+    os.makedirs(m.mnt / "alice")
+    th = [threading.Thread(target=os.mkdir, args=(t,)) for t in ts]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(30)
+    sts = [sbxutil.status(t) for t in ts]
+    assert all(st["from_spare"] for st in sts), sts
+    assert {st["init_pid"] for st in sts} == spare_pids, (sts, spare_pids)
+    assert claims(m) == (2, 0)
+    outs = [run(t, "j", "id -u; hostname") for t in ts]
+    assert [o.split() for o in outs] == [[str(st["uid"]), f"sbx-{st['id']}"] for st in sts], outs
+
+
 def test_refilled_after_each_claim_within_replicas(sbxfs):
     m = start(sbxfs, replicas=4)
     seen = set(spare_inits(m).values())
