@@ -1035,7 +1035,9 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
 	{ /* a claimed spare keeps the cgroup it was started in */
 		const char *cg = json_string_value(json_object_get(j, "cgroup"));
-		snprintf(lb->token, sizeof(lb->token), "%s", cg && strlen(cg) == SCOPE_TOKEN_LEN && strspn(cg, "0123456789abcdef") == SCOPE_TOKEN_LEN ? cg : s->token);
+		bool ok = cg && strlen(cg) == SCOPE_TOKEN_LEN && strspn(cg, "0123456789abcdef") == SCOPE_TOKEN_LEN;
+
+		snprintf(lb->token, sizeof(lb->token), "%s", ok ? cg : s->token);
 	}
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {

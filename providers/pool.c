@@ -397,10 +397,11 @@ static unsigned pool_count_scopes_locked(void)
 	return n;
 }
 
-/* What replicas counts: the scopes' sandboxes and the spares. */
+/* What replicas counts before a create: the scopes' sandboxes and the
+ * ready spares (one being made gives way itself: spares.h). */
 static unsigned pool_count_locked(void)
 {
-	return pool_count_scopes_locked() + spares_count();
+	return pool_count_scopes_locked() + spares_count(true);
 }
 
 /* spares_start's others(): taken with no lock of spares.c held. */

@@ -164,6 +164,7 @@ static void spares_make_run(void *arg)
 	struct sbx_spec spec;
 	char scope[NAMES_SCOPE_MAX], remote_id[sizeof(((struct sbx_box *)0)->remote_id)] = "";
 	enum sbx_err e = SBX_ERR_IO;
+	unsigned others;
 	bool keep;
 
 	snprintf(scope, sizeof(scope), "spare/%s", sp->token);
@@ -178,9 +179,13 @@ static void spares_make_run(void *arg)
 	}
 	if (!e) /* from here on sp may be claimed and freed by another thread */
 		snprintf(remote_id, sizeof(remote_id), "%s", sp->box->remote_id);
+	others = spares.others ? spares.others() : 0;
 	pthread_mutex_lock(&spares.lock);
 	spares.n_creating--;
-	keep = !e && !spares.stopping && sp->cfg == spares.cfg && sp->prov == spares.prov;
+	/* the cap counts it now: a cold create meanwhile may have taken its room
+	 * (pool_enforce_replicas does not wait for a spare being made) */
+	keep = !e && !spares.stopping && sp->cfg == spares.cfg && sp->prov == spares.prov &&
+	       (int)(others + spares.n_ready + spares.n_creating) < spares.cfg->replicas;
 	if (keep) {
 		sp->ready_since_ms = util_now_ms();
 		sp->next = spares.ready;
@@ -222,12 +227,12 @@ void spares_refill(void)
 	}
 }
 
-unsigned spares_count(void)
+unsigned spares_count(bool ready_only)
 {
 	unsigned n;
 
 	pthread_mutex_lock(&spares.lock);
-	n = spares.n_ready + spares.n_creating;
+	n = spares.n_ready + (ready_only ? 0 : spares.n_creating);
 	pthread_mutex_unlock(&spares.lock);
 	return n;
 }
@@ -457,7 +462,7 @@ void spares_start(const struct sbx_provider *prov, struct sbx_config *cfg, const
 	pthread_mutex_unlock(&spares.lock);
 	spares_scan();
 	/* adopted beyond the target (pool.prewarm lowered meanwhile): go */
-	while ((int)spares_count() > spares_target(prov, cfg) && spares_evict_one())
+	while ((int)spares_count(false) > spares_target(prov, cfg) && spares_evict_one())
 		;
 	spares_refill();
 }

@@ -53,8 +53,11 @@ void spares_reconfigure(const struct sbx_provider *prov, struct sbx_config *cfg)
 /* Queue the creates that bring the spares up to the target (room
  * allowing: replicas counts them). */
 void spares_refill(void);
-/* Ready and creating spares (pool.lock may be held). */
-unsigned spares_count(void);
+/* Ready and (unless ready_only) creating spares (pool.lock may be held).
+ * A spare being made counts toward replicas for refills, not for the
+ * evictions before a create: it gives way itself when it is done and the
+ * cap has no room for it. */
+unsigned spares_count(bool ready_only);
 /* Take a ready spare made by prov with cfg, or NULL. */
 struct spare *spares_take(const struct sbx_provider *prov, const struct sbx_config *cfg);
 /* Claim sp for spec (scope lock held, a work thread): SBX_OK and the box,
