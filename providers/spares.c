@@ -460,6 +460,8 @@ void spares_start(const struct sbx_provider *prov, struct sbx_config *cfg, const
 	spares.others = others;
 	snprintf(spares.state_id, sizeof(spares.state_id), "%s", state_id);
 	pthread_mutex_unlock(&spares.lock);
+	if (cfg->prewarm > 0 && !prov->ops->claim)
+		log_warn("config", "pool.prewarm: provider %s cannot bind a spare to a thread: no spares", prov->name);
 	spares_scan();
 	/* adopted beyond the target (pool.prewarm lowered meanwhile): go */
 	while ((int)spares_count(false) > spares_target(prov, cfg) && spares_evict_one())
