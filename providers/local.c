@@ -85,6 +85,11 @@ static const struct local_conf *local_conf(const struct sbx_config *cfg)
 	return cfg->prov ? cfg->prov : &local_defaults;
 }
 
+const char *local_rootfs(const struct sbx_config *cfg)
+{
+	return local_conf(cfg)->rootfs;
+}
+
 static struct uidpool *local_uids; /* made by local_init for the first configuration's range */
 static uid_t local_uids_base;
 static unsigned local_uids_count;
@@ -95,6 +100,10 @@ static char local_init_helper[PATH_MAX];
 #define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
 
 static struct buf local_filter = BUF_INIT(1 << 20); /* the seccomp BPF program, built at init */
+/* The passwd and group of every spare until its claim (state_dir/spare-identity/etc): written
+ * once at init and never replaced, because unlinking or renaming over a file detaches what is
+ * mounted on it in every namespace, and a claim mounts the thread's files on top of these. */
+static char local_spare_identity[PATH_MAX];
 
 struct local_box *local_box(struct sbx_box *b)
 {
@@ -249,6 +258,26 @@ static enum sbx_err local_preflight(const struct sbx_config *cfg, char *err, siz
 	return e;
 }
 
+/* The spares' identity files (local_spare_identity), made when missing. */
+static int local_spare_identity_init(const char *state_dir, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+
+	if (str_fmt(local_spare_identity, sizeof(local_spare_identity), "%s/spare-identity", state_dir) ||
+	    str_fmt(path, sizeof(path), "%s/etc/group", local_spare_identity)) {
+		snprintf(err, errlen, "local provider: state_dir path too long");
+		return -1;
+	}
+	if (!access(path, F_OK))
+		return 0;
+	if (util_mkdir_p(local_spare_identity, 0755) ||
+	    etc_write_identity(local_spare_identity, "", LOCAL_SPARE_ID, LOCAL_SPARE_ID)) {
+		snprintf(err, errlen, "local provider: cannot write %s: %s", local_spare_identity, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct local_conf *lc = local_conf(cfg);
@@ -263,6 +292,8 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	if (filter_build(&local_filter, err, errlen))
 		return SBX_ERR_INVAL;
 	if (etc_build(cfg->state_dir, err, errlen))
+		return SBX_ERR_IO;
+	if (local_spare_identity_init(cfg->state_dir, err, errlen))
 		return SBX_ERR_IO;
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
@@ -376,10 +407,10 @@ static void av_rootfs(struct argv_builder *a, const struct sbx_spec *s)
 		av_add(a, av_fmt(a, "/etc/%s", *b));
 	}
 	av_add(a, "--ro-bind");
-	av_add(a, av_fmt(a, "%s/etc/passwd", s->dirs.thread_dir));
+	av_add(a, av_fmt(a, "%s/etc/passwd", s->spare ? local_spare_identity : s->dirs.thread_dir));
 	av_add(a, "/etc/passwd");
 	av_add(a, "--ro-bind");
-	av_add(a, av_fmt(a, "%s/etc/group", s->dirs.thread_dir));
+	av_add(a, av_fmt(a, "%s/etc/group", s->spare ? local_spare_identity : s->dirs.thread_dir));
 	av_add(a, "/etc/group");
 }
 
@@ -388,6 +419,16 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_dirs(a, dst);
 	av_add(a, how);
 	av_add(a, src);
+	av_add(a, dst);
+}
+
+/* An empty directory (and its ancestors) for a claim to mount on. */
+static void av_mountpoint(struct argv_builder *a, const char *dst)
+{
+	av_dirs(a, dst);
+	av_add(a, "--perms");
+	av_add(a, "0755");
+	av_add(a, "--dir");
 	av_add(a, dst);
 }
 
@@ -416,10 +457,17 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, u
 	}
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
-	av_bind(a, "--bind", s->dirs.workspace, layout_sandbox_path(LAYOUT_WORKSPACE));
-	av_bind(a, "--bind", s->dirs.uploads, layout_sandbox_path(LAYOUT_UPLOADS));
-	av_bind(a, "--bind", s->dirs.outputs, layout_sandbox_path(LAYOUT_OUTPUTS));
-	av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
+	if (s->spare) { /* empty mount points: a claim attaches the thread's (local_claim.c) */
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_WORKSPACE));
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_UPLOADS));
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_OUTPUTS));
+		av_mountpoint(a, cfg->skills_container_path);
+	} else {
+		av_bind(a, "--bind", s->dirs.workspace, layout_sandbox_path(LAYOUT_WORKSPACE));
+		av_bind(a, "--bind", s->dirs.uploads, layout_sandbox_path(LAYOUT_UPLOADS));
+		av_bind(a, "--bind", s->dirs.outputs, layout_sandbox_path(LAYOUT_OUTPUTS));
+		av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
+	}
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
 			cfg->mounts[i].container_path);
@@ -438,6 +486,10 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, u
 	av_add(a, "3");
 	av_add(a, "--");
 	av_add(a, LOCAL_INIT_PATH);
+	if (s->spare) {
+		av_add(a, "--spare");
+		return;
+	}
 	av_add(a, av_fmt(a, "--uid=%u", (unsigned)uid));
 	av_add(a, av_fmt(a, "--gid=%u", (unsigned)gid));
 }
@@ -493,11 +545,11 @@ static void local_log_tail(const char *scope, const char *logpath)
 	buf_free(&b);
 }
 
-static int local_save(struct local_box *lb)
+int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I}", "init_pid", (int)lb->init_pid, "init_start",
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I,s:s}", "init_pid", (int)lb->init_pid, "init_start",
 		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
-		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start);
+		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start, "cgroup", lb->token);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -571,7 +623,7 @@ int local_filter_fd(void)
 }
 
 /* The sandbox's uid and its data directories (owned by it). */
-static enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
+enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
 {
 	int err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, uid, gid);
 
@@ -691,8 +743,16 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
-	if ((result = local_prepare_files(s, scope, &uid, &gid)))
+	if (s->spare) {
+		uid = gid = LOCAL_SPARE_ID; /* its identity files until a claim gives it the thread's */
+		snprintf(scope, sizeof(scope), "spare/%s", s->token);
+		if (util_mkdir_p(s->dirs.thread_dir, 0700)) {
+			log_err(scope, "local: cannot make %s: %s", s->dirs.thread_dir, strerror(errno));
+			goto out;
+		}
+	} else if ((result = local_prepare_files(s, scope, &uid, &gid))) {
 		goto out;
+	}
 	LOCAL_STEP(LS_FILES);
 	result = SBX_ERR_IO;
 	{
@@ -704,7 +764,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		}
 	}
 	LOCAL_STEP(LS_CGROUP);
-	if (!local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
+	if (!s->spare && !local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		goto out;
 	}
@@ -923,6 +983,15 @@ static void local_stop_soon(struct sbx_box *b)
 		kill(lb->init_pid, SIGKILL);
 }
 
+/* A spare's init still waits for its claim: its FIFO is there. */
+static bool local_spare_unclaimed(struct local_box *lb)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/root/run/sbxfs-claim", (int)lb->init_pid);
+	return access(path, F_OK) == 0;
+}
+
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
@@ -952,13 +1021,25 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->output_max = s->cfg->res.output;
 	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
 	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
-	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	{ /* a claimed spare keeps the cgroup it was started in */
+		const char *cg = json_string_value(json_object_get(j, "cgroup"));
+		bool ok = cg && strlen(cg) == SCOPE_TOKEN_LEN && strspn(cg, "0123456789abcdef") == SCOPE_TOKEN_LEN;
+
+		snprintf(lb->token, sizeof(lb->token), "%s", ok ? cg : s->token);
+	}
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
 		/* made by an sbxfs without sandbox cgroups: no limits, no kill of
 		 * leftovers; it is recreated on reclaim (its data stays) */
 		log_warn(s->user, "local: sandbox %s has no cgroup of its own: recreated on reclaim", lb->token);
 		kill(lb->init_pid, SIGKILL);
+	}
+	if (s->spare && local_alive(lb) && !local_spare_unclaimed(lb)) {
+		/* a claim cut short by a crash: it may carry a thread's uid and
+		 * mounts, and no claim can reach it any more */
+		log_warn("local", "spare %s: its claim FIFO is gone (a claim was interrupted): ending it", s->token);
+		kill(lb->init_pid, SIGKILL);
+		lb->init_pid = 0; /* dead to the health check at once; destroy ends the rest (its cgroup) */
 	}
 	if (!local_alive(lb))
 		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */
@@ -1104,6 +1185,7 @@ static const struct sbx_provider_ops local_ops = {
 	.adopt = local_adopt,
 	.kill_all = local_kill_all,
 	.stop_soon = local_stop_soon,
+	.claim = local_claim,
 	.box_status = local_box_status,
 	.exec_start = local_exec_start,
 	.exec_reattach = local_exec_reattach,

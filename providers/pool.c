@@ -35,6 +35,7 @@
 #include "../common/log.h"
 #include "../common/token.h"
 #include "../common/util.h"
+#include "spares.h"
 
 #define POOL_BUCKETS 1024
 
@@ -276,6 +277,7 @@ static int pool_dirs(struct sbx *s, struct pool_dirs *d)
 
 static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg, struct sbx_spec *spec)
 {
+	memset(spec, 0, sizeof(*spec)); /* a scope's: not a spare */
 	spec->user = s->user;
 	spec->thread = s->thread;
 	spec->token = s->token;
@@ -383,7 +385,8 @@ found:
 	return best;
 }
 
-static unsigned pool_count_locked(void)
+/* Active, warm and creating sandboxes of scopes (spares not counted). */
+static unsigned pool_count_scopes_locked(void)
 {
 	unsigned n = 0;
 
@@ -394,8 +397,27 @@ static unsigned pool_count_locked(void)
 	return n;
 }
 
-/* Before a create: keep active + warm (+ creating) under replicas by
- * destroying the oldest warm sandbox.  Active ones are never evicted. */
+/* What replicas counts before a create: the scopes' sandboxes and the
+ * ready spares (one being made gives way itself: spares.h). */
+static unsigned pool_count_locked(void)
+{
+	return pool_count_scopes_locked() + spares_count(true);
+}
+
+/* spares_start's others(): taken with no lock of spares.c held. */
+static unsigned pool_count_scopes(void)
+{
+	unsigned n;
+
+	lock_acquire(&pool.lock);
+	n = pool_count_scopes_locked();
+	lock_release(&pool.lock);
+	return n;
+}
+
+/* Before a create: keep active + warm (+ creating) + spares under replicas
+ * by destroying a spare (nobody's: the cheapest to lose), else the oldest
+ * warm sandbox.  Active ones are never evicted. */
 static void pool_enforce_replicas(int replicas, const char *scope)
 {
 	struct sbx *victim;
@@ -406,6 +428,10 @@ static void pool_enforce_replicas(int replicas, const char *scope)
 			lock_release(&pool.lock);
 			return;
 		}
+		lock_release(&pool.lock);
+		if (spares_evict_one())
+			continue;
+		lock_acquire(&pool.lock);
 		victim = pool_pick_warm_locked(UINT64_MAX, true);
 		if (victim)
 			pool.st.evictions++;
@@ -512,6 +538,7 @@ static void *pool_reaper_main(void *arg)
 		lock_release(&pool.lock);
 		again = sweep && pool_sweep_gone();
 		pool_reap_once(idle);
+		spares_reap(idle);
 		lock_acquire(&pool.lock);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += again ? 1 : interval;
@@ -546,6 +573,7 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	struct sbx_spec spec;
 	enum sbx_err e;
 	uint64_t t0 = util_now_us(), t1, t2;
+	bool claimed;
 	int err;
 
 	err = pool_dirs(s, &d);
@@ -557,7 +585,6 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_dirs_free(&d);
 		return err;
 	}
-	pool_enforce_replicas(cfg->replicas, scope);
 	pool_spec(s, &d, cfg, &spec);
 	s->created_at = util_wall_now();
 	if (pool_save(s, prov, "creating")) {
@@ -565,8 +592,20 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_dirs_free(&d);
 		return EIO;
 	}
+	/* a spare of this configuration, bound to the thread (spares.h); one
+	 * whose claim fails is gone, and the create goes on cold */
 	t1 = util_now_us();
-	e = prov->ops->create(&spec, &box);
+	{
+		struct spare *sp = spares_take(prov, cfg);
+
+		e = sp ? spares_claim(sp, &spec, &box) : SBX_ERR_GONE;
+	}
+	claimed = e == SBX_OK;
+	if (!claimed) {
+		pool_enforce_replicas(cfg->replicas, scope);
+		e = prov->ops->create(&spec, &box);
+		spares_refill(); /* none was ready (reaped while idle, all taken): demand is back */
+	}
 	t2 = util_now_us();
 	pool_dirs_free(&d);
 	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
@@ -602,9 +641,13 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_unsave(s);
 		return err;
 	}
+	lock_acquire(&pool.lock);
+	s->from_spare = claimed;
+	lock_release(&pool.lock);
 	log_debug(scope, "pool: create steps (ms): prepare %.2f provider %.2f policy+record %.2f",
 		(double)(t1 - t0) / 1000.0, (double)(t2 - t1) / 1000.0, (double)(util_now_us() - t2) / 1000.0);
-	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)box->uid);
+	log_info(scope, "sandbox %s (%s, %s, uid %u)", claimed ? "bound from a spare" : "created", prov->name,
+		box->remote_id, (unsigned)box->uid);
 	return 0;
 }
 
@@ -972,6 +1015,8 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		json_object_set_new(o, "note", json_string(s->box->note));
 	if (o && s->last_event[0])
 		json_object_set_new(o, "last_event", json_string(s->last_event));
+	if (o && s->box)
+		json_object_set_new(o, "from_spare", json_boolean(s->from_spare));
 	lock_release(&pool.lock);
 	return json_to_buf(o, out);
 }
@@ -985,6 +1030,7 @@ void pool_stats(struct pool_stats *st)
 	st->idle_timeout = pool.cfg->idle_timeout;
 	st->idle_check_interval = pool.cfg->idle_check_interval;
 	st->active = st->warm = st->creating = 0;
+	spares_stats(&st->spares);
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next) {
 			st->active += s->state == SBX_ACTIVE;
@@ -1135,6 +1181,7 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	if (prov->ops->discover && prov->ops->discover(cfg, pool.state_id, pool_discovered, NULL))
 		log_warn("pool", "provider %s: discovery of its sandboxes failed", prov->name);
 	pool.stopping = false;
+	spares_start(prov, cfg, pool.state_id, pool_count_scopes);
 	if (pthread_create(&pool.reaper, NULL, pool_reaper_main, NULL)) {
 		snprintf(err, errlen, "cannot start the idle reaper");
 		return -1;
@@ -1168,6 +1215,7 @@ int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 	pthread_cond_signal(&pool.reaper_cond);
 	lock_release(&pool.lock);
 	config_put(oldcfg);
+	spares_reconfigure(prov, cfg);
 	if (old == prov)
 		return 0;
 	/* The old provider's warm sandboxes go now; active ones on release. */
@@ -1219,6 +1267,7 @@ static void *pool_shutdown_worker(void *arg)
 
 void pool_stop(void)
 {
+	spares_stop();
 	lock_acquire(&pool.lock);
 	pool.stopping = true;
 	pthread_cond_signal(&pool.reaper_cond);
@@ -1243,6 +1292,7 @@ void pool_shutdown(bool keep)
 	if (pool.reaper_running)
 		pthread_join(pool.reaper, NULL);
 	pool.reaper_running = false;
+	spares_shutdown(keep);
 	if (keep) {
 		for (int i = 0; i < POOL_BUCKETS; i++)
 			for (struct sbx *s = pool.table[i]; s; s = s->next) {

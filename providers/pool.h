@@ -35,6 +35,7 @@
 #include "../common/config.h"
 #include "../common/names.h"
 #include "provider.h"
+#include "spares.h"
 
 enum sbx_state {
 	SBX_NONE,       /* known scope, no sandbox */
@@ -74,6 +75,7 @@ struct sbx {
 	const struct sbx_provider *prov;
 	struct sbx_config *cfg;            /* the config this sandbox was created with */
 	char last_event[320];              /* e.g. "recreated: the warm sandbox failed its health check" */
+	bool from_spare;                   /* this incarnation is a claimed spare (status "from_spare") */
 
 	/* The layer above's own state of this sandbox (fs/: its view and job
 	 * count, struct fs_sbx in fs/fsbx.h), opaque to the pool: installed
@@ -99,6 +101,7 @@ struct pool_stats {
 	double acquire_sum[2];
 	uint64_t acquire_count[2];
 	char last_error[512]; /* "" or JSON object text */
+	struct spares_stats spares; /* pool.prewarm: spares ready, claims (spares.h) */
 };
 
 extern const double pool_hist_bounds[12];
