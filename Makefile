@@ -56,8 +56,8 @@ COMMON := common/err.o common/buf.o common/log.o common/names.o common/util.o co
 COMMON_NET := common/policy.o common/egress.o
 # runtime/: the work queues, the park queue (below FUSE: no FUSE header)
 RUNTIME := runtime/work.o runtime/park.o
-PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/uidpool.o \
-	     providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/spares.o providers/uidpool.o \
+	     providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
@@ -128,7 +128,7 @@ run: deps all
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
-	providers/local.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
@@ -137,7 +137,7 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
-POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
+POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/spares.o providers/record.o providers/uidpool.o \
 	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/fswork.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 

@@ -443,6 +443,10 @@ class Daemon:
         # process per sandbox, measured by its own metrics (acquire.mkdir cold_open)
         if "network:" not in extra_conf:
             extra_conf += "network:\n  mode: isolated\n"
+        # no spares unless a row asks for them (acquire.spare): a "cold" mkdir
+        # would otherwise claim one, and spares count as sandboxes
+        if "pool:" not in extra_conf:
+            extra_conf += "pool:\n  prewarm: 0\n"
         with open(self.conf, "w") as f:
             f.write("use: local\nstate_dir: %s\nreplicas: %d\nidle_timeout: 0\n%s"
                     % (self.state, replicas, extra_conf))

@@ -172,7 +172,9 @@ class Bench:
         os.makedirs(os.path.join(d, "mnt"))
         conf = os.path.join(d, "mount.conf")
         with open(conf, "w") as f:
-            json.dump({"use": "local", "state_dir": os.path.join(d, "state"), "network": network}, f)
+            # no spares (pool.prewarm): each would be one more pasta in the figures
+            json.dump({"use": "local", "state_dir": os.path.join(d, "state"), "network": network,
+                       "pool": {"prewarm": 0}}, f)
         logf = open(os.path.join(d, "sbxfs.log"), "w")
         p = subprocess.Popen([SBXFS, "-f", "-c", conf, os.path.join(d, "mnt")], stdout=logf, stderr=logf)
         self.daemons.append(p)

@@ -41,7 +41,9 @@ def _av_dirs(argv, path):
 
 def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="0123456789abcdef"):
     """argv of the bubblewrap sandbox that sbxfs's local provider starts (local_build_argv()
-    in providers/local.c, network mode open, no extra mounts, skills at /mnt/skills).
+    in providers/local.c, no extra mounts, skills at /mnt/skills): the same namespaces, a
+    network namespace of its own included (every mode has one: loopback only until the
+    daemon gives it more; before 2026-12-02 the peer had none, and a netns costs time).
     The daemon's pid 1 is its own helper (/run/sbxfs-init: drops to the uid, no caps,
     no_new_privs, "ready" on fd 4, reaps orphans); the peer does the same with
     setpriv + sh, the standard tools, so the bwrap flags are identical and only pid 1 differs.
@@ -51,7 +53,7 @@ def peer_bwrap_argv(peer_dir, inner, info_fd=None, uid=PEER_UID, token="01234567
     info_fd:   pass --info-fd N (bwrap writes {"child-pid": ...} there)
     """
     argv = ["bwrap", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--hostname", "sbx-" + token,
+            "--unshare-net", "--hostname", "sbx-" + token,
             "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
@@ -258,15 +260,23 @@ def _acquire_open(ctx):
                 call_with_timeout(lambda: _acquire(p), 60, "mkdir " + p)
             times.append(tm.s)
         needle = (d.state + "/").encode()
+        found = {}
         for pid in (int(x) for x in os.listdir("/proc") if x.isdigit()):
             try:
                 with open("/proc/%d/comm" % pid) as f:
                     comm = f.read().strip()
                 with open("/proc/%d/cmdline" % pid, "rb") as f:
                     cmdline = f.read()
-            except OSError:
+                with open("/proc/%d/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
             if comm.startswith("pas") and needle in cmdline:
+                found[pid] = ppid
+        # a short-lived child pasta clones to work in the namespace has its
+        # parent's name and command line: count each pasta once
+        for pid, ppid in found.items():
+            if ppid not in found:
                 v = _pss_mib(pid)
                 if v is not None:
                     pss.append(v)
@@ -274,6 +284,57 @@ def _acquire_open(ctx):
         raise RuntimeError("expected %d pasta processes for %d open sandboxes, found %d"
                            % (ctx.p.k, ctx.p.k, len(pss)))
     return times, statistics.median(pss)
+
+
+def _spares_ready(mnt):
+    with open(os.path.join(mnt, ".status")) as f:
+        st = json.load(f)["spares"]
+    return st["ready"] if st["creating"] == 0 else -1
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+@row("acquire", name="spare", peers=(), params={"n": (40, 8)}, rounds=3, warmup=0, timeout=900,
+     metrics=[Metric("spare_p50", "ms", "mkdir of a brand-new thread to ready, claiming a spare "
+                                        "(pool.prewarm 2), p50 of {n}"),
+              Metric("spare_p99", "ms", "the same, p99"),
+              Metric("cold_p50", "ms", "mkdir of a brand-new thread to ready without spares "
+                                       "(prewarm 0), p50 of {n}"),
+              Metric("cold_p99", "ms", "the same, p99"),
+              Metric("ratio_p50", "x", "cold p50 / spare p50", higher=True)])
+def acquire_spare(ctx, t):
+    """Two daemons of their own (network mode isolated, like the other acquire rows),
+    one with pool.prewarm 2 and one with 0; n new threads on each, interleaved one
+    by one (spare, cold, spare, ...), each timed from mkdir to its `ready` read.
+    Before each timed mkdir on the spare daemon, untimed, its spares are back to 2
+    (the refill runs in the background after a claim); every thread is released
+    after its mkdir. A mkdir that did not claim (from_spare false) fails the row."""
+    tag = "%x" % (time.monotonic_ns() & 0xffffffff)
+    spare, cold = [], []
+    with ctx.daemon("spare-" + tag, replicas=4 * ctx.p.n, extra_conf="pool:\n  prewarm: 2\n") as ds, \
+            ctx.daemon("cold-" + tag, replicas=4 * ctx.p.n) as dc:
+        for d in (ds, dc):
+            os.mkdir(os.path.join(d.mnt, "bench"))
+        for i in range(ctx.p.n):
+            deadline = time.monotonic() + 30
+            while _spares_ready(ds.mnt) != 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("spares not refilled within 30 s: %s" % ds.log_tail())
+                time.sleep(0.005)
+            for d, xs in ((ds, spare), (dc, cold)):
+                p = os.path.join(d.mnt, "bench", "t%d" % i)
+                with ctx.timer() as tm:
+                    call_with_timeout(lambda: _acquire(p), 60, "mkdir " + p)
+                xs.append(tm.s * 1e3)
+                with open(os.path.join(p, "status")) as f:
+                    if json.load(f).get("from_spare") is not (d is ds):
+                        raise RuntimeError("mkdir %s: from_spare is not %s" % (p, d is ds))
+                os.rmdir(p)
+    return {"spare_p50": _pct(spare, 0.5), "spare_p99": _pct(spare, 0.99), "cold_p50": _pct(cold, 0.5),
+            "cold_p99": _pct(cold, 0.99), "ratio_p50": _pct(cold, 0.5) / _pct(spare, 0.5)}
 
 
 def _job_roundtrip(jobs, name):

@@ -94,7 +94,7 @@ def main():
             os.mkdir(mnt)
             conf = os.path.join(work, "mount%d.conf" % i)
             with open(conf, "w") as f:
-                f.write("use: local\nstate_dir: %s\n" % state)
+                f.write("use: local\nstate_dir: %s\npool:\n  prewarm: 0\n" % state)
             logp = os.path.join(work, "sbxfs%d.log" % i)
             with open(logp, "wb") as log:
                 d = subprocess.Popen([b, "-f", "-c", conf, mnt], stdout=log, stderr=log, stdin=subprocess.DEVNULL)

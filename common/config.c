@@ -490,6 +490,31 @@ static void parse_net_hosts(struct cfg_ctx *x, struct sbx_config *c, const char 
 	}
 }
 
+/* pool: {prewarm: N} (providers/spares.c says what a spare is). */
+static void parse_pool(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
+{
+	if (cfgr_scalar_is_null(n))
+		return;
+	if (n->type != YAML_MAPPING_NODE) {
+		cfg_fail(x, "pool", "must be a mapping {prewarm}");
+		return;
+	}
+	if (cfgr_mapping_check_dups(x, "pool", n))
+		return;
+	for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top && !x->failed; p++) {
+		const char *k = cfgr_scalar(yaml_document_get_node(x->doc, p->key));
+		yaml_node_t *v = yaml_document_get_node(x->doc, p->value);
+		long l;
+
+		if (k && !strcmp(k, "prewarm")) {
+			if (!cfgr_get_long(x, "pool.prewarm", v, 0, 1000, &l))
+				c->prewarm = (int)l;
+		} else {
+			log_warn("config", "pool.%s: unknown key, ignored", k ? k : "?");
+		}
+	}
+}
+
 static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *n)
 {
 	if (cfgr_scalar_is_null(n))
@@ -717,6 +742,8 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_users(x, c, v);
 	else if (!strcmp(k, "network"))
 		parse_network(x, c, v);
+	else if (!strcmp(k, "pool"))
+		parse_pool(x, c, v);
 	else if (!strcmp(k, "resources"))
 		parse_resources(x, c, v);
 	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files") || !strcmp(k, "snapshots"))
@@ -757,6 +784,7 @@ static void config_defaults(struct sbx_config *c)
 	c->use = strdup("local");
 	c->state_dir = strdup("/var/lib/sbxfs");
 	c->replicas = 3;
+	c->prewarm = -1;
 	c->idle_timeout = 600;
 	c->idle_check_interval = 60;
 	c->bash_command_timeout = 600;
@@ -799,7 +827,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		"snapshots", "acquire", "cache_timeout", NULL };
+		"snapshots", "acquire", "cache_timeout", "pool", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -900,6 +928,9 @@ struct sbx_config *config_parse(const char *name, const char *text, size_t len, 
 		cfg_fail(&x, "auto_start", "false without base_url: nothing would start a sandbox (DeerFlow refuses it "
 					   "too: auto_start is disabled and no base_url is configured); set base_url to "
 					   "an existing AIO sandbox, or remove auto_start");
+	if (!x.failed && c->prewarm > c->replicas)
+		cfg_fail(&x, "pool.prewarm", "%d spares cannot exceed replicas (%d): spares count toward it", c->prewarm,
+			c->replicas);
 	if (!x.failed && hooks && hooks->check(&x, c))
 		x.failed = 1;
 	if (x.failed)
@@ -1056,6 +1087,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "use", json_string(c->use));
 	json_object_set_new(o, "state_dir", json_string(c->state_dir));
 	json_object_set_new(o, "replicas", json_integer(c->replicas));
+	json_object_set_new(o, "pool", json_pack("{s:o}", "prewarm", c->prewarm < 0 ? json_string("default") : json_integer(c->prewarm)));
 	json_object_set_new(o, "idle_timeout", json_integer(c->idle_timeout));
 	json_object_set_new(o, "idle_check_interval", json_integer(c->idle_check_interval));
 	json_object_set_new(o, "bash_command_timeout", json_integer(c->bash_command_timeout));

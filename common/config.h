@@ -80,6 +80,10 @@ struct sbx_config {
 	char *use;            /* canonical provider name: "local", ... */
 	char *state_dir;
 	int replicas;
+	/* pool.prewarm: ready sandboxes that belong to no scope (spares,
+	 * providers/spares.c); -1 = the provider's default (2 where it can
+	 * claim, 0 elsewhere), never more than replicas */
+	int prewarm;
 	long idle_timeout;         /* seconds, 0 = reaper off */
 	long idle_check_interval;  /* seconds */
 	long bash_command_timeout; /* seconds */

@@ -14,6 +14,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <nftables/libnftables.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../common/log.h"
@@ -119,8 +122,12 @@ int egress_ruleset(const struct egress_rules *r, struct buf *b)
 	unsigned char bin[16];
 	int e = 0;
 
-	/* delete what a previous attempt left, then define the table whole */
-	e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\ntable inet sbxfs {\n");
+	/* delete what a previous attempt left, then define the table whole; a
+	 * namespace made a moment ago has nothing to delete (and nobody in it
+	 * can add a table: no process there has CAP_NET_ADMIN) */
+	if (!r->fresh)
+		e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\n");
+	e |= buf_adds(b, "table inet sbxfs {\n");
 	if (r->mode == NET_OPEN && !r->allow_private) {
 		h4 = calloc(EGRESS_HOST_ADDRS, sizeof(*h4));
 		h6 = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
@@ -206,44 +213,111 @@ static int nft_apply_here(void *arg)
 	return r;
 }
 
+static void *egress_job_main(void *p)
+{
+	struct egress_job *j = p;
+
+	if (setns(j->nsfd, CLONE_NEWNET)) {
+		snprintf(j->err, sizeof(j->err), "cannot enter the sandbox's network namespace: %s", strerror(errno));
+		j->result = -1;
+		return NULL;
+	}
+	j->result = nft_apply_here(&(struct nft_call){ .text = buf_str(&j->text), .err = j->err, .errlen = sizeof(j->err) });
+	return NULL;
+}
+
+int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r)
+{
+	int e;
+
+	memset(j, 0, sizeof(*j));
+	buf_init(&j->text, 64 * 1024);
+	j->nsfd = nsfd;
+	j->result = -1;
+	snprintf(j->err, sizeof(j->err), "out of memory");
+	if (egress_ruleset(r, &j->text))
+		return 0; /* finish reports it */
+	/* a thread of its own: setns() changes only the calling thread, and
+	 * this one ends right after, so no other work runs in the namespace */
+	e = pthread_create(&j->thread, NULL, egress_job_main, j);
+	if (e) {
+		snprintf(j->err, sizeof(j->err), "cannot start a thread: %s", strerror(e));
+		return 0;
+	}
+	j->running = true;
+	return 0;
+}
+
+int egress_apply_finish(struct egress_job *j, char *err, size_t errlen)
+{
+	if (j->running)
+		pthread_join(j->thread, NULL);
+	j->running = false;
+	if (j->result)
+		snprintf(err, errlen, "%s", j->err);
+	buf_free(&j->text);
+	return j->result;
+}
+
 int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errlen)
 {
-	struct buf text = BUF_INIT(64 * 1024);
-	struct nft_call c = { .err = err, .errlen = errlen };
-	int res = -1;
+	struct egress_job j;
 
-	snprintf(err, errlen, "out of memory");
-	if (!egress_ruleset(r, &text)) {
-		c.text = buf_str(&text);
-		res = egress_in_netns(nsfd, nft_apply_here, &c);
-		if (res && errno && !strncmp(err, "out of memory", 13))
-			snprintf(err, errlen, "cannot enter the sandbox's network namespace: %s", strerror(errno));
-	}
-	buf_free(&text);
-	return res;
+	egress_apply_start(&j, nsfd, r);
+	return egress_apply_finish(&j, err, errlen);
 }
 
 /* ---- waiting for the link --------------------------------------------------------- */
 
+/* Does the calling thread's namespace have a default route in the
+ * routing table of this /proc/thread-self/net file (route: IPv4, dest and
+ * mask 00000000; ipv6_route: ::/0)? */
+static bool default_route(const char *file, bool v6)
+{
+	char path[64], line[512];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/thread-self/net/%s", file);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char dest[40], plen[40], mask[16];
+		if (v6)
+			found = sscanf(line, "%39s %39s", dest, plen) == 2 &&
+				!strcmp(dest, "00000000000000000000000000000000") && !strcmp(plen, "00");
+		else
+			found = sscanf(line, "%*s %39s %*s %*s %*s %*s %*s %15s", dest, mask) == 2 &&
+				!strcmp(dest, "00000000") && !strcmp(mask, "00000000");
+	}
+	fclose(f);
+	return found;
+}
+
+/* pasta has configured the namespace: an interface other than lo is up
+ * with an address, and the default route of that family is there (pasta
+ * adds the route after the address: a sandbox handed out in between could
+ * not connect anywhere). */
 static int link_ready(void *arg)
 {
 	struct ifaddrs *ifa = NULL;
-	int found = 0;
+	bool v4 = false, v6 = false;
 
 	(void)arg;
 	if (getifaddrs(&ifa))
 		return 0;
-	for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next) {
+	for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
 		if (!i->ifa_addr || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
 			continue;
 		if (i->ifa_addr->sa_family == AF_INET)
-			found = 1;
+			v4 = true;
 		else if (i->ifa_addr->sa_family == AF_INET6 &&
 			 !IN6_IS_ADDR_LINKLOCAL(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr))
-			found = 1;
+			v6 = true;
 	}
 	freeifaddrs(ifa);
-	return found;
+	return (v4 && default_route("route", false)) || (v6 && default_route("ipv6_route", true));
 }
 
 /* One thread for the whole wait: it has joined the namespace once. */
@@ -252,25 +326,66 @@ struct wait_call {
 	int pidfd;
 };
 
+/* A socket that becomes readable whenever a link or an address of the
+ * calling thread's namespace changes (its messages are only a wake-up:
+ * link_ready() reads the state), or -1. */
+static int link_events(void)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK,
+		.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR };
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static void drain(int fd)
+{
+	char junk[8192];
+
+	while (recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+}
+
 static int wait_here(void *arg)
 {
 	struct wait_call *w = arg;
 	uint64_t deadline = util_now_ms() + (uint64_t)w->timeout_ms;
+	/* subscribed before the first look, so no change falls between them;
+	 * without it (no netlink), a look every 5 ms */
+	int ev = link_events(), r = -1;
 
 	for (;;) {
-		struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+		struct pollfd p[2] = { { .fd = w->pidfd, .events = POLLIN }, { .fd = ev, .events = POLLIN } };
+		uint64_t now = util_now_ms();
+		int left = now < deadline ? (int)(deadline - now) : 0;
 
-		if (link_ready(NULL))
-			return 0;
-		if (util_now_ms() >= deadline) {
+		if (link_ready(NULL)) {
+			r = 0;
+			break;
+		}
+		if (!left) {
 			errno = ETIMEDOUT;
-			return -1;
+			break;
 		}
-		if (w->pidfd >= 0 ? poll(&p, 1, 5) == 1 : usleep(5000) < 0) {
+		if (poll(p, 2, ev >= 0 ? left : (left < 5 ? left : 5)) < 0 && errno != EINTR)
+			break;
+		if (p[0].revents) {
 			errno = ECHILD; /* the helper ended */
-			return -1;
+			break;
 		}
+		if (p[1].revents)
+			drain(ev);
 	}
+	if (ev >= 0) {
+		int saved = errno;
+		close(ev);
+		errno = saved;
+	}
+	return r;
 }
 
 int egress_wait_link(int nsfd, int timeout_ms, int pidfd)

@@ -25,6 +25,11 @@ int util_mkdir_p(const char *path, mode_t mode)
 		errno = ENAMETOOLONG;
 		return -1;
 	}
+	/* most calls find the parent there already: one mkdir */
+	if (!mkdir(path, mode) || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
 	memcpy(tmp, path, n + 1);
 	for (char *p = tmp + 1; *p; p++) {
 		if (*p != '/')
@@ -141,6 +146,14 @@ uint64_t util_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t util_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 double util_wall_now(void)

@@ -28,6 +28,7 @@ int util_read_file(const char *path, struct buf *b);
 /* rm -rf without following symlinks; used only on our own state dirs. */
 int util_rm_rf(const char *path);
 uint64_t util_now_ms(void);      /* CLOCK_MONOTONIC */
+uint64_t util_now_us(void);      /* CLOCK_MONOTONIC, microseconds (step timings of debug logs) */
 double util_wall_now(void);      /* CLOCK_REALTIME, seconds */
 /* ISO-8601 UTC for a wall time in seconds. */
 void util_iso8601(double t, char out[32]);

@@ -68,6 +68,14 @@ static int ctl_status(struct buf *out, uid_t reader)
 		"creating", st.creating, "replicas", st.replicas, "idle_timeout", (int)st.idle_timeout,
 		"idle_check_interval", (int)st.idle_check_interval, "evictions", (json_int_t)st.evictions, "reaps",
 		(json_int_t)st.reaps, "adopted", (json_int_t)st.adopted, "last_error", le ? le : json_null());
+	if (o) /* pool.prewarm (providers/spares.h) */
+		json_object_set_new(o, "spares",
+			json_pack("{s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "prewarm", st.spares.target, "ready",
+				(int)st.spares.ready, "creating", (int)st.spares.creating, "claims",
+				(json_int_t)st.spares.claims, "claim_failures", (json_int_t)st.spares.claim_failures,
+				"made", (json_int_t)st.spares.made, "make_failures", (json_int_t)st.spares.make_failures,
+				"reaps", (json_int_t)st.spares.reaps, "evictions",
+				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted));
 	if (o) /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
 	if (o) { /* the watcher of data caches (fswatch.h) */
@@ -307,6 +315,24 @@ static int ctl_metrics(struct buf *out)
 		"sbxfs_sandboxes{state=\"active\"} %u\nsbxfs_sandboxes{state=\"warm\"} %u\n"
 		"sbxfs_sandboxes{state=\"creating\"} %u\n",
 		st.active, st.warm, st.creating);
+	r |= metric_head(out, "sbxfs_spares", "gauge",
+		"Pre-warmed sandboxes of no scope (pool.prewarm), by state; target: the prewarm in force.");
+	r |= buf_addf(out, "sbxfs_spares{state=\"ready\"} %u\nsbxfs_spares{state=\"creating\"} %u\n"
+			   "sbxfs_spares{state=\"target\"} %d\n",
+		st.spares.ready, st.spares.creating, st.spares.target);
+	r |= metric_head(out, "sbxfs_spare_claims_total", "counter",
+		"Creates served by binding a spare, by result (failed: the spare was destroyed, the create went cold).");
+	r |= buf_addf(out, "sbxfs_spare_claims_total{result=\"ok\"} %llu\nsbxfs_spare_claims_total{result=\"failed\"} %llu\n",
+		(unsigned long long)st.spares.claims, (unsigned long long)st.spares.claim_failures);
+	r |= metric_head(out, "sbxfs_spare_events_total", "counter",
+		"Spares made, failed to make, reaped (idle_timeout), evicted (replicas) and adopted at start.");
+	r |= buf_addf(out, "sbxfs_spare_events_total{event=\"make_failed\"} %llu\n",
+		(unsigned long long)st.spares.make_failures);
+	r |= buf_addf(out,
+		"sbxfs_spare_events_total{event=\"made\"} %llu\nsbxfs_spare_events_total{event=\"reaped\"} %llu\n"
+		"sbxfs_spare_events_total{event=\"evicted\"} %llu\nsbxfs_spare_events_total{event=\"adopted\"} %llu\n",
+		(unsigned long long)st.spares.made, (unsigned long long)st.spares.reaps,
+		(unsigned long long)st.spares.evictions, (unsigned long long)st.spares.adopted);
 	r |= metric_head(out, "sbxfs_replicas", "gauge", "The replicas soft cap on active + warm sandboxes.");
 	r |= buf_addf(out, "sbxfs_replicas %d\n", st.replicas);
 	r |= metric_head(out, "sbxfs_evictions_total", "counter", "Warm sandboxes destroyed by the replicas cap.");

@@ -126,8 +126,11 @@ static void cg_join_add(struct cgroup_join *j, const char *dir)
 	for (int i = 0; i < j->n; i++)
 		if (!strncmp(j->path[i], dir, strlen(dir)) && j->path[i][strlen(dir)] == '/')
 			return; /* co-mounted controllers: one hierarchy */
-	if (j->n < CGROUP_MAX_JOIN && !str_fmt(j->path[j->n], sizeof(j->path[0]), "%s/cgroup.procs", dir))
+	if (j->n < CGROUP_MAX_JOIN && !str_fmt(j->path[j->n], sizeof(j->path[0]), "%s/cgroup.procs", dir)) {
+		size_t n = strlen(cg.v2);
+		j->v2[j->n] = n && !strncmp(dir, cg.v2, n) && !strncmp(dir + n, "/sbxfs/", 7);
 		j->n++;
+	}
 }
 
 /* ---- detection ---------------------------------------------------------------- */

@@ -46,10 +46,14 @@ struct cgroup_limits {
 	uint64_t pids;   /* 0 = no limit */
 };
 
-/* The cgroup.procs files a process writes "0" to, to join a sandbox. */
+/* The cgroup.procs files a process writes "0" to, to join a sandbox;
+ * v2[i]: path[i] is of the v2 hierarchy (a new process can be cloned into
+ * it, CLONE_INTO_CGROUP; a v1 one can be joined by its single thread
+ * through the "tasks" file next to it: local_spawn.c says why). */
 struct cgroup_join {
 	int n;
 	char path[CGROUP_MAX_JOIN][PATH_MAX];
+	bool v2[CGROUP_MAX_JOIN];
 };
 
 /* Find the hierarchies, make their sbxfs/ parents, enable the v2

@@ -38,7 +38,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <spawn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,6 +85,11 @@ static const struct local_conf *local_conf(const struct sbx_config *cfg)
 	return cfg->prov ? cfg->prov : &local_defaults;
 }
 
+const char *local_rootfs(const struct sbx_config *cfg)
+{
+	return local_conf(cfg)->rootfs;
+}
+
 static struct uidpool *local_uids; /* made by local_init for the first configuration's range */
 static uid_t local_uids_base;
 static unsigned local_uids_count;
@@ -96,6 +100,10 @@ static char local_init_helper[PATH_MAX];
 #define LOCAL_INIT_PATH "/run/sbxfs-init" /* where the sandbox sees its init */
 
 static struct buf local_filter = BUF_INIT(1 << 20); /* the seccomp BPF program, built at init */
+/* The passwd and group of every spare until its claim (state_dir/spare-identity/etc): written
+ * once at init and never replaced, because unlinking or renaming over a file detaches what is
+ * mounted on it in every namespace, and a claim mounts the thread's files on top of these. */
+static char local_spare_identity[PATH_MAX];
 
 struct local_box *local_box(struct sbx_box *b)
 {
@@ -250,6 +258,26 @@ static enum sbx_err local_preflight(const struct sbx_config *cfg, char *err, siz
 	return e;
 }
 
+/* The spares' identity files (local_spare_identity), made when missing. */
+static int local_spare_identity_init(const char *state_dir, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+
+	if (str_fmt(local_spare_identity, sizeof(local_spare_identity), "%s/spare-identity", state_dir) ||
+	    str_fmt(path, sizeof(path), "%s/etc/group", local_spare_identity)) {
+		snprintf(err, errlen, "local provider: state_dir path too long");
+		return -1;
+	}
+	if (!access(path, F_OK))
+		return 0;
+	if (util_mkdir_p(local_spare_identity, 0755) ||
+	    etc_write_identity(local_spare_identity, "", LOCAL_SPARE_ID, LOCAL_SPARE_ID)) {
+		snprintf(err, errlen, "local provider: cannot write %s: %s", local_spare_identity, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t errlen)
 {
 	const struct local_conf *lc = local_conf(cfg);
@@ -264,6 +292,8 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	if (filter_build(&local_filter, err, errlen))
 		return SBX_ERR_INVAL;
 	if (etc_build(cfg->state_dir, err, errlen))
+		return SBX_ERR_IO;
+	if (local_spare_identity_init(cfg->state_dir, err, errlen))
 		return SBX_ERR_IO;
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
@@ -377,10 +407,10 @@ static void av_rootfs(struct argv_builder *a, const struct sbx_spec *s)
 		av_add(a, av_fmt(a, "/etc/%s", *b));
 	}
 	av_add(a, "--ro-bind");
-	av_add(a, av_fmt(a, "%s/etc/passwd", s->dirs.thread_dir));
+	av_add(a, av_fmt(a, "%s/etc/passwd", s->spare ? local_spare_identity : s->dirs.thread_dir));
 	av_add(a, "/etc/passwd");
 	av_add(a, "--ro-bind");
-	av_add(a, av_fmt(a, "%s/etc/group", s->dirs.thread_dir));
+	av_add(a, av_fmt(a, "%s/etc/group", s->spare ? local_spare_identity : s->dirs.thread_dir));
 	av_add(a, "/etc/group");
 }
 
@@ -392,23 +422,20 @@ static void av_bind(struct argv_builder *a, const char *how, const char *src, co
 	av_add(a, dst);
 }
 
-/* sbxfs-exec --launch: bubblewrap starts inside the sandbox's cgroups, so
- * its init, and the cgroup namespace bubblewrap makes, are inside them. */
-static void av_launcher(struct argv_builder *a, const struct cgroup_join *j)
+/* An empty directory (and its ancestors) for a claim to mount on. */
+static void av_mountpoint(struct argv_builder *a, const char *dst)
 {
-	av_add(a, local_exec_helper);
-	av_add(a, "--launch");
-	for (int i = 0; i < j->n; i++)
-		av_add(a, av_fmt(a, "--join=%s", j->path[i]));
-	av_add(a, "--");
+	av_dirs(a, dst);
+	av_add(a, "--perms");
+	av_add(a, "0755");
+	av_add(a, "--dir");
+	av_add(a, dst);
 }
 
-static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, const struct cgroup_join *j,
-	uid_t uid, gid_t gid)
+static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, uid_t uid, gid_t gid)
 {
 	const struct sbx_config *cfg = s->cfg;
 
-	av_launcher(a, j);
 	av_add(a, local_bwrap);
 	av_add(a, "--unshare-pid");
 	av_add(a, "--unshare-ipc");
@@ -430,10 +457,17 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, c
 	}
 	av_add(a, "--tmpfs");
 	av_add(a, "/tmp");
-	av_bind(a, "--bind", s->dirs.workspace, layout_sandbox_path(LAYOUT_WORKSPACE));
-	av_bind(a, "--bind", s->dirs.uploads, layout_sandbox_path(LAYOUT_UPLOADS));
-	av_bind(a, "--bind", s->dirs.outputs, layout_sandbox_path(LAYOUT_OUTPUTS));
-	av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
+	if (s->spare) { /* empty mount points: a claim attaches the thread's (local_claim.c) */
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_WORKSPACE));
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_UPLOADS));
+		av_mountpoint(a, layout_sandbox_path(LAYOUT_OUTPUTS));
+		av_mountpoint(a, cfg->skills_container_path);
+	} else {
+		av_bind(a, "--bind", s->dirs.workspace, layout_sandbox_path(LAYOUT_WORKSPACE));
+		av_bind(a, "--bind", s->dirs.uploads, layout_sandbox_path(LAYOUT_UPLOADS));
+		av_bind(a, "--bind", s->dirs.outputs, layout_sandbox_path(LAYOUT_OUTPUTS));
+		av_bind(a, "--ro-bind", s->dirs.skills, cfg->skills_container_path);
+	}
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		av_bind(a, cfg->mounts[i].read_only ? "--ro-bind" : "--bind", cfg->mounts[i].host_path,
 			cfg->mounts[i].container_path);
@@ -452,6 +486,10 @@ static void local_build_argv(struct argv_builder *a, const struct sbx_spec *s, c
 	av_add(a, "3");
 	av_add(a, "--");
 	av_add(a, LOCAL_INIT_PATH);
+	if (s->spare) {
+		av_add(a, "--spare");
+		return;
+	}
 	av_add(a, av_fmt(a, "--uid=%u", (unsigned)uid));
 	av_add(a, av_fmt(a, "--gid=%u", (unsigned)gid));
 }
@@ -507,11 +545,11 @@ static void local_log_tail(const char *scope, const char *logpath)
 	buf_free(&b);
 }
 
-static int local_save(struct local_box *lb)
+int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I}", "init_pid", (int)lb->init_pid, "init_start",
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I,s:s}", "init_pid", (int)lb->init_pid, "init_start",
 		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
-		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start);
+		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start, "cgroup", lb->token);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -524,11 +562,10 @@ static int local_save(struct local_box *lb)
 	return r;
 }
 
-/* local_net_up's started(): pasta runs, record it. */
-static void local_record(void *arg)
+/* local_net_up's started(): pasta is about to run, record it. */
+static int local_record(void *arg)
 {
-	if (local_save(arg))
-		log_warn("local", "cannot record pasta: %s", strerror(errno));
+	return local_save(arg);
 }
 
 static void local_box_free(struct local_box *lb)
@@ -585,69 +622,8 @@ int local_filter_fd(void)
 	return local_memfd("sbxfs-filter", local_filter.ptr, local_filter.len);
 }
 
-/* Start argv[0] with the given fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2, else closed), in a new
- * session (a Ctrl-C of the daemon's terminal must not reach sandboxes), with
- * every other fd closed and no signal blocked.  posix_spawn uses vfork-like
- * cloning: no copy of a daemon with many threads and mappings. */
-pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS])
-{
-	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	int moved[LOCAL_SPAWN_FDS], src[LOCAL_SPAWN_FDS];
-	sigset_t none;
-	pid_t pid = -1;
-	int r;
-
-	/* a source fd among 0..5 could be overwritten by an earlier dup2 */
-	for (int i = 0; i < LOCAL_SPAWN_FDS; i++) {
-		src[i] = fds[i];
-		moved[i] = -1;
-		if (fds[i] >= 0 && fds[i] < LOCAL_SPAWN_FDS && fds[i] != i) {
-			moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
-			if (moved[i] < 0)
-				return -1;
-			src[i] = moved[i];
-		}
-	}
-	if (posix_spawn_file_actions_init(&fa))
-		goto out_moved;
-	if (posix_spawnattr_init(&attr)) {
-		posix_spawn_file_actions_destroy(&fa);
-		goto out_moved;
-	}
-	sigemptyset(&none);
-	r = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	r |= posix_spawnattr_setsigmask(&attr, &none);
-	{
-		sigset_t def;
-		sigemptyset(&def);
-		sigaddset(&def, SIGPIPE);
-		sigaddset(&def, SIGUSR2);
-		sigaddset(&def, SIGHUP);
-		sigaddset(&def, SIGTERM);
-		sigaddset(&def, SIGINT);
-		r |= posix_spawnattr_setsigdefault(&attr, &def);
-	}
-	for (int i = 0; i < LOCAL_SPAWN_FDS && !r; i++) {
-		if (src[i] >= 0)
-			r |= posix_spawn_file_actions_adddup2(&fa, src[i], i);
-		else if (i <= 2)
-			r |= posix_spawn_file_actions_addopen(&fa, i, "/dev/null", O_RDWR, 0);
-	}
-	r |= posix_spawn_file_actions_addclosefrom_np(&fa, LOCAL_SPAWN_FDS);
-	if (!r && posix_spawn(&pid, argv[0], &fa, &attr, argv, envp))
-		pid = -1;
-	posix_spawnattr_destroy(&attr);
-	posix_spawn_file_actions_destroy(&fa);
-out_moved:
-	for (int i = 0; i < LOCAL_SPAWN_FDS; i++)
-		if (moved[i] >= 0)
-			close(moved[i]);
-	return pid;
-}
-
 /* The sandbox's uid and its data directories (owned by it). */
-static enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
+enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
 {
 	int err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, uid, gid);
 
@@ -722,8 +698,32 @@ static void local_close_fds(int *fds, int n)
 		}
 }
 
+/* Where a create's time goes (a debug line per create; docs/performance.md,
+ * "Cold start"): the moment each step ended. */
+enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET, LS_N };
+static const char *const local_step_names[LS_N] = { "start", "files", "cgroup", "identity", "spawn", "bwrap",
+	"record", "ready+rules", "pasta" };
+
+static void local_steps_log(const char *scope, const uint64_t *t)
+{
+	char line[512];
+	size_t n = 0;
+
+	for (int i = 1; i < LS_N && t[i]; i++) {
+		int w = snprintf(line + n, sizeof(line) - n, " %s %.2f", local_step_names[i],
+			(double)(t[i] - t[i - 1]) / 1000.0);
+		if (w < 0 || (size_t)w >= sizeof(line) - n)
+			break;
+		n += (size_t)w;
+	}
+	line[n] = '\0';
+	log_debug(scope, "local: create steps (ms):%s", line);
+}
+
 static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **out)
 {
+	uint64_t steps[LS_N] = { util_now_us() };
+#define LOCAL_STEP(k) (steps[k] = util_now_us())
 	struct argv_builder *a = calloc(1, sizeof(*a));
 	struct local_box *lb = calloc(1, sizeof(*lb));
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
@@ -733,6 +733,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX];
 	struct cgroup_join join = { 0 };
+	struct local_net_rules rules = { .nsfd = -1 };
 	bool made_cgroup = false, recorded = false;
 	uid_t uid;
 	gid_t gid;
@@ -742,8 +743,17 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
-	if ((result = local_prepare_files(s, scope, &uid, &gid)))
+	if (s->spare) {
+		uid = gid = LOCAL_SPARE_ID; /* its identity files until a claim gives it the thread's */
+		snprintf(scope, sizeof(scope), "spare/%s", s->token);
+		if (util_mkdir_p(s->dirs.thread_dir, 0700)) {
+			log_err(scope, "local: cannot make %s: %s", s->dirs.thread_dir, strerror(errno));
+			goto out;
+		}
+	} else if ((result = local_prepare_files(s, scope, &uid, &gid))) {
 		goto out;
+	}
+	LOCAL_STEP(LS_FILES);
 	result = SBX_ERR_IO;
 	{
 		const struct cgroup_limits lim = { s->cfg->res.memory, s->cfg->res.cpus, s->cfg->res.pids };
@@ -753,11 +763,13 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 			goto out;
 		}
 	}
-	if (!local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
+	LOCAL_STEP(LS_CGROUP);
+	if (!s->spare && !local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		goto out;
 	}
-	local_build_argv(a, s, &join, uid, gid);
+	LOCAL_STEP(LS_IDENTITY);
+	local_build_argv(a, s, uid, gid);
 	if (a->overflow) {
 		log_err(scope, "local: bubblewrap command line too long (too many mounts?)");
 		result = SBX_ERR_INVAL;
@@ -779,13 +791,16 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	{
 		static char *const empty_env[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
 		const int fds[LOCAL_SPAWN_FDS] = { -1, log_fd, log_fd, info_p[1], ready_p[1], filter_fd };
-		bwrap = local_spawn((char *const *)a->v, empty_env, fds);
+		/* bubblewrap's first instruction already runs inside the
+		 * sandbox's cgroups (local_spawn.c) */
+		bwrap = local_spawn_joined((char *const *)a->v, empty_env, fds, &join);
 	}
 	if (bwrap < 0) {
 		log_err(scope, "local: fork: %s", strerror(errno));
 		result = errno == ENOMEM || errno == EAGAIN ? SBX_ERR_NOMEM : SBX_ERR_IO;
 		goto out;
 	}
+	LOCAL_STEP(LS_SPAWN);
 	local_close_fds((int[]){ info_p[1], ready_p[1] }, 2);
 	info_p[1] = ready_p[1] = -1;
 	if ((result = local_read_init_pid(info_p[0], deadline, &init))) {
@@ -793,6 +808,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
+	LOCAL_STEP(LS_INIT);
 	result = SBX_ERR_IO;
 	local_box_fill(lb, s, uid, gid, bwrap, init);
 	/* record the init as soon as it is known, before it is ready and before
@@ -803,19 +819,27 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		goto out;
 	}
 	recorded = true;
-	if ((result = local_wait_ready(ready_p[0], deadline, scope))) {
+	LOCAL_STEP(LS_RECORD);
+	/* the namespace exists (bubblewrap made it before it started the
+	 * init): its rules go in while the init starts; the sandbox is handed
+	 * out only once they are in force */
+	result = local_net_rules_start(&rules, scope, init, s, local_conf(s->cfg)->rootfs);
+	if (!result)
+		result = local_wait_ready(ready_p[0], deadline, scope);
+	if (result == SBX_ERR_TIMEOUT || result == SBX_ERR_IO)
 		local_log_tail(scope, logpath.ptr);
-		goto out;
-	}
-	result = local_net_up(scope, init, s, local_conf(s->cfg)->rootfs, log_fd, deadline, &lb->net, local_record,
-		lb);
+	if (rules.nsfd >= 0 && local_net_rules_finish(&rules, scope) && !result)
+		result = SBX_ERR_IO;
 	if (result)
 		goto out;
-	result = SBX_ERR_IO;
-	if (local_save(lb)) {
-		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
+	LOCAL_STEP(LS_READY);
+	result = local_net_up(scope, init, s, log_fd, deadline, &lb->net, local_record, lb);
+	if (result)
 		goto out;
-	}
+	LOCAL_STEP(LS_NET);
+	/* local.json is complete: written when bubblewrap named the init, and
+	 * again by local_record once pasta ran (open mode) */
+	local_steps_log(scope, steps);
 	*out = &lb->base;
 	lb = NULL;
 	bwrap = -1;
@@ -842,6 +866,7 @@ out:
 	buf_free(&logpath);
 	local_box_free(lb);
 	return result;
+#undef LOCAL_STEP
 }
 
 /*
@@ -918,13 +943,26 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	uint64_t deadline = util_now_ms() + 10000;
 
-	if (local_alive(lb))
+	/* through a pidfd taken while it is still this init: never a recycled
+	 * pid, and its exit wakes the wait (unmount destroys every sandbox) */
+	int pidfd = local_alive(lb) ? pidfd_open(lb->init_pid, 0) : -1;
+
+	if (pidfd >= 0 && local_alive(lb) && !pidfd_send_signal(pidfd, SIGKILL, NULL, 0)) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+		while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+			;
+	} else if (local_alive(lb)) {
 		kill(lb->init_pid, SIGKILL);
-	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
-		usleep(2000);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	/* bubblewrap reaps it and exits; gone from /proc once reaped (an
+	 * adopted sandbox's bubblewrap is not ours to wait for) */
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
+	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
+		usleep(1000);
 	/* what the init's death did not end (nothing, normally) and the cgroups */
 	cgroup_sandbox_destroy(lb->token);
 	local_net_down(&lb->net);
@@ -933,6 +971,25 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	buf_free(&path);
 	lb->init_pid = 0;
 	return SBX_OK;
+}
+
+/* Shutdown: the init's end (and with it the sandbox's) starts now;
+ * local_destroy waits for it. */
+static void local_stop_soon(struct sbx_box *b)
+{
+	struct local_box *lb = local_box(b);
+
+	if (local_alive(lb))
+		kill(lb->init_pid, SIGKILL);
+}
+
+/* A spare's init still waits for its claim: its FIFO is there. */
+static bool local_spare_unclaimed(struct local_box *lb)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/root/run/sbxfs-claim", (int)lb->init_pid);
+	return access(path, F_OK) == 0;
 }
 
 static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
@@ -964,13 +1021,25 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->output_max = s->cfg->res.output;
 	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
 	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
-	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
+	{ /* a claimed spare keeps the cgroup it was started in */
+		const char *cg = json_string_value(json_object_get(j, "cgroup"));
+		bool ok = cg && strlen(cg) == SCOPE_TOKEN_LEN && strspn(cg, "0123456789abcdef") == SCOPE_TOKEN_LEN;
+
+		snprintf(lb->token, sizeof(lb->token), "%s", ok ? cg : s->token);
+	}
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
 		/* made by an sbxfs without sandbox cgroups: no limits, no kill of
 		 * leftovers; it is recreated on reclaim (its data stays) */
 		log_warn(s->user, "local: sandbox %s has no cgroup of its own: recreated on reclaim", lb->token);
 		kill(lb->init_pid, SIGKILL);
+	}
+	if (s->spare && local_alive(lb) && !local_spare_unclaimed(lb)) {
+		/* a claim cut short by a crash: it may carry a thread's uid and
+		 * mounts, and no claim can reach it any more */
+		log_warn("local", "spare %s: its claim FIFO is gone (a claim was interrupted): ending it", s->token);
+		kill(lb->init_pid, SIGKILL);
+		lb->init_pid = 0; /* dead to the health check at once; destroy ends the rest (its cgroup) */
 	}
 	if (!local_alive(lb))
 		lb->init_pid = 0; /* stale: the pool's health check recreates it on reclaim */
@@ -1115,6 +1184,8 @@ static const struct sbx_provider_ops local_ops = {
 	.box_free = local_box_release,
 	.adopt = local_adopt,
 	.kill_all = local_kill_all,
+	.stop_soon = local_stop_soon,
+	.claim = local_claim,
 	.box_status = local_box_status,
 	.exec_start = local_exec_start,
 	.exec_reattach = local_exec_reattach,

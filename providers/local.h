@@ -16,6 +16,7 @@
 #include <stdbool.h>
 
 #include "../common/buf.h"
+#include "cgroup.h"
 #include "local_net.h"
 #include "provider.h"
 
@@ -66,10 +67,26 @@ void local_exec_free(struct sbx_exec *x);
 enum sbx_err local_kill_all(struct sbx_box *b);
 void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_name);
 
-/* Start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1: /dev/null for 0..2,
- * closed above), in a new session, every other fd closed, no signal
- * blocked.  pid or -1. */
+/* local.c: the configured local.rootfs (NULL: the host's); record lb in
+ * lb->thread_dir/local.json; the uid of s's thread and its data
+ * directories, owned by it. */
+const char *local_rootfs(const struct sbx_config *cfg);
+int local_save(struct local_box *lb);
+enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid);
+
+/* local_claim.c: bind a spare to a thread (provider.h's claim).  A spare's
+ * identity until then is nobody's. */
+#define LOCAL_SPARE_ID 65534
+enum sbx_err local_claim(struct sbx_box *b, const struct sbx_spec *spec);
+
+/* local_spawn.c: start argv[0] with fds as 0..LOCAL_SPAWN_FDS-1 (-1:
+ * /dev/null for 0..2, closed above), in a new session, every other fd
+ * closed, no signal blocked.  pid or -1 (errno).  _joined: and inside the
+ * cgroups of j from its first instruction (every signal's disposition the
+ * default). */
 pid_t local_spawn(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
+pid_t local_spawn_joined(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS],
+	const struct cgroup_join *j);
 
 
 #endif

@@ -82,7 +82,7 @@ int local_net_nsfd(pid_t init)
 }
 
 static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_spec *spec, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg)
 {
 	struct buf logpath = BUF_INIT(BUF_CAP_PATH);
 	int pidfd = -1, left, gate[2] = { -1, -1 };
@@ -121,8 +121,11 @@ static enum sbx_err pasta_start(const char *scope, int nsfd, const struct sbx_sp
 	out->pid = pid;
 	out->child = 1;
 	out->start = util_proc_starttime(pid);
-	if (started)
-		started(arg);
+	if (started && started(arg)) { /* unrecorded: it must not run */
+		log_err(scope, "local: cannot record pasta: %s", strerror(errno));
+		local_net_down(out);
+		goto out;
+	}
 	if (write(gate[1], "go\n", 3) != 3) {
 		log_err(scope, "local: pasta did not start: %s", strerror(errno));
 		local_net_down(out);
@@ -150,36 +153,63 @@ out:
 	return result;
 }
 
-enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *rootfs, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg)
+enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope, pid_t init,
+	const struct sbx_spec *spec, const char *rootfs)
 {
 	const struct sbx_config *cfg = spec->cfg;
 	struct buf resolv = BUF_INIT(BUF_CAP_PATH);
-	struct egress_rules rules = { .mode = cfg->net_mode, .allow_private = cfg->allow_private };
-	char dns[64], err[512];
-	enum sbx_err result = SBX_ERR_IO;
-	int nsfd = local_net_nsfd(init);
+	/* the namespace bubblewrap made a moment ago: nothing in it to replace */
+	struct egress_rules rules = { .mode = cfg->net_mode, .allow_private = cfg->allow_private, .fresh = true };
 
-	out->pid = 0;
-	out->start = 0;
-	out->child = 0;
-	if (nsfd < 0) {
+	r->nsfd = local_net_nsfd(init);
+	if (r->nsfd < 0) {
 		log_err(scope, "local: cannot open the sandbox's network namespace: %s", strerror(errno));
 		return SBX_ERR_IO;
 	}
 	/* the resolver the sandbox is told about (its /etc/resolv.conf) may be
 	 * asked on port 53 even when its address is private */
 	if (cfg->net_mode == NET_OPEN && !buf_addf(&resolv, "%s/etc/resolv.conf", rootfs ? rootfs : ""))
-		rules.dns = egress_resolver(resolv.ptr, dns, sizeof(dns));
-	if (egress_apply(nsfd, &rules, err, sizeof(err))) {
-		log_err(scope, "local: cannot install the sandbox's egress rules: %s", err);
-		goto out;
-	}
-	result = cfg->net_mode == NET_OPEN ? pasta_start(scope, nsfd, spec, log_fd, deadline_ms, out, started, arg)
-					   : SBX_OK;
-out:
-	close(nsfd);
+		rules.dns = egress_resolver(resolv.ptr, r->dns, sizeof(r->dns));
 	buf_free(&resolv);
+	egress_apply_start(&r->job, r->nsfd, &rules);
+	return SBX_OK;
+}
+
+enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope)
+{
+	char err[512];
+	int res;
+
+	if (r->nsfd < 0)
+		return SBX_ERR_IO;
+	res = egress_apply_finish(&r->job, err, sizeof(err));
+	close(r->nsfd);
+	r->nsfd = -1;
+	if (res) {
+		log_err(scope, "local: cannot install the sandbox's egress rules: %s", err);
+		return SBX_ERR_IO;
+	}
+	return SBX_OK;
+}
+
+enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, int log_fd,
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg)
+{
+	enum sbx_err result;
+	int nsfd;
+
+	out->pid = 0;
+	out->start = 0;
+	out->child = 0;
+	if (spec->cfg->net_mode != NET_OPEN)
+		return SBX_OK;
+	nsfd = local_net_nsfd(init);
+	if (nsfd < 0) {
+		log_err(scope, "local: cannot open the sandbox's network namespace: %s", strerror(errno));
+		return SBX_ERR_IO;
+	}
+	result = pasta_start(scope, nsfd, spec, log_fd, deadline_ms, out, started, arg);
+	close(nsfd);
 	return result;
 }
 

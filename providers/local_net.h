@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../common/egress.h"
 #include "provider.h"
 
 /* How many fds a spawned helper gets as 0..LOCAL_SPAWN_FDS-1 (local.h). */
@@ -24,15 +25,29 @@ struct local_net {
 	int child; /* ours to reap (not adopted after a restart) */
 };
 
-/* Give the sandbox whose init is init its network (DESIGN §7): the
- * nftables ruleset of its mode, and in open mode pasta, waited for until
- * the namespace has its link.  started(arg) runs as soon as pasta is
+/* The nftables ruleset of the sandbox's mode (DESIGN §7), installed in
+ * the namespace of init while the init is still starting: start opens the
+ * namespace and begins the install on a thread; finish waits for it (always
+ * call it after a start: it also closes the namespace).  SBX_OK, or an
+ * error after logging it.  The sandbox is handed out only after finish. */
+struct local_net_rules {
+	struct egress_job job;
+	int nsfd; /* -1: not started */
+	char dns[64];
+};
+enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope, pid_t init,
+	const struct sbx_spec *spec, const char *rootfs);
+enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope);
+
+/* Give the sandbox whose init is init (its rules installed) its network:
+ * in open mode pasta, waited for until the namespace has its link (other
+ * modes: nothing).  started(arg) runs as soon as pasta is
  * running (out filled), so the caller records it before waiting: a daemon
  * killed during the wait leaves a record the next start cleans up.  log_fd
  * takes pasta's early errors.  SBX_OK, or an error after logging it
  * (nothing is left running). */
-enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *rootfs, int log_fd,
-	uint64_t deadline_ms, struct local_net *out, void (*started)(void *arg), void *arg);
+enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, int log_fd,
+	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg);
 /* Is the helper (if any) still running? */
 int local_net_alive(struct local_net *n);
 /* End the helper (if any) and wait until it is gone. */

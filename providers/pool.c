@@ -35,6 +35,7 @@
 #include "../common/log.h"
 #include "../common/token.h"
 #include "../common/util.h"
+#include "spares.h"
 
 #define POOL_BUCKETS 1024
 
@@ -276,6 +277,7 @@ static int pool_dirs(struct sbx *s, struct pool_dirs *d)
 
 static void pool_spec(struct sbx *s, struct pool_dirs *d, struct sbx_config *cfg, struct sbx_spec *spec)
 {
+	memset(spec, 0, sizeof(*spec)); /* a scope's: not a spare */
 	spec->user = s->user;
 	spec->thread = s->thread;
 	spec->token = s->token;
@@ -383,7 +385,8 @@ found:
 	return best;
 }
 
-static unsigned pool_count_locked(void)
+/* Active, warm and creating sandboxes of scopes (spares not counted). */
+static unsigned pool_count_scopes_locked(void)
 {
 	unsigned n = 0;
 
@@ -394,8 +397,27 @@ static unsigned pool_count_locked(void)
 	return n;
 }
 
-/* Before a create: keep active + warm (+ creating) under replicas by
- * destroying the oldest warm sandbox.  Active ones are never evicted. */
+/* What replicas counts before a create: the scopes' sandboxes and the
+ * ready spares (one being made gives way itself: spares.h). */
+static unsigned pool_count_locked(void)
+{
+	return pool_count_scopes_locked() + spares_count(true);
+}
+
+/* spares_start's others(): taken with no lock of spares.c held. */
+static unsigned pool_count_scopes(void)
+{
+	unsigned n;
+
+	lock_acquire(&pool.lock);
+	n = pool_count_scopes_locked();
+	lock_release(&pool.lock);
+	return n;
+}
+
+/* Before a create: keep active + warm (+ creating) + spares under replicas
+ * by destroying a spare (nobody's: the cheapest to lose), else the oldest
+ * warm sandbox.  Active ones are never evicted. */
 static void pool_enforce_replicas(int replicas, const char *scope)
 {
 	struct sbx *victim;
@@ -406,6 +428,10 @@ static void pool_enforce_replicas(int replicas, const char *scope)
 			lock_release(&pool.lock);
 			return;
 		}
+		lock_release(&pool.lock);
+		if (spares_evict_one())
+			continue;
+		lock_acquire(&pool.lock);
 		victim = pool_pick_warm_locked(UINT64_MAX, true);
 		if (victim)
 			pool.st.evictions++;
@@ -512,6 +538,7 @@ static void *pool_reaper_main(void *arg)
 		lock_release(&pool.lock);
 		again = sweep && pool_sweep_gone();
 		pool_reap_once(idle);
+		spares_reap(idle);
 		lock_acquire(&pool.lock);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += again ? 1 : interval;
@@ -545,6 +572,8 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 	struct pool_dirs d;
 	struct sbx_spec spec;
 	enum sbx_err e;
+	uint64_t t0 = util_now_us(), t1, t2;
+	bool claimed;
 	int err;
 
 	err = pool_dirs(s, &d);
@@ -556,7 +585,6 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_dirs_free(&d);
 		return err;
 	}
-	pool_enforce_replicas(cfg->replicas, scope);
 	pool_spec(s, &d, cfg, &spec);
 	s->created_at = util_wall_now();
 	if (pool_save(s, prov, "creating")) {
@@ -564,7 +592,21 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_dirs_free(&d);
 		return EIO;
 	}
-	e = prov->ops->create(&spec, &box);
+	/* a spare of this configuration, bound to the thread (spares.h); one
+	 * whose claim fails is gone, and the create goes on cold */
+	t1 = util_now_us();
+	{
+		struct spare *sp = spares_take(prov, cfg);
+
+		e = sp ? spares_claim(sp, &spec, &box) : SBX_ERR_GONE;
+	}
+	claimed = e == SBX_OK;
+	if (!claimed) {
+		pool_enforce_replicas(cfg->replicas, scope);
+		e = prov->ops->create(&spec, &box);
+		spares_refill(); /* none was ready (reaped while idle, all taken): demand is back */
+	}
+	t2 = util_now_us();
 	pool_dirs_free(&d);
 	if (e == SBX_ERR_INTR) { /* the caller gave up (runtime/work.h): not the provider's failure */
 		log_info(scope, "create cancelled: the provider cleaned up what it made");
@@ -599,7 +641,13 @@ static int pool_create_held(struct sbx *s, struct sbx_config *cfg, const struct 
 		pool_unsave(s);
 		return err;
 	}
-	log_info(scope, "sandbox created (%s, %s, uid %u)", prov->name, box->remote_id, (unsigned)box->uid);
+	lock_acquire(&pool.lock);
+	s->from_spare = claimed;
+	lock_release(&pool.lock);
+	log_debug(scope, "pool: create steps (ms): prepare %.2f provider %.2f policy+record %.2f",
+		(double)(t1 - t0) / 1000.0, (double)(t2 - t1) / 1000.0, (double)(util_now_us() - t2) / 1000.0);
+	log_info(scope, "sandbox %s (%s, %s, uid %u)", claimed ? "bound from a spare" : "created", prov->name,
+		box->remote_id, (unsigned)box->uid);
 	return 0;
 }
 
@@ -635,7 +683,12 @@ static int pool_acquire_entry(struct sbx *s, bool reserved)
 	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
 	pthread_mutex_lock(&s->scope);
 	lock_acquire(&pool.lock);
-	cfg = config_get(pool.cfg);
+	if (reserved && s->reserved_cfg) { /* the configuration of the mkdir's moment */
+		cfg = s->reserved_cfg;
+		s->reserved_cfg = NULL;
+	} else {
+		cfg = config_get(pool.cfg);
+	}
 	prov = pool.prov;
 	enum sbx_state st = s->state;
 	if (token_check(token_current()) == SBX_ERR_INTR) {
@@ -750,6 +803,7 @@ int pool_reserve(const char *user, const char *thread, struct sbx **out)
 		err = pool_user_cap_locked(pool.cfg, user, scope);
 	if (!err) {
 		s->reserved = true;
+		s->reserved_cfg = config_get(pool.cfg);
 		s->refs++;
 		*out = s;
 	}
@@ -764,10 +818,15 @@ int pool_acquire_reserved(struct sbx *s)
 
 void pool_unreserve(struct sbx *s)
 {
+	struct sbx_config *cfg;
+
 	lock_acquire(&pool.lock);
 	s->reserved = false;
+	cfg = s->reserved_cfg;
+	s->reserved_cfg = NULL;
 	s->refs--;
 	lock_release(&pool.lock);
+	config_put(cfg);
 }
 
 struct sbx *pool_find_shown(const char *user, const char *thread, bool *creating)
@@ -956,6 +1015,8 @@ int pool_status_json(struct sbx *s, struct buf *out)
 		json_object_set_new(o, "note", json_string(s->box->note));
 	if (o && s->last_event[0])
 		json_object_set_new(o, "last_event", json_string(s->last_event));
+	if (o && s->box)
+		json_object_set_new(o, "from_spare", json_boolean(s->from_spare));
 	lock_release(&pool.lock);
 	return json_to_buf(o, out);
 }
@@ -969,6 +1030,7 @@ void pool_stats(struct pool_stats *st)
 	st->idle_timeout = pool.cfg->idle_timeout;
 	st->idle_check_interval = pool.cfg->idle_check_interval;
 	st->active = st->warm = st->creating = 0;
+	spares_stats(&st->spares);
 	for (int i = 0; i < POOL_BUCKETS; i++)
 		for (struct sbx *s = pool.table[i]; s; s = s->next) {
 			st->active += s->state == SBX_ACTIVE;
@@ -1119,6 +1181,7 @@ int pool_init(struct sbx_config *cfg, char *err, size_t errlen)
 	if (prov->ops->discover && prov->ops->discover(cfg, pool.state_id, pool_discovered, NULL))
 		log_warn("pool", "provider %s: discovery of its sandboxes failed", prov->name);
 	pool.stopping = false;
+	spares_start(prov, cfg, pool.state_id, pool_count_scopes);
 	if (pthread_create(&pool.reaper, NULL, pool_reaper_main, NULL)) {
 		snprintf(err, errlen, "cannot start the idle reaper");
 		return -1;
@@ -1152,6 +1215,7 @@ int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 	pthread_cond_signal(&pool.reaper_cond);
 	lock_release(&pool.lock);
 	config_put(oldcfg);
+	spares_reconfigure(prov, cfg);
 	if (old == prov)
 		return 0;
 	/* The old provider's warm sandboxes go now; active ones on release. */
@@ -1203,6 +1267,7 @@ static void *pool_shutdown_worker(void *arg)
 
 void pool_stop(void)
 {
+	spares_stop();
 	lock_acquire(&pool.lock);
 	pool.stopping = true;
 	pthread_cond_signal(&pool.reaper_cond);
@@ -1227,6 +1292,7 @@ void pool_shutdown(bool keep)
 	if (pool.reaper_running)
 		pthread_join(pool.reaper, NULL);
 	pool.reaper_running = false;
+	spares_shutdown(keep);
 	if (keep) {
 		for (int i = 0; i < POOL_BUCKETS; i++)
 			for (struct sbx *s = pool.table[i]; s; s = s->next) {
@@ -1240,6 +1306,15 @@ void pool_shutdown(bool keep)
 		pool_provider_shutdown();
 		return;
 	}
+	/* every sandbox told to end first (a kill each), then destroyed by the
+	 * workers: their exits run meanwhile instead of one after the other */
+	for (int i = 0; i < POOL_BUCKETS; i++)
+		for (struct sbx *s = pool.table[i]; s; s = s->next) {
+			pthread_mutex_lock(&s->scope);
+			if (s->box && s->box->prov->ops->stop_soon && (s->state == SBX_ACTIVE || s->state == SBX_WARM))
+				s->box->prov->ops->stop_soon(s->box);
+			pthread_mutex_unlock(&s->scope);
+		}
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
 		n++;
 	if (n == 0)

@@ -35,6 +35,7 @@
 #include "../common/config.h"
 #include "../common/names.h"
 #include "provider.h"
+#include "spares.h"
 
 enum sbx_state {
 	SBX_NONE,       /* known scope, no sandbox */
@@ -61,6 +62,9 @@ struct sbx {
 	 * by pool_acquire_reserved in the same step that makes it ACTIVE or
 	 * NONE, so the scope is never seen free in between */
 	bool reserved;
+	/* the configuration in force when the reservation's mkdir was answered:
+	 * the create uses it, not a configuration reloaded meanwhile */
+	struct sbx_config *reserved_cfg;
 	double created_at, acquired_at;
 	uint64_t warm_since_ms;
 	struct sbx *next; /* hash chain */
@@ -71,6 +75,7 @@ struct sbx {
 	const struct sbx_provider *prov;
 	struct sbx_config *cfg;            /* the config this sandbox was created with */
 	char last_event[320];              /* e.g. "recreated: the warm sandbox failed its health check" */
+	bool from_spare;                   /* this incarnation is a claimed spare (status "from_spare") */
 
 	/* The layer above's own state of this sandbox (fs/: its view and job
 	 * count, struct fs_sbx in fs/fsbx.h), opaque to the pool: installed
@@ -96,6 +101,7 @@ struct pool_stats {
 	double acquire_sum[2];
 	uint64_t acquire_count[2];
 	char last_error[512]; /* "" or JSON object text */
+	struct spares_stats spares; /* pool.prewarm: spares ready, claims (spares.h) */
 };
 
 extern const double pool_hist_bounds[12];
@@ -145,7 +151,7 @@ int pool_acquire(const char *user, const char *thread, struct sbx **out);
  * pool_reserve, on a FUSE worker (never blocks: pool.lock only): claim the
  * scope for one acquire, so a second mkdir gets EEXIST, the user's cap
  * counts it (EDQUOT) and ESHUTDOWN once stopping; 0 and a held reference
- * in *out.  pool_acquire_reserved, on a work thread: pool_acquire for the
+ * in *out; the configuration in force now is the create's.  pool_acquire_reserved, on a work thread: pool_acquire for the
  * reservation (its errno, or 0: the sandbox is active); the reservation
  * ends either way.  pool_unreserve: give it up without acquiring. */
 int pool_reserve(const char *user, const char *thread, struct sbx **out);

@@ -62,6 +62,12 @@ struct sbx_spec {
 	const char *state_id; /* 8 hex digits naming this daemon's state_dir (labels, cgroups) */
 	struct sbx_dirs dirs;
 	const struct sbx_config *cfg; /* the configuration this sandbox lives with */
+	/* A spare (pool.prewarm, providers/spares.h): a sandbox of no scope,
+	 * started ahead of need.  user and thread are "", token is the spare's
+	 * own, dirs.thread_dir is its record directory
+	 * (state_dir/spares/<token>) and the other dirs are NULL: create makes
+	 * the mount points of a thread's data empty, and claim fills them. */
+	bool spare;
 };
 
 /* A provider's handle on one sandbox.  Providers embed it first in their own
@@ -287,6 +293,20 @@ struct sbx_provider_ops {
 	 * which report "killed", and what finished jobs left behind), keeping
 	 * the sandbox and its files.  Default NOTSUP. */
 	enum sbx_err (*kill_all)(struct sbx_box *box);
+	/* MAY: at a shutdown that destroys every sandbox, start ending this one
+	 * now, without waiting for anything (the local provider: SIGKILL to its
+	 * init), so that the sandboxes' ends overlap; destroy follows and
+	 * finishes the job.  Scope lock held. */
+	void (*stop_soon)(struct sbx_box *box);
+	/* MAY (with it, pool.prewarm keeps spares: providers/spares.h): bind
+	 * box, a spare (made by create with spec->spare) that nothing has used,
+	 * to the thread spec names, without restarting it: the thread's data
+	 * directories, uid and identity, skills and hostname, exactly as a
+	 * create of spec would have them (its network mode is the spare's
+	 * configuration's, which the pool matched), and its records moved to
+	 * spec->dirs.thread_dir.  On failure the pool destroys box (never
+	 * hands it out) and creates the thread's sandbox cold. */
+	enum sbx_err (*claim)(struct sbx_box *box, const struct sbx_spec *spec);
 	/* MAY: add the provider's own keys to the sandbox's status JSON (e.g.
 	 * init_pid).  Any thread, pool.lock held: MUST NOT block. */
 	void (*box_status)(struct sbx_box *box, struct json_t *out);

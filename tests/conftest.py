@@ -162,7 +162,9 @@ class SbxfsInstance:
         self.proc = None
         self.tracked = []  # ProcRefs of sandbox processes seen by the test
         self.leaks = []
-        self.config = {"use": "local", "state_dir": str(self.state_dir)}
+        # pool.prewarm 0 unless a test asks for spares (tests/test_spares.py):
+        # most tests count sandboxes and processes, and spares change those
+        self.config = {"use": "local", "state_dir": str(self.state_dir), "pool": {"prewarm": 0}}
         for k, v in (config or {}).items():
             if v is None:
                 self.config.pop(k, None)

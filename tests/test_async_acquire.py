@@ -18,14 +18,13 @@ import errno
 import os
 import select
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 import test_jobs as J
+import test_runtime as R
 from remoteutil import fake, sbxfs  # noqa: F401
 from sbxutil import read_json, wait_until
 
@@ -70,38 +69,8 @@ def run(d, name, cmd):
 
 
 # A process waiting inside the mount; SIGINT raises in it (see test_runtime.py).
-CHILD = r'''
-import os, sys
-op, path = sys.argv[1], sys.argv[2]
-try:
-    print("ready", flush=True)
-    if op == "open":
-        os.close(os.open(path, os.O_RDONLY))
-    elif op == "read":
-        with open(path) as f:
-            f.read()
-    print("done", flush=True)
-except KeyboardInterrupt:
-    print("interrupted", flush=True)
-except OSError as e:
-    print("errno", e.errno, flush=True)
-'''
-
-
-def child(op, path):
-    p = subprocess.Popen([sys.executable, "-c", CHILD, op, str(path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    assert p.stdout.readline() == "ready\n"
-    return p
-
-
-def in_fuse_request(pid):
-    try:
-        with open(f"/proc/{pid}/wchan") as f:
-            w = f.read()
-    except OSError:
-        return False
-    return "request_wait_answer" in w or "fuse" in w
+# the interruptible child (SIGINT at its default) and the FUSE-wait probe of test_runtime.py
+child, in_fuse_request = R.child, R.in_fuse_request
 
 
 # ---- parallel creates of one user ----------------------------------------------------------

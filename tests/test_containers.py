@@ -121,6 +121,7 @@ def test_eight_concurrent_mkdirs_make_one_container(mnt, case_label):
     [th.join(60) for th in ths]
     assert results.count(0) == 1, [sbxutil.errname(r) if r else 0 for r in results]
     assert {sbxutil.errname(r) for r in results if r} == {"EEXIST"}
+    sbxutil.wait_ready(t)  # acquire: async: the mkdir answered once the create started
     c = containers(case_label)
     assert len(c) == 1 and c[0]["state"] == "running", c
     assert c[0]["name"] == f"{mnt.config['container_prefix']}-{read_text(t / 'id').strip()}"

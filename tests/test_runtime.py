@@ -51,6 +51,9 @@ try:
         os.mkdir(path)
     elif op == "open":
         os.close(os.open(path, os.O_RDONLY))
+    elif op == "read":
+        with open(path) as f:
+            f.read()
     print("done", flush=True)
 except KeyboardInterrupt:
     print("interrupted", flush=True)

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 import pytest
+from pathlib import Path
 
 import sbxutil
 import seccomputil
@@ -226,8 +227,11 @@ def test_last_error_shown_only_to_root_and_its_owner(sbxfs, accounts, tmp_path):
     os.chmod(tmp_path, 0o755)
     m = sbxfs(config={"users": {a: ua, b: ub}, "allow_other": True, "ready_timeout": 5,
                       "local": {"rootfs": str(rootfs)}})
-    res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1")])
-    assert "ok" in res[0] and res[1].get("errno") in ("EIO", "ETIMEDOUT"), res
+    # acquire: async: the mkdir answers, the create's failure reaches the ready
+    # file (or ENOENT once the failed create's directory is gone)
+    res = as_user(ua, [("mkdir", m.mnt / a), ("mkdir", m.mnt / a / "t1"), ("read", m.mnt / a / "t1" / "ready")])
+    assert "ok" in res[0] and "ok" in res[1] and res[2].get("errno") in ("EIO", "ETIMEDOUT", "ENOENT"), res
+    assert wait_until(lambda: json.loads((m.mnt / ".status").read_text())["last_error"], 10)
     as_root = json.loads((m.mnt / ".status").read_text())
     assert as_root["last_error"] and as_root["last_error"]["scope"] == f"{a}/t1", as_root
     res = as_user(ua, [("read", m.mnt / ".status")])
@@ -297,6 +301,68 @@ def test_memory_limit_kills_a_big_allocation(sbxfs):
     assert out == ""
     code, out, _ = run_job(t, "small", "python3 -c \"x = b'a' * (16 << 20); print(len(x))\"", timeout=60)
     assert code == 0 and out == f"{16 << 20}\n"
+
+
+def cgroup_mounts():
+    """{controller: v1 mount} and the v2 mount (or None), from /proc/mounts."""
+    v1, v2 = {}, None
+    with open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if parts[2] == "cgroup2" and v2 is None:
+                v2 = parts[1]
+            elif parts[2] == "cgroup":
+                for c in ("memory", "pids", "cpu"):
+                    if c in parts[3].split(",") and c not in v1:
+                        v1[c] = parts[1]
+    return v1, v2
+
+
+def proc_cgroups(pid):
+    """{hierarchy: path} of /proc/PID/cgroup: "" is v2, else each controller of a v1 line."""
+    out = {}
+    for line in proc_file(pid, "cgroup").decode().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        for c in ctrls.split(",") if ctrls else [""]:
+            out[c] = path
+    return out
+
+
+@pytest.mark.timeout_s(90)
+def test_bubblewrap_starts_inside_the_sandbox_cgroups_with_their_limits(sbxfs):
+    """The limits hold from bubblewrap's first instruction on (local_spawn.c joins the cgroups
+    between the clone and the exec): bubblewrap's outer process, which nothing moves after its
+    exec, and the init it started are in the sandbox's cgroup of every hierarchy, and those
+    cgroups carry the configured limits; a job's view of its own cgroup is inside them."""
+    m = sbxfs(config={"resources": {"memory": "96M", "pids": 77}})
+    t = acquire(m)
+    init = sbxutil.init_pid(t)
+    with open(f"/proc/{init}/stat") as f:
+        bwrap = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert "bwrap" in (sbxutil.proc_cmdline(bwrap) or ""), sbxutil.proc_cmdline(bwrap)
+    key = hashlib.sha256(str(m.state_dir).encode()).hexdigest()[:8]
+    want = f"/sbxfs/{key}-{(t / 'id').read_text().strip()}"
+    v1, v2 = cgroup_mounts()
+    hierarchies = ([""] if v2 else []) + sorted(v1)
+    assert hierarchies, "no cgroup hierarchy on this host"
+    for pid, what in ((bwrap, "bubblewrap"), (init, "the init")):
+        groups = proc_cgroups(pid)
+        for h in hierarchies:
+            assert groups.get(h) == want, f"{what} (pid {pid}) is in {groups.get(h)!r} of {h or 'v2'}, not {want}"
+    if "memory" in v1:
+        limit = (Path(v1["memory"] + want) / "memory.limit_in_bytes").read_text().strip()
+    else:
+        limit = (Path(v2 + want) / "memory.max").read_text().strip()
+    assert int(limit) == 96 << 20, limit
+    pids = Path((v1["pids"] if "pids" in v1 else v2) + want) / "pids.max"
+    assert pids.read_text().strip() == "77"
+    # inside, a job's cgroup is the sandbox's own (a cgroup namespace rooted at it)
+    code, out, err = run_job(t, "cg", "cat /proc/self/cgroup")
+    assert code == 0, err
+    for line in out.splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if ctrls in ("", "memory", "pids"):
+            assert not path.startswith("/sbxfs"), f"a job sees the host's cgroup tree: {out}"
 
 
 @pytest.mark.timeout_s(60)

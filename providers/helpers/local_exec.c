@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * local_exec.c - sbxfs-exec, the job supervisor of the local provider, and
- * the launcher that starts bubblewrap inside a sandbox's cgroups.
+ * local_exec.c - sbxfs-exec, the job supervisor of the local provider.
  *
  * The daemon starts one supervisor per job (as root, in its own session)
  * and forgets about the details: the supervisor joins the sandbox's
@@ -14,7 +13,6 @@
  *   sbxfs-exec --pid=INIT --start=STARTTIME --uid=U --gid=G --timeout=SECS
  *              --job-dir=DIR [--cgroup=DIR] [--join=CGROUP_PROCS]...
  *              [--output-max=BYTES] [--filter-fd=N] [--frozen=FILE]  < INPUT
- *   sbxfs-exec --launch [--join=CGROUP_PROCS]... -- PROGRAM ARG...
  *
  * Nothing a user controls is in this process's argv or environment (both
  * are world-readable or reach the dynamic loader of a root process).  The
@@ -37,8 +35,6 @@
  * loads after the privilege drop, right before exec: a process that enters
  * the sandbox with setns() does not inherit its init's filter.
  *
- * --launch joins the given cgroups and execs PROGRAM (bubblewrap), so the
- * sandbox's init and its cgroup namespace start inside its cgroups.
  *
  * The timeout counts the time the job could run: while the sandbox is
  * frozen (`ctl` freeze, or the freeze of a snapshot) the clock stops.  The
@@ -87,8 +83,6 @@ struct exec_args {
 	const char *join[MAX_JOIN];
 	int njoin;
 	int filter_fd; /* -1: none */
-	bool launch;
-	char **program; /* --launch: what follows -- */
 };
 
 /* What the supervisor holds open for the job. */
@@ -145,12 +139,6 @@ static void parse_args(int argc, char **argv, struct exec_args *a)
 			a->join[a->njoin++] = s + 7;
 		else if (!strncmp(s, "--filter-fd=", 12))
 			a->filter_fd = (int)strtol(s + 12, NULL, 10);
-		else if (!strcmp(s, "--launch"))
-			a->launch = true;
-		else if (!strcmp(s, "--")) {
-			a->program = argv + i + 1;
-			break;
-		}
 	}
 }
 
@@ -566,22 +554,6 @@ static void write_result(int dirfd, int status, bool output_limit)
 	write_at(dirfd, "result", text);
 }
 
-static void __attribute__((noreturn)) launch(const struct exec_args *a)
-{
-	int fds[MAX_JOIN];
-
-	if (!a->program || !a->program[0]) {
-		fprintf(stderr, "usage: sbxfs-exec --launch [--join=PROCS]... -- PROGRAM ARG...\n");
-		_exit(2);
-	}
-	for (int i = 0; i < a->njoin; i++)
-		if ((fds[i] = open(a->join[i], O_WRONLY | O_CLOEXEC)) < 0)
-			exec_die(a->join[i]);
-	join_cgroups(fds, a->njoin);
-	execv(a->program[0], a->program);
-	exec_die(a->program[0]);
-}
-
 static pid_t start_pump(const struct exec_args *a, struct job_fds *f, int *ctl, int *ack)
 {
 	int c[2], k[2];
@@ -616,8 +588,6 @@ int main(int argc, char **argv)
 	pid_t child;
 
 	parse_args(argc, argv, &a);
-	if (a.launch)
-		launch(&a);
 	if (!a.init || !a.job_dir || a.uid == 0) {
 		fprintf(stderr, "usage: sbxfs-exec --pid=N --start=T --uid=U --gid=G --timeout=S --job-dir=DIR "
 				"[--cgroup=DIR] [--join=PROCS]... [--output-max=BYTES] < INPUT\n");

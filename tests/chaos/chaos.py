@@ -108,8 +108,10 @@ class Daemon:
         self.mnt.mkdir(parents=True, exist_ok=True)
         os.chmod(self.base, 0o755)
         os.chmod(self.mnt, 0o755)
+        # no spares (pool.prewarm): the invariants below name every cgroup by its
+        # scope's token, and a claimed spare keeps the spare's (tests/test_spares.py)
         self.cfg = {"use": provider, "state_dir": str(self.state_dir), "replicas": 64, "idle_timeout": 0,
-                    "keep_on_exit": False}
+                    "keep_on_exit": False, "pool": {"prewarm": 0}}
         self.configure(**(extra or {}))
         self.proc = None
         self.key = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
@@ -418,6 +420,9 @@ class Chaos:
                 s.state = "unknown"
                 return
         try:
+            # acquire: async: the mkdir answered once the create started; the
+            # sandbox is acknowledged (active, to be adopted) once ready says so
+            (d / "ready").read_text()
             st = json.loads((d / "status").read_text())
         except (OSError, ValueError) as e:
             if isinstance(e, ValueError):

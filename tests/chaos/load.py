@@ -108,7 +108,8 @@ class Load:
 
     # ---- the workload
     def acquire(self, s):
-        self.timed("mkdir", lambda: os.makedirs(self.p(s)))
+        # mkdir to a usable sandbox: under acquire: async the wait is on ready
+        self.timed("mkdir", lambda: (os.makedirs(self.p(s)), self.p(s, "ready").read_text()))
         self.count("mkdir")
         st = json.loads(self.p(s, "status").read_text())
         if s.init_pid and st.get("init_pid") != s.init_pid:

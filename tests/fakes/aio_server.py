@@ -521,8 +521,8 @@ class Proc:
             self.readers.append(threading.Thread(target=self._read, args=(self.proc.stderr, self.err), daemon=True))
         for t in self.readers:
             t.start()
+        server.register_proc(self)  # before the waiter: a quick exit unregisters it after
         threading.Thread(target=self._wait, daemon=True, name=f"wait-{self.pid}").start()
-        server.register_proc(self)
 
     def _read(self, f, buf):
         try:
@@ -1009,17 +1009,27 @@ class RequestLog:
             self.by_route[key] = self.by_route.get(key, 0) + 1
             return e
 
+    def answered(self, e, status):
+        """The status is counted before the answer is sent: a client that asks
+        for the counters right after its answer sees it."""
+        with self.lock:
+            if e.get("counted"):
+                return
+            e["counted"] = True
+            e["status"] = status
+            k = str(status)
+            self.by_status[k] = self.by_status.get(k, 0) + 1
+
     def end(self, e, status, t0, resp_bytes=0):
+        self.answered(e, status)
         with self.lock:
             e["status"] = status
             e["resp_bytes"] = resp_bytes
             e["duration_ms"] = round((time.monotonic() - t0) * 1000, 3)
-            k = str(status)
-            self.by_status[k] = self.by_status.get(k, 0) + 1
 
     def query(self, path_re=None, since=0):
         with self.lock:
-            out = [dict(e) for e in self.entries if e["seq"] > since]
+            out = [{k: v for k, v in e.items() if k != "counted"} for e in self.entries if e["seq"] > since]
         if path_re:
             r = re.compile(path_re)
             out = [e for e in out if r.search(e["path"])]
@@ -2482,6 +2492,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_raw(status, body, ctype, headers, close)
 
     def send_raw(self, status, body, ctype, headers=None, close=False):
+        if getattr(self, "log_entry", None) is not None:
+            self.srv.log.answered(self.log_entry, status)
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -2528,7 +2540,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         hdrs = {k: v for k, v in self.headers.items()
                 if k.lower() in ("content-type", "accept", "content-length", "transfer-encoding",
                                  "x-aio-api-key", "authorization", "user-agent", "expect")}
-        entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
+        entry = self.log_entry = srv.log.begin(method, path, {k: v[-1] for k, v in query.items()}, hdrs)
         self.resp_bytes = 0
         self.drip = None
         self.cut = None

@@ -99,6 +99,8 @@ static enum sbx_err fault_create(const struct sbx_spec *spec, struct sbx_box **o
 	struct fault_box *fb;
 
 	__atomic_add_fetch(&fault.creates, 1, __ATOMIC_RELAXED);
+	if (spec->spare)
+		__atomic_add_fetch(&fault.spare_creates, 1, __ATOMIC_RELAXED);
 	if (fault.create_delay_ms) {
 		int now = __atomic_add_fetch(&fault.creating, 1, __ATOMIC_RELAXED);
 		int max = __atomic_load_n(&fault.max_creating, __ATOMIC_RELAXED);
@@ -156,6 +158,30 @@ static void fault_box_free(struct sbx_box *b)
 	__atomic_sub_fetch(&fault.live_boxes, 1, __ATOMIC_RELAXED);
 	free(fb->thread_dir);
 	free(fb);
+}
+
+/* A spare bound to a thread: its record moves to the thread's directory. */
+static enum sbx_err fault_claim(struct sbx_box *b, const struct sbx_spec *spec)
+{
+	struct fault_box *fb = (struct fault_box *)b;
+	struct buf p = BUF_INIT(BUF_CAP_PATH);
+	char *dir;
+
+	__atomic_add_fetch(&fault.claims, 1, __ATOMIC_RELAXED);
+	if (fault.claim_err)
+		return fault.claim_err;
+	if (!(dir = strdup(spec->dirs.thread_dir)))
+		return SBX_ERR_NOMEM;
+	if (fault_record(dir, true)) {
+		free(dir);
+		return SBX_ERR_IO;
+	}
+	if (!layout_file(&p, fb->thread_dir, "fault.json"))
+		unlink(p.ptr);
+	buf_free(&p);
+	free(fb->thread_dir);
+	fb->thread_dir = dir;
+	return SBX_OK;
 }
 
 static enum sbx_err fault_adopt(const struct sbx_spec *spec, struct sbx_box **out)
@@ -409,6 +435,7 @@ static const struct sbx_provider_ops fault_ops = {
 	.destroy = fault_destroy,
 	.box_free = fault_box_free,
 	.adopt = fault_adopt,
+	.claim = fault_claim,
 	.exec_start = fault_exec_start,
 	.exec_reattach = fault_exec_reattach,
 	.exec_signal = fault_exec_signal,

@@ -25,6 +25,7 @@ struct fault_knobs {
 	enum sbx_err health_seq[16];  /* successive health answers (then OK) */
 	int n_health;
 	enum sbx_err destroy_err;
+	enum sbx_err claim_err;       /* claim (of a spare) fails with it */
 	enum fault_exec_mode exec_mode;
 	int exec_ms;
 	int exit_code;
@@ -42,7 +43,7 @@ struct fault_knobs {
 	/* counters: written by the provider's threads, read by the test's
 	 * (atomics: ThreadSanitizer checks the unit tests, make tsan-unit) */
 	_Atomic int uploads, upload_bytes, skill_mkdirs, skill_removes, file_ops;
-	_Atomic int creates, destroys, adopts, healths;
+	_Atomic int creates, destroys, adopts, healths, claims, spare_creates;
 	_Atomic int creating, max_creating; /* creates running now, and the most at once */
 	_Atomic int live_boxes, live_execs;
 	_Atomic int signals[65];

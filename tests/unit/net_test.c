@@ -666,6 +666,12 @@ static void test_egress(void)
 	r = (struct egress_rules){ .mode = NET_ALLOWLIST };
 	CHECK(egress_ruleset(&r, &b) == 0 && strstr(buf_str(&b), "\t\treject with icmpx admin-prohibited\n") &&
 	      !strstr(buf_str(&b), "private4"));
+	/* a re-apply replaces the table; a fresh namespace only gets it added */
+	CHECK(strstr(buf_str(&b), "delete table inet sbxfs\n"));
+	buf_reset(&b);
+	r.fresh = true;
+	CHECK(egress_ruleset(&r, &b) == 0 && !strstr(buf_str(&b), "delete table") &&
+	      !strncmp(buf_str(&b), "table inet sbxfs {\n", 19) && strstr(buf_str(&b), "reject with icmpx"));
 	buf_free(&b);
 	{
 		char path[] = "/tmp/sbxfs-resolv-XXXXXX", out[64];

@@ -112,8 +112,8 @@ static struct sbx_config *load_config(const char *extra, char *err, size_t errle
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/mount.conf", base);
-	snprintf(text, sizeof(text), "use: fault\nstate_dir: %s\nready_timeout: 1\n%s", state_dir,
-		extra ? extra : "idle_timeout: 0\n");
+	snprintf(text, sizeof(text), "use: fault\nstate_dir: %s\nready_timeout: 1\n%s%s", state_dir,
+		extra ? extra : "idle_timeout: 0\n", extra && strstr(extra, "pool:") ? "" : "pool: {prewarm: 0}\n");
 	f = fopen(path, "w");
 	if (!f)
 		return NULL;
@@ -368,6 +368,68 @@ static void test_replicas_and_reaper(void)
 	CHECK(pool_state(a, NULL) == SBX_NONE && fault.destroys == 1 && !record_exists("u", "t"));
 	pool_put(a);
 	teardown();
+}
+
+/* pool.prewarm (spares.c): spares made in the background, claimed by a new
+ * scope (never by one with a warm sandbox), refilled within replicas, a failed
+ * claim destroyed and the create made cold, adopted after a restart, none left. */
+static bool wait_spares(unsigned n)
+{
+	struct pool_stats ps;
+
+	for (int i = 0; i < 200; i++) {
+		pool_stats(&ps);
+		if (ps.spares.ready == n && ps.spares.creating == 0)
+			return true;
+		msleep(10);
+	}
+	return false;
+}
+
+static void test_spares(void)
+{
+	struct sbx *a, *b, *c;
+	struct pool_stats ps;
+
+	if (setup("idle_timeout: 0\nreplicas: 4\npool: {prewarm: 2}\n"))
+		return fail_setup();
+	CHECK(wait_spares(2) && fault.spare_creates == 2);
+	CHECK(pool_acquire("u", "a", &a) == 0 && a->from_spare && fault.claims == 1);
+	CHECK(fault.creates == fault.spare_creates && record_exists("u", "a")); /* no create for the scope */
+	CHECK(wait_spares(2) && fault.spare_creates == 3);    /* refilled: 1 active + 2 spares <= 4 */
+	/* a warm scope reclaims its own sandbox: no claim */
+	CHECK(pool_release(a) == 0);
+	pool_put(a);
+	CHECK(pool_acquire("u", "a", &a) == 0 && fault.claims == 1 && fault.healths >= 1);
+	/* a failed claim: the spare is destroyed, the create goes on cold */
+	fault.claim_err = SBX_ERR_IO;
+	CHECK(pool_acquire("u", "b", &b) == 0 && !b->from_spare && fault.claims == 2);
+	pool_stats(&ps);
+	CHECK(ps.spares.claim_failures == 1 && ps.spares.claims == 1);
+	fault.claim_err = SBX_OK;
+	/* replicas 4: a, b active, spares refilled to 2 */
+	CHECK(wait_spares(2));
+	/* a third scope claims; the refill has no room left (3 + 1 = 4, then 4 + 1 > 4) */
+	CHECK(pool_acquire("u", "c", &c) == 0 && c->from_spare);
+	pool_stats(&ps); /* a refill would be queued (creating) by now */
+	CHECK(ps.spares.ready == 1 && ps.spares.creating == 0 && ps.active == 3);
+	pool_put(a);
+	pool_put(b);
+	pool_put(c);
+	/* a restart adopts the spare as a spare */
+	pool_shutdown(true);
+	pool_clear();
+	{
+		struct sbx_config *cfg;
+		char err[256];
+
+		cfg = load_config("idle_timeout: 0\nreplicas: 4\npool: {prewarm: 2}\n", err, sizeof(err));
+		CHECK(cfg && pool_init(cfg, err, sizeof(err)) == 0);
+		config_put(cfg);
+	}
+	pool_stats(&ps);
+	CHECK(ps.spares.adopted == 1);
+	teardown(); /* every box destroyed: live_boxes 0 */
 }
 
 /* A state_dir as a killed daemon leaves it: a ready sandbox, a create cut
@@ -675,6 +737,7 @@ int main(void)
 	test_slow_creates_run_in_parallel();
 	test_health_flaps_and_destroy_fails();
 	test_replicas_and_reaper();
+	test_spares();
 	test_adoption();
 	test_jobs();
 	test_job_reattach();

@@ -188,7 +188,7 @@ static int engine_setup(bool fresh)
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/mount.conf", base);
-	snprintf(text, sizeof(text), "use: fault\nstate_dir: %s\nidle_timeout: 0\n", state_dir);
+	snprintf(text, sizeof(text), "use: fault\nstate_dir: %s\nidle_timeout: 0\npool: {prewarm: 0}\n", state_dir);
 	f = fopen(path, "w");
 	if (!f)
 		return -1;
