@@ -53,14 +53,33 @@ def wait_mounted(path, proc, secs=15):
     raise RuntimeError("%s not mounted after %d s" % (path, secs))
 
 
-def timed(fn):
+TICK = os.sysconf("SC_CLK_TCK")
+CPU = {}  # row: CPU seconds of the last timed phase (the daemon's and this process's, with tar)
+
+
+def cpu_now(pid):
+    """CPU seconds used so far by the daemon (every thread) and by this
+    process and its waited-for children (tar)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    own = os.times()
+    return (int(fields[11]) + int(fields[12])) / TICK + own.user + own.system + own.children_user + \
+        own.children_system
+
+
+def timed(fn, pid=None, row=None):
+    c0 = cpu_now(pid) if pid else 0
     t0 = time.perf_counter()
     fn()
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    if pid:
+        CPU[row] = cpu_now(pid) - c0
+    return dt
 
 
-def one_round(base, r, n, tarball):
-    """{row: ops/s} of one round in fresh directories under base."""
+def one_round(base, r, n, tarball, pid):
+    """{row: ops/s, row + "_cpu": CPU microseconds per op} of one round in
+    fresh directories under base (pid: the daemon's)."""
     data = b"x" * 4096
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     d = os.path.join(base, "r%d" % r)
@@ -83,18 +102,20 @@ def one_round(base, r, n, tarball):
             for e in it:
                 e.stat(follow_symlinks=False)
 
-    out["create"] = n / timed(create)
-    out["stat_after_create"] = n / timed(lambda: [os.stat(p) for p in names])
-    out["create_empty"] = n / timed(create_empty)
+    out["create"] = n / timed(create, pid, "create")
+    out["stat_after_create"] = n / timed(lambda: [os.stat(p) for p in names], pid, "stat_after_create")
+    out["create_empty"] = n / timed(create_empty, pid, "create_empty")
     os.listdir(d)  # the first listing fills the kernel's cache (when it keeps one)
-    out["readdir"] = 2 * n / timed(lambda: os.listdir(d))
-    out["ls_l"] = 2 * n / timed(ls_l)
-    out["unlink"] = 2 * n / timed(lambda: [os.unlink(p + s) for p in names for s in ("", "e")])
+    out["readdir"] = 2 * n / timed(lambda: os.listdir(d), pid, "readdir")
+    out["ls_l"] = 2 * n / timed(ls_l, pid, "ls_l")
+    out["unlink"] = 2 * n / timed(lambda: [os.unlink(p + s) for p in names for s in ("", "e")], pid, "unlink")
     os.rmdir(d)
     u = os.path.join(base, "u%d" % r)
     os.mkdir(u)
-    out["untar"] = n / timed(lambda: subprocess.run(["tar", "xf", tarball, "-C", u], check=True))
+    out["untar"] = n / timed(lambda: subprocess.run(["tar", "xf", tarball, "-C", u], check=True), pid, "untar")
     shutil.rmtree(u)
+    for row in ROWS:
+        out[row + "_cpu"] = CPU[row] * 1e6 / (2 * n if row in ("readdir", "ls_l", "unlink") else n)
     return out
 
 
@@ -118,7 +139,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="sbx-cache-ab-", dir="/var/tmp")
     os.chmod(work, 0o755)
-    daemons, mounts, paths = [], [], {}
+    daemons, mounts, paths, pids = [], [], {}, {}
     try:
         src = os.path.join(work, "src")
         os.mkdir(src)
@@ -151,27 +172,31 @@ def main():
             p = os.path.join(mnt, "bench", "t1", "workspace", "ab")
             os.mkdir(p)
             paths[label] = p
+            pids[label] = d.pid
         labels = [s[0] for s in sides]
         for s in labels:  # warm up
-            one_round(paths[s], 1000, 200, tarball)
+            one_round(paths[s], 1000, 200, tarball, pids[s])
         res = {s: [] for s in labels}
         for r in range(a.rounds):
             order = labels[r % len(labels):] + labels[:r % len(labels)]
             if r % 2:
                 order.reverse()
             for s in order:
-                res[s].append(one_round(paths[s], r, a.files, tarball))
+                res[s].append(one_round(paths[s], r, a.files, tarball, pids[s]))
         load = os.getloadavg()[0]
         print("%d files, %d interleaved rounds, load %.1f; ops/s median [min-max], "
               "ratio to %s per round median [min-max]" % (a.files, a.rounds, load, labels[0]))
         for label, binary, ct, env in sides:
             print("  %s = %s, cache_timeout %d %s" % (label, binary, ct, " ".join("%s=%s" % kv for kv in env.items())))
-        for row in ROWS:
+        for row in ROWS + tuple(r + "_cpu" for r in ROWS if r not in ("readdir", "ls_l")):  # those: too short
+            if row == "create_cpu":
+                print("-- CPU microseconds per op, the daemon's and the client's (lower is better; ratio: "
+                      "the reference's over the side's, above 1 cheaper)")
             ref = [x[row] for x in res[labels[0]]]
             line = "%-17s %s %8.0f" % (row, labels[0], statistics.median(ref))
             for s in labels[1:]:
                 v = [x[row] for x in res[s]]
-                rat = [x / y for x, y in zip(v, ref)]
+                rat = [(y / x if row.endswith("_cpu") else x / y) for x, y in zip(v, ref) if x and y] or [0]
                 line += " | %s %8.0f %.3fx [%.2f-%.2f]" % (s, statistics.median(v), statistics.median(rat),
                                                           min(rat), max(rat))
             print(line)
