@@ -556,7 +556,12 @@ def tool_version(argv):
                   "sbxfs daemon started from the repo with a generated mount.conf (local "
                   "provider, replicas 256, idle_timeout 0, network mode isolated)")
 def fixture_sbxfs(ctx):
-    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256)
+    # SBXFS_BENCH_CONF: extra mount.conf lines, e.g. "cache_timeout: 0" for the short
+    # timeouts without the cache watcher (docs/performance.md, "before/after" of issue 23)
+    extra = os.environ.get("SBXFS_BENCH_CONF", "")
+    if extra:
+        ctx.note("sbxfs fixture: extra mount.conf lines: `%s`" % extra.replace("\n", "; "))
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256, extra + "\n" if extra else "")
     try:
         d.start()
         sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)

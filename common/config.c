@@ -709,6 +709,8 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		cfgr_get_seconds(x, k, v, 1, 7L * 86400, true, &c->bash_command_timeout);
 	else if (!strcmp(k, "ready_timeout"))
 		cfgr_get_seconds(x, k, v, 1, 3600, false, &c->ready_timeout);
+	else if (!strcmp(k, "cache_timeout"))
+		cfgr_get_seconds(x, k, v, 0, 86400, false, &c->cache_timeout);
 	else if (!strcmp(k, "request_timeout"))
 		cfgr_get_seconds(x, k, v, 1, 3600, false, &c->request_timeout);
 	else if (!strcmp(k, "sandbox_timeout"))
@@ -787,6 +789,7 @@ static void config_defaults(struct sbx_config *c)
 	c->idle_check_interval = 60;
 	c->bash_command_timeout = 600;
 	c->ready_timeout = 30;
+	c->cache_timeout = 300;
 	c->request_timeout = 30;
 	c->sandbox_timeout = 14400;
 	c->skills_container_path = strdup("/mnt/skills");
@@ -824,7 +827,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		"snapshots", "acquire", "pool", NULL };
+		"snapshots", "acquire", "cache_timeout", "pool", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -1089,6 +1092,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "idle_check_interval", json_integer(c->idle_check_interval));
 	json_object_set_new(o, "bash_command_timeout", json_integer(c->bash_command_timeout));
 	json_object_set_new(o, "ready_timeout", json_integer(c->ready_timeout));
+	json_object_set_new(o, "cache_timeout", json_integer(c->cache_timeout));
 	json_object_set_new(o, "allow_other", json_boolean(c->allow_other));
 	json_object_set_new(o, "keep_on_exit", json_boolean(c->keep_on_exit));
 	json_object_set_new(o, "acquire", json_string(c->acquire_sync ? "sync" : "async"));

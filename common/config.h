@@ -88,6 +88,7 @@ struct sbx_config {
 	long idle_check_interval;  /* seconds */
 	long bash_command_timeout; /* seconds */
 	long ready_timeout;        /* seconds */
+	long cache_timeout;        /* seconds data entries/attributes stay cached while watched (0: watcher off) */
 	bool allow_other;
 	bool keep_on_exit;
 	/* acquire: async (default): mkdir of a thread answers once the create

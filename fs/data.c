@@ -55,6 +55,7 @@
 #include "data.h"
 #include "dlock.h"
 #include "fsbx.h"
+#include "fswatch.h"
 #include "handle.h"
 #include "nodefd.h"
 #include "skillsfs.h"
@@ -180,6 +181,8 @@ static int data_node_get(struct view *v, int fd, const struct stat *st, int whic
 		close(fd);
 		return err;
 	}
+	if (S_ISDIR(st->st_mode)) /* watched before the kernel learns of it */
+		fswatch_dir(v, fd, st);
 	pthread_mutex_lock(&v->lock);
 	n = data_table_find_locked(v, st->st_dev, st->st_ino);
 	if (n && !nfd_pinned(n)) {
@@ -274,11 +277,15 @@ static void data_forget(struct node *n, uint64_t count)
 }
 
 /* How long the kernel may trust what we say about a file of this view:
- * short while a job may be changing files underneath. */
+ * long while the watcher tells the kernel of every change (fswatch.h),
+ * else short while a job may be changing files underneath. */
 static double data_timeout(struct view *v)
 {
-	struct fs_sbx *f = fs_sbx(v->sbx);
+	struct fs_sbx *f;
 
+	if (fswatch_long(v))
+		return fs.cache_timeout;
+	f = fs_sbx(v->sbx);
 	return f && __atomic_load_n(&f->jobs_running, __ATOMIC_RELAXED) ? fs.data_timeout_busy : fs.data_timeout;
 }
 
@@ -1407,7 +1414,9 @@ static void data_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *
 	d->n = n; /* keeps pfd's use until RELEASEDIR */
 	d->acct = budget_acct_ref(n->view->fds);
 	fi->fh = (uint64_t)(uintptr_t)d;
-	fi->cache_readdir = 0;
+	/* a watched directory's listing is cached by the kernel, across opens:
+	 * the watcher drops it when a job changes the directory */
+	fi->cache_readdir = fi->keep_cache = fswatch_long(n->view);
 	fuse_reply_open(req, fi);
 }
 
@@ -1797,4 +1806,43 @@ unlock:
 	}
 	free(held);
 	view_put(v);
+}
+
+/* The node of (dev, ino) in v, with a lookup reference, or NULL. */
+static struct node *data_hold(struct view *v, dev_t dev, ino_t ino)
+{
+	struct node *n;
+
+	pthread_mutex_lock(&v->lock);
+	if ((n = data_table_find_locked(v, dev, ino)))
+		n->nlookup++;
+	pthread_mutex_unlock(&v->lock);
+	return n;
+}
+
+int data_inval_dirent(struct view *v, dev_t ddev, ino_t dino, const char *name)
+{
+	struct node *d = data_hold(v, ddev, dino);
+
+	if (!d)
+		return 0;
+	if (fs.se) {
+		fuse_lowlevel_notify_inval_entry(fs.se, node_ino(d), name, strlen(name));
+		/* its attributes and its cached listing */
+		fuse_lowlevel_notify_inval_inode(fs.se, node_ino(d), 0, 0);
+	}
+	data_forget(d, 1);
+	return 2;
+}
+
+int data_inval_file(struct view *v, dev_t dev, ino_t ino, bool data)
+{
+	struct node *n = data_hold(v, dev, ino);
+
+	if (!n)
+		return 0;
+	if (fs.se)
+		fuse_lowlevel_notify_inval_inode(fs.se, node_ino(n), data ? 0 : -1, 0);
+	data_forget(n, 1);
+	return 1;
 }

@@ -56,6 +56,7 @@
 #include "../skills/skills.h"
 #include "args.h"
 #include "data.h"
+#include "fswatch.h"
 #include "dlock.h"
 #include "handle.h"
 #include "import.h"
@@ -595,6 +596,13 @@ static int start_services(struct sbx_config *cfg, pthread_t *reloader)
 	return 0;
 }
 
+/* The watcher of data caches invalidates through data.c (fswatch.h). */
+static const struct fswatch_hooks watch_hooks = {
+	.inval_dirent = data_inval_dirent,
+	.inval_file = data_inval_file,
+	.inval_sbx = data_inval_sbx,
+};
+
 int main(int argc, char **argv)
 {
 	struct args o;
@@ -641,6 +649,9 @@ int main(int argc, char **argv)
 	 * dropped (data.c), and an open always revalidates. */
 	fs.data_timeout = 10.0;
 	fs.data_timeout_busy = 1.0;
+	/* ...and for cache_timeout while fswatch.c tells the kernel of every
+	 * change a sandbox makes (issue 23) */
+	fs.cache_timeout = (double)cfg->cache_timeout;
 	if (vtree_init()) {
 		fprintf(stderr, "sbxfs: out of memory\n");
 		goto out;
@@ -669,6 +680,9 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground)
 		service_detached(); /* MAINPID=, before the launcher exits */
+	/* after the detaching fork: the watcher is a thread */
+	fswatch_init(cfg->state_dir, cfg->cache_timeout, &watch_hooks);
+	view_set_kill_hook(fswatch_view_dead);
 	if (fuse_set_signal_handlers(fs.se))
 		goto out_unmount;
 	started = start_services(cfg, &reloader);
@@ -713,6 +727,7 @@ out_signals:
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
+	fswatch_shutdown();
 	handle_free_all();
 	data_shutdown();
 	fuse_session_destroy(fs.se);

@@ -409,6 +409,13 @@ static int view_kill_locked(struct fs_sbx *f, struct view *v)
 	return nput + 1; /* + the sbx's reference */
 }
 
+static void (*view_killed_hook)(struct view *v);
+
+void view_set_kill_hook(void (*fn)(struct view *v))
+{
+	view_killed_hook = fn;
+}
+
 void view_kill(struct sbx *s)
 {
 	struct fs_sbx *f = fs_sbx(s);
@@ -420,6 +427,8 @@ void view_kill(struct sbx *s)
 	if (v)
 		nput = view_kill_locked(f, v);
 	fs_unlock();
+	if (v && view_killed_hook)
+		view_killed_hook(v);
 	while (nput-- > 0)
 		view_put(v);
 }

@@ -136,6 +136,8 @@ struct view {
 	pthread_mutex_t lock;       /* the data inode table */
 	struct node *table[VIEW_BUCKETS];
 	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
+	int cache_short;    /* atomic: why its data is on the short timeouts, 0 = watched (fswatch.c) */
+	int watch_dirs;     /* fswatch.c's lock: its marked directories */
 	/* Readiness (fs/acquire.c): a view made at an asynchronous mkdir is
 	 * pending (atomic; set at birth, cleared once, under fs_lock) until its
 	 * create ends; ready_err (atomic, written once under fs_lock) is the create's errno when it
@@ -159,6 +161,7 @@ struct fs {
 	unsigned long long opens_passthrough, opens_copy; /* atomic: data file opens by path taken */
 	double data_timeout;      /* entry/attr timeout for data nodes */
 	double data_timeout_busy; /* the same while a job runs in the sandbox */
+	double cache_timeout;     /* the same while the watcher keeps the caches fresh (fswatch.h) */
 };
 
 extern struct fs fs;
@@ -213,6 +216,9 @@ void view_put(struct view *v);
 struct view *view_current(struct sbx *s); /* referenced, creating it; NULL unless active */
 struct view *view_of_sbx(struct sbx *s);  /* referenced current view or NULL; never creates */
 void view_kill(struct sbx *s);            /* at release */
+/* At start: fn(v) runs after view_kill took v down (no lock held; the
+ * watcher of data caches lets go of v's watches: fswatch.h). */
+void view_set_kill_hook(void (*fn)(struct view *v));
 /* A pending view of s (a create has started: fs/acquire.c), referenced and
  * made s's current view; NULL on ENOMEM.  view_current adopts it once s is
  * active. */

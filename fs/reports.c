@@ -21,7 +21,9 @@
 #include "../runtime/work.h"
 #include "../skills/skills.h"
 #include "reports.h"
+#include "fswatch.h"
 #include "nodefd.h"
+#include "rfiles.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
@@ -76,6 +78,31 @@ static int ctl_status(struct buf *out, uid_t reader)
 				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted));
 	if (o) /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
+	if (o) { /* the watcher of data caches (fswatch.h) */
+		struct fswatch_stats ws;
+		fswatch_stats(&ws);
+		json_object_set_new(o, "cache_watcher",
+			json_pack("{s:s,s:I,s:I,s:I,s:I}", "state", ws.on ? "fanotify" : "off", "directories",
+				(json_int_t)ws.dirs, "events", (json_int_t)ws.events, "invalidations",
+				(json_int_t)ws.invals, "overflows", (json_int_t)ws.overflows));
+	}
+	return json_to_buf(o, out);
+}
+
+/* A sandbox's status: the pool's, and how long its data is cached
+ * ("cache": fswatch_state). */
+static int ctl_sbx_status(struct view *v, struct buf *out)
+{
+	struct buf b = BUF_INIT(BUF_CAP_JSON);
+	json_t *o;
+	int r = pool_status_json(v->sbx, &b);
+
+	o = r ? NULL : json_loadb(b.ptr, b.len, 0, NULL);
+	buf_free(&b);
+	if (!o)
+		return -1;
+	/* remote files have their own cache rules (rfiles.c) */
+	json_object_set_new(o, "cache", json_string(rfiles_is_remote(v, DD_WORKSPACE) ? "remote" : fswatch_state(v)));
 	return json_to_buf(o, out);
 }
 
@@ -401,7 +428,7 @@ int reports_render(struct node *n, struct buf *out, uid_t reader)
 		if (n->which == CTL_ID)
 			return buf_addf(out, "%s\n", n->view->sbx->token);
 		if (n->which == CTL_STATUS)
-			return pool_status_json(n->view->sbx, out);
+			return ctl_sbx_status(n->view, out);
 	}
 	return -1;
 }

@@ -342,6 +342,9 @@ class SbxfsInstance:
                 self.leaks.append(f"{ref.pid}: {sbxutil.proc_cmdline(ref.pid)}")
                 ref.kill()
         if self.proc is None or self.proc.poll() is not None:  # its sandboxes are gone too
+            # a daemon that died (kill -9, the watchdog) left its sandboxes'
+            # inits running, also those the test did not record
+            self.leaks += sbxutil.kill_sandbox_cgroups(self.state_dir)
             for d in sbxutil.remove_sandbox_cgroups(self.state_dir):
                 self.leaks.append(f"cgroup {d}")
         self.leaks = sorted(set(self.leaks))

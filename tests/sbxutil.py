@@ -134,6 +134,28 @@ def sandbox_cgroups(state_dir):
     return sorted(found, key=lambda d: d.count("/"), reverse=True)
 
 
+def kill_sandbox_cgroups(state_dir):
+    """SIGKILL every process still in the sandbox cgroups of the daemon of
+    state_dir (a daemon that died without ending its sandboxes leaves their
+    inits running: sbxfs-init is pid 1 of its namespace, not bubblewrap's
+    child to kill, and its command line does not name state_dir).  Returns
+    ["pid: cmdline"] of those found."""
+    found = []
+    for d in sandbox_cgroups(state_dir):
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                pids = [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            found.append(f"{pid}: {proc_cmdline(pid)}")
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return found
+
+
 def remove_sandbox_cgroups(state_dir, timeout=5):
     """Remove what sandbox_cgroups() finds (a test that kill -9s the daemon
     and ends its sandboxes by pid leaves them; the next start would adopt or

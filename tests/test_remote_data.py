@@ -813,3 +813,9 @@ def test_the_cache_is_kept_under_remote_files_cache_size(sbxfs, remote, fake):  
         assert sha(held.read()) == sums[2]
         os.close(big)
     assert sha((w / "new").read_bytes()) == sha(b"n" * (8 * MiB))
+
+
+def test_status_says_remote_files_keep_their_own_cache(box):
+    m, d, _ = box
+    # the cache watcher (fs/fswatch.c) is for data directories on the host
+    assert json_of(d / "status")["cache"] == "remote"
