@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -33,24 +32,11 @@ import tarfile
 import tempfile
 import time
 
+from abutil import teardown, wait_mounted
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROWS = ("create", "create_empty", "stat_after_create", "readdir", "ls_l", "unlink", "untar")
 
-
-def mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
-
-
-def wait_mounted(path, proc, secs=15):
-    end = time.monotonic() + secs
-    while time.monotonic() < end:
-        if mounted(path):
-            return
-        if proc.poll() is not None:
-            raise RuntimeError("daemon exited before mounting %s" % path)
-        time.sleep(0.05)
-    raise RuntimeError("%s not mounted after %d s" % (path, secs))
 
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -212,18 +198,7 @@ def main():
                 json.dump({"files": a.files, "rounds": a.rounds, "load": load,
                            "sides": [list(s) for s in sides], "samples": res}, f, indent=1)
     finally:
-        for m in mounts:
-            if mounted(m):
-                subprocess.run(["fusermount3", "-u", m], capture_output=True)
-                if mounted(m):
-                    subprocess.run(["fusermount3", "-uz", m], capture_output=True)
-        for d in daemons:
-            try:
-                d.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                d.send_signal(signal.SIGKILL)
-                d.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        teardown(mounts, daemons, work)
 
 
 if __name__ == "__main__":

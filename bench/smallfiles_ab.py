@@ -17,31 +17,16 @@ the N files, unlink of the N files, timed separately.
 
 import argparse
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from abutil import teardown, wait_mounted
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def mounted(path):
-    with open("/proc/mounts") as f:
-        return any(line.split()[1] == path for line in f)
-
-
-def wait_mounted(path, proc, secs=15):
-    end = time.monotonic() + secs
-    while time.monotonic() < end:
-        if mounted(path):
-            return
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError("daemon exited before mounting %s" % path)
-        time.sleep(0.05)
-    raise RuntimeError("%s not mounted after %d s" % (path, secs))
 
 
 def one_round(d, n):
@@ -144,18 +129,7 @@ def main():
                         max(ratios))
                 print(line)
     finally:
-        for m in mounts:
-            if mounted(m):
-                subprocess.run(["fusermount3", "-u", m], capture_output=True)
-                if mounted(m):
-                    subprocess.run(["fusermount3", "-uz", m], capture_output=True)
-        for d in daemons:
-            try:
-                d.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                d.send_signal(signal.SIGKILL)
-                d.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        teardown(mounts, daemons, work)
 
 
 if __name__ == "__main__":
