@@ -596,6 +596,45 @@ def fixture_sbxfs_copy(ctx):
             d.stop()
 
 
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+@fixture("sbxfs-uring", "the same sbxfs with `fuse: {io_uring: on}`: requests come through per-CPU "
+                        "io_uring rings instead of /dev/fuse reads (the kernel's enable_uring is "
+                        "switched to Y by the daemon, and back to what it was after the run)")
+def fixture_sbxfs_uring(ctx):
+    try:
+        with open(URING_PARAM) as f:
+            before = f.read().strip()
+    except OSError as e:
+        raise RuntimeError("this kernel has no FUSE over io_uring (%s: %s)" % (URING_PARAM, e))
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs-uring", 16, "fuse:\n  io_uring: \"on\"\n")
+    try:
+        d.start()
+        sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
+        call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
+        transport = status_of(d.mnt).get("fuse_transport", "unknown")
+        ctx.note("transport of sbxfs-uring: %s" % transport)
+        if transport != "io_uring":
+            raise RuntimeError("sbxfs-uring: .status says fuse_transport %s; log:\n%s"
+                               % (transport, d.log_tail()))
+        yield Target("sbxfs-uring", os.path.join(sandbox, "workspace"), FIXTURES["sbxfs-uring"].describe,
+                     mnt=d.mnt, daemon=d, sandbox=sandbox)
+    finally:
+        if d.proc is not None:
+            d.stop()
+        with open(URING_PARAM, "w") as f:
+            f.write(before)
+
+
+def status_of(mnt):
+    try:
+        with open(os.path.join(mnt, ".status")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def data_path_of(mnt):
     """What the daemon's .status says its data path is (passthrough or copy)."""
     try:

@@ -58,6 +58,7 @@
 #include "data.h"
 #include "dlock.h"
 #include "handle.h"
+#include "uring.h"
 #include "import.h"
 #include "job.h"
 #include "jobfs.h"
@@ -393,6 +394,9 @@ static void *reload_main(void *arg)
 			next = NULL;
 		} else {
 			log_info("config", "configuration reloaded from %s", next->path);
+			if (next->fuse_io_uring != cur->fuse_io_uring || next->fuse_uring_depth != cur->fuse_uring_depth)
+				log_warn("config", "fuse.io_uring*: changed; the transport is chosen when mounting: it "
+						   "takes effect at the next mount");
 			config_put(next);
 		}
 		service_reloaded(next ? "configuration reloaded" : "reload refused: the old configuration stays");
@@ -648,7 +652,7 @@ int main(int argc, char **argv)
 	data_init(cfg->state_dir);
 	rfiles_init();
 	snapfs_init();
-	if (build_fuse_args(&o, cfg, &args))
+	if (build_fuse_args(&o, cfg, &args) || uring_prepare(cfg, &args))
 		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
@@ -713,6 +717,7 @@ out_signals:
 out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
+	uring_stop(fs.se);
 	handle_free_all();
 	data_shutdown();
 	fuse_session_destroy(fs.se);

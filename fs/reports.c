@@ -22,6 +22,7 @@
 #include "../skills/skills.h"
 #include "reports.h"
 #include "nodefd.h"
+#include "uring.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
@@ -66,8 +67,10 @@ static int ctl_status(struct buf *out, uid_t reader)
 		"creating", st.creating, "replicas", st.replicas, "idle_timeout", (int)st.idle_timeout,
 		"idle_check_interval", (int)st.idle_check_interval, "evictions", (json_int_t)st.evictions, "reaps",
 		(json_int_t)st.reaps, "adopted", (json_int_t)st.adopted, "last_error", le ? le : json_null());
-	if (o) /* which way the bytes of data files go: see docs/performance.md */
+	if (o) { /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
+		uring_status(o); /* and the requests: fs/uring.c */
+	}
 	return json_to_buf(o, out);
 }
 
