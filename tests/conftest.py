@@ -47,6 +47,12 @@ RUN_PREFIX = f"sbxfs-t{os.getpid()}-"
 TMP_ROOT = Path(os.environ.get("SBXFS_TEST_TMP", tempfile.gettempdir()))
 MOUNT_TIMEOUT = 10.0
 DEFAULT_TEST_TIMEOUT = 180
+# SBXFS_TEST_FUSE_IO_URING=off|auto|on: every daemon of the run gets
+# `fuse: {io_uring: VALUE}` unless its test sets `fuse` itself (run the data
+# and metadata tests over io_uring: docs/libfuse.md).  With `on` the daemon
+# switches the host's enable_uring to Y; the session puts back what it was.
+FUSE_IO_URING = os.environ.get("SBXFS_TEST_FUSE_IO_URING", "")
+URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
 
 _live = []  # every SbxfsInstance of the current test, for the watchdog
 
@@ -163,6 +169,8 @@ class SbxfsInstance:
         self.tracked = []  # ProcRefs of sandbox processes seen by the test
         self.leaks = []
         self.config = {"use": "local", "state_dir": str(self.state_dir)}
+        if FUSE_IO_URING:
+            self.config["fuse"] = {"io_uring": FUSE_IO_URING}
         for k, v in (config or {}).items():
             if v is None:
                 self.config.pop(k, None)
@@ -450,6 +458,21 @@ def sandbox(mnt):
 @pytest.fixture
 def ws(sandbox):
     return sandbox[1] / "workspace"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _uring_param_restored():
+    """What the host's enable_uring was before a run with SBXFS_TEST_FUSE_IO_URING, put
+    back after it (other runs leave it alone: test_uring.py restores its own)."""
+    before = None
+    if FUSE_IO_URING:
+        try:
+            before = URING_PARAM.read_text().strip()
+        except OSError:
+            pass
+    yield
+    if before is not None and URING_PARAM.read_text().strip() != before:
+        URING_PARAM.write_text(before)
 
 
 @pytest.fixture(scope="session", autouse=True)
