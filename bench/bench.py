@@ -599,32 +599,46 @@ def fixture_sbxfs_copy(ctx):
 URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
 
 
-@fixture("sbxfs-uring", "the same sbxfs with `fuse: {io_uring: on}`: requests come through per-CPU "
-                        "io_uring rings instead of /dev/fuse reads (the kernel's enable_uring is "
-                        "switched to Y by the daemon, and back to what it was after the run)")
-def fixture_sbxfs_uring(ctx):
+def _transport_daemon(ctx, name, mode, want):
+    """A second daemon like the sbxfs fixture's (16 replicas), with fuse.io_uring: mode;
+    the host's enable_uring is put back as it was when it stops."""
     try:
         with open(URING_PARAM) as f:
             before = f.read().strip()
     except OSError as e:
         raise RuntimeError("this kernel has no FUSE over io_uring (%s: %s)" % (URING_PARAM, e))
-    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs-uring", 16, "fuse:\n  io_uring: \"on\"\n")
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, name, 16, "fuse:\n  io_uring: \"%s\"\n" % mode)
     try:
         d.start()
         sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
         call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
         transport = status_of(d.mnt).get("fuse_transport", "unknown")
-        ctx.note("transport of sbxfs-uring: %s" % transport)
-        if transport != "io_uring":
-            raise RuntimeError("sbxfs-uring: .status says fuse_transport %s; log:\n%s"
-                               % (transport, d.log_tail()))
-        yield Target("sbxfs-uring", os.path.join(sandbox, "workspace"), FIXTURES["sbxfs-uring"].describe,
+        ctx.note("transport of %s: %s" % (name, transport))
+        if transport != want:
+            raise RuntimeError("%s: .status says fuse_transport %s; log:\n%s"
+                               % (name, transport, d.log_tail()))
+        yield Target(name, os.path.join(sandbox, "workspace"), FIXTURES[name].describe,
                      mnt=d.mnt, daemon=d, sandbox=sandbox)
     finally:
         if d.proc is not None:
             d.stop()
         with open(URING_PARAM, "w") as f:
             f.write(before)
+
+
+@fixture("sbxfs-uring", "the same sbxfs with `fuse: {io_uring: on}`, a daemon of its own "
+                        "(16 replicas): requests come through per-CPU io_uring rings instead of "
+                        "/dev/fuse reads (the kernel's enable_uring is switched to Y by the "
+                        "daemon, and back to what it was after the run)")
+def fixture_sbxfs_uring(ctx):
+    yield from _transport_daemon(ctx, "sbxfs-uring", "on", "io_uring")
+
+
+@fixture("sbxfs-devfuse", "the control of sbxfs-uring: a daemon of its own set up the same way "
+                          "(16 replicas), with `fuse: {io_uring: off}` (/dev/fuse, as the sbxfs "
+                          "fixture)")
+def fixture_sbxfs_devfuse(ctx):
+    yield from _transport_daemon(ctx, "sbxfs-devfuse", "off", "dev_fuse")
 
 
 def status_of(mnt):

@@ -26,8 +26,9 @@ FILE_PEERS = ("native", "bindfs")
 # system's libfuse (3.14 on Debian 12: every byte copied through the daemon)
 DATA_PEERS = FILE_PEERS + ("sbxfs-copy",)
 # the metadata rows also compare the two transports when asked
-# (SBXFS_BENCH_URING=1): the same daemon with fuse.io_uring: on
-META_PEERS = FILE_PEERS + (("sbxfs-uring",) if os.environ.get("SBXFS_BENCH_URING") == "1" else ())
+# (SBXFS_BENCH_URING=1): the same daemon with fuse.io_uring: on, and its
+# control, a second daemon set up the same way with fuse.io_uring: off
+META_PEERS = FILE_PEERS + (("sbxfs-uring", "sbxfs-devfuse") if os.environ.get("SBXFS_BENCH_URING") == "1" else ())
 
 describe_group("seqwrite", "one big file written in 1 MiB writes, then fsync")
 describe_group("seqread", "one big file read sequentially: after drop_caches, from the page "

@@ -107,6 +107,7 @@ static void uring_log(enum fuse_log_level level, const char *fmt, va_list ap)
 		"libfuse: %s", line);
 }
 
+#ifdef SBXFS_FUSE_IO_URING /* the host checks: only a libfuse with io_uring needs them */
 /* The first character of a small sysfs/procfs file, or 0. */
 static char uring_read_char(const char *path)
 {
@@ -180,6 +181,7 @@ static void uring_host_check(enum config_uring mode, char *why, size_t len)
 	}
 	log_warn("fuse", "fuse.io_uring: on: switched %s from N to Y (host-wide; it stays Y)", URING_PARAM);
 }
+#endif
 
 int uring_prepare(const struct sbx_config *cfg, struct fuse_args *args)
 {
@@ -230,6 +232,7 @@ void uring_init(struct fuse_conn_info *conn)
 
 	pthread_mutex_lock(&ur.lock);
 	ur.inited = true;
+#ifdef SBXFS_FUSE_IO_URING /* asked is never set otherwise */
 	if (ur.asked) {
 		offered = (conn->capable & FUSE_CAP_OVER_IO_URING) != 0;
 		ur.offered = offered;
@@ -238,6 +241,9 @@ void uring_init(struct fuse_conn_info *conn)
 		else
 			snprintf(ur.reason, sizeof(ur.reason), "the kernel did not offer FUSE over io_uring at FUSE_INIT");
 	}
+#else
+	(void)conn;
+#endif
 	pthread_mutex_unlock(&ur.lock);
 	if (ur.asked && !offered)
 		log_info("fuse", "fuse.io_uring: %s: the kernel did not offer FUSE over io_uring at FUSE_INIT: "

@@ -349,7 +349,8 @@ ensure_built() {
 		why=$(build_suite)
 		rc=$?
 		if [ $rc -eq 0 ]; then
-			[ ${#whys[@]} -gt 0 ] && note "${whys[*]}: using fuse3 from $SUITE instead"
+			why="${whys[*]}"
+			[ ${#whys[@]} -gt 0 ] && note "${why%;}: using fuse3 from $SUITE instead"
 			return 0
 		fi
 		[ $rc -eq 2 ] || fetch_only=0
