@@ -242,11 +242,22 @@ class SbxfsInstance:
         while time.monotonic() < deadline:
             fst = sbxutil.mount_fstype(self.mnt)
             if fst is not None and fst.startswith("fuse") and self._answers():
+                self._check_transport()
                 return self
             if self.proc.poll() is not None:
                 pytest.fail(f"sbxfs exited with status {self.proc.returncode} before mounting; log:\n{self.log}")
             time.sleep(0.05)
         pytest.fail(f"sbxfs did not mount {self.mnt} within {MOUNT_TIMEOUT} s; log:\n{self.log}")
+
+    def _check_transport(self):
+        """Under SBXFS_TEST_FUSE_IO_URING=on, a daemon given that setting by the conftest
+        serves its mount over io_uring, or the run is not what it claims to be."""
+        if FUSE_IO_URING != "on" or self.config.get("fuse") != {"io_uring": "on"}:
+            return
+        st = json.loads((self.mnt / ".status").read_text())
+        if st.get("fuse_transport") != "io_uring":
+            pytest.fail(f"SBXFS_TEST_FUSE_IO_URING=on but .status says {st.get('fuse_transport')!r}: "
+                        f"{st.get('io_uring')}; log:\n{self.log}")
 
     def _answers(self):
         """The mount is served (a stale mount of a killed daemon is ENOTCONN
