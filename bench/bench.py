@@ -552,13 +552,22 @@ def tool_version(argv):
                   "sbxfs daemon started from the repo with a generated mount.conf (local "
                   "provider, replicas 256, idle_timeout 0, network mode isolated)")
 def fixture_sbxfs(ctx):
-    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256)
+    # SBXFS_BENCH_FUSE_IO_URING=off|auto|on: this daemon's fuse.io_uring (every row's
+    # sbxfs side over io_uring); the host's enable_uring is put back after the run
+    mode = os.environ.get("SBXFS_BENCH_FUSE_IO_URING", "")
+    before = None
+    if mode and os.path.exists(URING_PARAM):
+        with open(URING_PARAM) as f:
+            before = f.read().strip()
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256,
+               "fuse:\n  io_uring: \"%s\"\n" % mode if mode else "")
     try:
         d.start()
         sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
         call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
         ws = os.path.join(sandbox, "workspace")
         ctx.note("data path of sbxfs: %s" % data_path_of(d.mnt))
+        ctx.note("transport of sbxfs: %s" % status_of(d.mnt).get("fuse_transport", "unknown"))
         yield Target("sbxfs", ws, FIXTURES["sbxfs"].describe, mnt=d.mnt, daemon=d,
                      sandbox=sandbox, user=SBX_USER, thread=SBX_THREAD)
     finally:
@@ -572,6 +581,9 @@ def fixture_sbxfs(ctx):
             ctx.note("sbxfs fixture: unmount to daemon exit %s; processes naming its state_dir "
                      "left afterwards: %d" % ("%.2f s" % td if td is not None else
                                               "FAILED (had to be killed)", left))
+        if before is not None:
+            with open(URING_PARAM, "w") as f:
+                f.write(before)
 
 
 COPY_BIN = os.path.join(REPO, "build", "copy", "sbxfs")
