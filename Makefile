@@ -65,7 +65,7 @@ PROVIDERS := providers/providers.o providers/api.o providers/registry.o provider
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/container_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o fs/acquire.o \
-      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o fs/uring.o
+      fs/reports.o fs/data.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o fs/uring.o fs/sigwatch.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/netpol.o net/httpreader.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/proxy.o net/net.o
@@ -140,7 +140,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/uidpool.o \
-	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/fswork.o
+	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/sigwatch.o fs/fswork.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)

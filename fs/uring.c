@@ -78,6 +78,15 @@ static void uring_set_reason(const char *fmt, ...)
 	pthread_mutex_unlock(&ur.lock);
 }
 
+static enum log_level uring_level(enum fuse_log_level level)
+{
+	if (level <= FUSE_LOG_ERR)
+		return LOG_LVL_ERR;
+	if (level <= FUSE_LOG_WARNING)
+		return LOG_LVL_WARN;
+	return level < FUSE_LOG_DEBUG ? LOG_LVL_INFO : LOG_LVL_DEBUG;
+}
+
 /* libfuse's log lines: those about io_uring go to our log (and a failed
  * start is remembered); the rest to stderr, as libfuse's default does. */
 static void uring_log(enum fuse_log_level level, const char *fmt, va_list ap)
@@ -96,15 +105,14 @@ static void uring_log(enum fuse_log_level level, const char *fmt, va_list ap)
 	if (strstr(line, "failed to start io-uring")) {
 		pthread_mutex_lock(&ur.lock);
 		ur.failed = true;
-		snprintf(ur.reason, sizeof(ur.reason), "libfuse could not start the rings (%s)", line);
+		snprintf(ur.reason, sizeof(ur.reason), "libfuse could not start the rings (%.200s)", line);
 		pthread_mutex_unlock(&ur.lock);
 		log_warn("fuse", "FUSE over io_uring: libfuse could not start the rings (%s): requests come through "
 				 "/dev/fuse",
 			line);
 		return;
 	}
-	log_msg(level <= FUSE_LOG_ERR ? LOG_LVL_ERR : level <= FUSE_LOG_WARNING ? LOG_LVL_WARN : LOG_LVL_INFO, "fuse",
-		"libfuse: %s", line);
+	log_msg(uring_level(level), "fuse", "libfuse: %s", line);
 }
 
 #ifdef SBXFS_FUSE_IO_URING /* the host checks: only a libfuse with io_uring needs them */

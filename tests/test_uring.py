@@ -13,6 +13,7 @@ The host's enable_uring module parameter is changed only by the daemon under
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -161,6 +162,76 @@ def test_data_and_jobs_over_io_uring(sbxfs, param):
     assert read_text(sb / "jobs" / "j" / "stdout") == "over-the-ring\n"
     assert completions(before, rings(pid)) >= 100
     assert transport(inst)["fuse_transport"] == "io_uring"
+
+
+def _blocked_reader(path, block=()):
+    def pre():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set(block))
+    return subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=pre)
+
+
+@needs_uring
+@pytest.mark.timeout_s(90)
+def test_signals_interrupt_a_parked_read_over_io_uring(sbxfs, param):
+    """libfuse passes no FUSE_INTERRUPT on to ring requests; sigwatch.c watches the
+    requester's pending signals instead: a blocked read of `exit` ends at a signal, a
+    blocked (masked) signal leaves it waiting, and the job is not touched."""
+    inst = sbxfs(config={"fuse": {"io_uring": "on"}, "replicas": 1})
+    assert transport(inst)["fuse_transport"] == "io_uring"
+    sb = inst.mnt / "alice" / "t"
+    sbxutil.mkdir_ready(sb, parents=True)
+    (sb / "jobs" / "long").mkdir()
+    (sb / "jobs" / "long" / "cmd").write_text("sleep 300\n")
+    exitf = sb / "jobs" / "long" / "exit"
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        p = _blocked_reader(exitf)
+        try:
+            time.sleep(0.5)
+            assert p.poll() is None, p.communicate()
+            t0 = time.monotonic()
+            p.send_signal(sig)
+            p.wait(timeout=30)  # without the watch: until the job ends (300 s)
+            assert p.returncode == -sig
+            assert time.monotonic() - t0 < 10
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    # hostile: a signal the reader blocks does not interrupt it
+    p = _blocked_reader(exitf, block=(signal.SIGUSR1,))
+    try:
+        time.sleep(0.5)
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)  # 20 watch periods
+        assert p.poll() is None, "a blocked signal interrupted the read"
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=30)
+        assert p.returncode == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+    st = json.loads(read_text(sb / "jobs" / "long" / "status"))
+    assert st["state"] == "running", st
+    # many readers at once, all interrupted
+    ps = [_blocked_reader(exitf) for _ in range(20)]
+    try:
+        time.sleep(1.0)
+        assert all(q.poll() is None for q in ps)
+        for q in ps:
+            q.send_signal(signal.SIGINT)
+        for q in ps:
+            q.wait(timeout=30)
+        assert all(q.returncode == -signal.SIGINT for q in ps)
+    finally:
+        for q in ps:
+            if q.poll() is None:
+                q.kill()
+                q.wait(10)
+    (sb / "jobs" / "long" / "ctl").write_text("kill\n")
+    assert read_text(exitf).strip() == "143"
 
 
 @needs_uring
