@@ -7,9 +7,9 @@
  * Why off by default (docs/libfuse.md has the measurements and the rest):
  *  - libfuse 3.18 delivers no FUSE_INTERRUPT to a request that came over a
  *    ring (fuse_lowlevel.c: "for now no support for interrupts with
- *    io-uring"), so a parked wait (a read of `exit`, `events`, `ready`, an
- *    flock wait) cannot be cut short by a signal: it lasts until its event
- *    or its own bound;
+ *    io-uring"): a parked wait (a read of `exit`, `events`, `ready`, an
+ *    flock wait) is interrupted by sigwatch.c polling the requester's
+ *    signals instead, and an interruptible work item (fswork.c) not at all;
  *  - a parked request holds its ring entry: past io_uring_queue_depth
  *    requests parked from one CPU, that CPU's later requests queue in the
  *    kernel until one is answered;
