@@ -6,8 +6,13 @@ holds one io_uring per CPU (anon_inode:[io_uring] in /proc/PID/fd) whose complet
 counter (CqTail in /proc/PID/fdinfo) moves by one per request the mount serves, and its
 ring threads are named fuse-ring-N.  Over /dev/fuse it holds no io_uring at all.
 
+Over io_uring libfuse passes no interrupt on to a request; a parked read is interrupted
+by fs/sigwatch.c instead (test_signals_interrupt_a_parked_read_over_io_uring).
+
 The host's enable_uring module parameter is changed only by the daemon under
-`io_uring: on`, or by these tests; each test that may change it puts it back.
+`io_uring: on`, or by these tests; each test that may change it puts it back (a live
+mount over io_uring keeps working when it goes back to N: Linux 6.18 checks it only when
+a ring is set up).
 """
 
 import json
@@ -310,6 +315,22 @@ def test_libfuse_without_io_uring(sbxfs, param, monkeypatch):
 
 
 # ---- configuration ---------------------------------------------------------------
+
+@needs_uring
+def test_reload_keeps_the_transport_and_says_so(sbxfs, param):
+    inst = sbxfs(config={"fuse": {"io_uring": "on"}})
+    pid = daemon_pid(inst)
+    conf = dict(inst.config, fuse={"io_uring": "off"}, replicas=7)
+    inst.conf.write_text(dump_yaml(conf))
+    os.kill(pid, signal.SIGHUP)
+    assert sbxutil.wait_until(lambda: "configuration reloaded" in inst.log, 20), inst.log
+    assert "takes effect at the next mount" in inst.log, inst.log
+    st = transport(inst)
+    assert st["replicas"] == 7 and st["fuse_transport"] == "io_uring", st
+    before = rings(pid)
+    lookups(inst.mnt, 50, "after-reload")
+    assert completions(before, rings(pid)) >= 50
+
 
 BAD = [
     ("word", {"io_uring": "maybe"}, "fuse.io_uring"),
