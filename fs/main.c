@@ -58,7 +58,6 @@
 #include "data.h"
 #include "dlock.h"
 #include "handle.h"
-#include "uring.h"
 #include "import.h"
 #include "job.h"
 #include "jobfs.h"
@@ -68,6 +67,7 @@
 #include "rfiles.h"
 #include "service.h"
 #include "snapfs.h"
+#include "uring.h"
 #include "../runtime/work.h"
 
 int vtree_init(void);
