@@ -240,6 +240,46 @@ def test_signals_interrupt_a_parked_read_over_io_uring(sbxfs, param):
 
 
 @needs_uring
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two CPUs")
+@pytest.mark.timeout_s(90)
+def test_a_full_queue_waits_for_its_cpu_only(sbxfs, param):
+    """io_uring_queue_depth 1: a read parked from CPU 0 holds CPU 0's only ring entry.
+    A stat from CPU 0 then waits in the kernel (documented), CPU 1 is served meanwhile,
+    and interrupting the parked read frees the entry: the waiting stat completes."""
+    inst = sbxfs(config={"fuse": {"io_uring": "on", "io_uring_queue_depth": 1}, "replicas": 1})
+    assert transport(inst)["io_uring"]["queue_depth"] == 1
+    sb = inst.mnt / "alice" / "t"
+    sbxutil.mkdir_ready(sb, parents=True)
+    (sb / "jobs" / "long").mkdir()
+    (sb / "jobs" / "long" / "cmd").write_text("sleep 300\n")
+    reader = subprocess.Popen(["taskset", "-c", "0", "cat", str(sb / "jobs" / "long" / "exit")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    stat0 = None
+    try:
+        time.sleep(1.0)
+        assert reader.poll() is None, reader.communicate()
+        stat0 = subprocess.Popen(["taskset", "-c", "0", "stat", str(inst.mnt / "nosuch-cpu0")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+        assert stat0.poll() is None, "CPU 0's queue had room for a second request"
+        r = subprocess.run(["taskset", "-c", "1", "stat", str(inst.mnt / "nosuch-cpu1")],
+                           capture_output=True, timeout=20)
+        assert r.returncode == 1 and b"No such file" in r.stderr, r
+        reader.send_signal(signal.SIGINT)
+        reader.wait(timeout=30)
+        assert reader.returncode == -signal.SIGINT
+        stat0.wait(timeout=30)
+        assert stat0.returncode == 1  # ENOENT: it was answered
+    finally:
+        for p in (reader, stat0):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
+    (sb / "jobs" / "long" / "ctl").write_text("kill\n")
+
+
+@needs_uring
 def test_unmount_ends_the_daemon_and_its_rings(sbxfs, param):
     inst = sbxfs(config={"fuse": {"io_uring": "on"}})
     pid = daemon_pid(inst)
