@@ -14,6 +14,12 @@
  * lock held (they take sigwatch's own lock, a leaf under which only the
  * callback runs: park_interrupted, which takes the park's locks).
  * sigwatch_unwatch returns only when no callback for key runs.
+ *
+ * The callback must not reply to a request: libfuse's ring thread holds its
+ * ring's lock while it runs the operations, which may call sigwatch_watch
+ * (ring lock -> sigwatch's lock), and a reply commits to the ring under that
+ * lock.  That is why fswork.c's interruptible items, whose interrupt
+ * answers the request, are not watched.
  */
 #ifndef SBX_FS_SIGWATCH_H
 #define SBX_FS_SIGWATCH_H
