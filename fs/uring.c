@@ -41,6 +41,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <linux/fuse.h> /* the kernel's struct fuse_in_header, FUSE_INTERRUPT */
+#include <stdatomic.h>
 
 #include "../common/buf.h"
 #include "../common/log.h"
@@ -59,6 +61,7 @@ static struct {
 	bool failed;      /* protected by lock: libfuse could not start the rings */
 	bool inited;      /* protected by lock: FUSE_INIT seen */
 	char reason[256]; /* protected by lock: why not io_uring; "" = it is */
+	atomic_bool rings; /* the rings serve: set at FUSE_INIT, read by every /dev/fuse read */
 } ur = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 #ifdef SBXFS_FUSE_IO_URING
@@ -103,6 +106,7 @@ static void uring_log(enum fuse_log_level level, const char *fmt, va_list ap)
 	while (n && line[n - 1] == '\n')
 		line[--n] = '\0';
 	if (strstr(line, "failed to start io-uring")) {
+		atomic_store(&ur.rings, false);
 		pthread_mutex_lock(&ur.lock);
 		ur.failed = true;
 		snprintf(ur.reason, sizeof(ur.reason), "libfuse could not start the rings (%.200s)", line);
@@ -244,8 +248,13 @@ void uring_init(struct fuse_conn_info *conn)
 	if (ur.asked) {
 		offered = (conn->capable & FUSE_CAP_OVER_IO_URING) != 0;
 		ur.offered = offered;
-		if (offered)
+		if (offered) {
 			conn->want |= FUSE_CAP_OVER_IO_URING;
+			/* libfuse starts the rings after this, in the same thread,
+			 * before the INIT reply: a failure clears it (uring_log)
+			 * before any request can be interrupted */
+			atomic_store(&ur.rings, true);
+		}
 		else
 			snprintf(ur.reason, sizeof(ur.reason), "the kernel did not offer FUSE over io_uring at FUSE_INIT");
 	}
@@ -269,6 +278,25 @@ bool uring_active(void)
 	on = ur.asked && ur.inited && ur.offered && !ur.failed;
 	pthread_mutex_unlock(&ur.lock);
 	return on;
+}
+
+/* The kernel expects no answer to a FUSE_INTERRUPT: dropping it is all
+ * there is to do.  What libfuse would do with it: look for its request
+ * among those read from /dev/fuse, not find it, queue the interrupt, answer
+ * it EAGAIN at the next request read from /dev/fuse (the kernel sends it
+ * again while its request waits) and leak what is queued at the end.  One
+ * for a request read from /dev/fuse before the rings were ready (between
+ * FUSE_INIT and the rings' registration) is dropped too: that request is
+ * then not interrupted. */
+bool uring_swallow(const struct fuse_buf *buf)
+{
+	const struct fuse_in_header *in = buf->mem;
+
+	if (!atomic_load_explicit(&ur.rings, memory_order_relaxed))
+		return false;
+	if ((buf->flags & FUSE_BUF_IS_FD) || !in || buf->size < sizeof(*in))
+		return false;
+	return in->opcode == FUSE_INTERRUPT;
 }
 
 void uring_status(json_t *o)

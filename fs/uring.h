@@ -42,6 +42,13 @@ void uring_init(struct fuse_conn_info *conn);
 /* True once FUSE_INIT has started the rings. */
 bool uring_active(void);
 
+/* A request read from /dev/fuse that the loop must not pass to libfuse:
+ * over io_uring, a FUSE_INTERRUPT (its request came over a ring; libfuse
+ * 3.18 would keep it for ever, fs/sigwatch.c does the interrupting).  Any
+ * FUSE worker; lock-free. */
+struct fuse_buf;
+bool uring_swallow(const struct fuse_buf *buf);
+
 /* Adds "fuse_transport" ("io_uring" or "dev_fuse") and "io_uring" (mode,
  * queues, queue_depth, reason or null) to a .status object. */
 void uring_status(struct json_t *o);
