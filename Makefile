@@ -17,7 +17,8 @@
 #   make distclean  clean, and also remove build/ (the libfuse built from source)
 #
 # libfuse: the system's when it is >= 3.16 (kernel FUSE passthrough), else
-# built from Debian's newer source package into build/libfuse and linked
+# built from Debian's newer source package (unstable's 3.18 with FUSE over
+# io_uring, else trixie's 3.17) into build/libfuse and linked
 # statically; SBXFS_LIBFUSE=system|build forces either (mk/libfuse.mk,
 # docs/libfuse.md).
 
@@ -47,6 +48,7 @@ CFLAGS ?= -O2 -g
 SAN ?=
 ALL_CFLAGS = -std=gnu17 -Wall -Wextra -Werror -pthread -D_FILE_OFFSET_BITS=64 \
 	  -DSBXFS_VERSION=\"$(VERSION)\" $(if $(filter 1,$(FUSE_PASSTHROUGH)),-DSBXFS_FUSE_PASSTHROUGH=1) \
+	  $(if $(filter 1,$(FUSE_IO_URING)),-DSBXFS_FUSE_IO_URING=1) \
 	  $(FUSE_CFLAGS) $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CFLAGS) $(SAN)
 LDLIBS += $(FUSE_LIBS) $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread
 
@@ -63,7 +65,7 @@ PROVIDERS := providers/providers.o providers/api.o providers/registry.o provider
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/container_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o fs/acquire.o \
-      fs/reports.o fs/data.o fs/fswatch.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o
+      fs/reports.o fs/data.o fs/fswatch.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o fs/uring.o fs/sigwatch.o
 # net/: the network policy (policy, events and grants, the proxy, egress rules)
 NET_POLICY := net/netpol.o net/httpreader.o net/tls.o
 NET := $(NET_POLICY) net/resolve.o net/proxy.o net/net.o
@@ -75,7 +77,7 @@ HDRS := $(wildcard common/*.h runtime/*.h providers/*.h fs/*.h net/*.h skills/*.
 
 DEBIAN_DEPS := build-essential pkg-config libfuse3-dev fuse3 libcurl4-openssl-dev libjansson-dev libyaml-dev \
 	       libssl-dev libseccomp-dev bubblewrap util-linux python3 python3-pytest bindfs fio attr \
-	       dpkg-dev meson ninja-build debian-archive-keyring \
+	       dpkg-dev meson ninja-build debian-archive-keyring liburing-dev libnuma-dev \
 	       passt nftables libnftables-dev iproute2 curl openssl \
 	       libsystemd-dev mandoc systemd python3-prometheus-client docker.io busybox-static \
 	       python3-pip python3-setuptools python3-wheel xfsprogs rsync podman
@@ -138,7 +140,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/spares.o providers/record.o providers/uidpool.o \
-	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/fswork.o
+	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/sigwatch.o fs/fswork.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)

@@ -561,13 +561,22 @@ def fixture_sbxfs(ctx):
     extra = os.environ.get("SBXFS_BENCH_CONF", "")
     if extra:
         ctx.note("sbxfs fixture: extra mount.conf lines: `%s`" % extra.replace("\n", "; "))
-    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256, extra + "\n" if extra else "")
+    # SBXFS_BENCH_FUSE_IO_URING=off|auto|on: this daemon's fuse.io_uring (every row's
+    # sbxfs side over io_uring); the host's enable_uring is put back after the run
+    mode = os.environ.get("SBXFS_BENCH_FUSE_IO_URING", "")
+    before = None
+    if mode and os.path.exists(URING_PARAM):
+        with open(URING_PARAM) as f:
+            before = f.read().strip()
+    conf = (extra + "\n" if extra else "") + ("fuse:\n  io_uring: \"%s\"\n" % mode if mode else "")
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, "sbxfs", 256, conf)
     try:
         d.start()
         sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
         call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
         ws = os.path.join(sandbox, "workspace")
         ctx.note("data path of sbxfs: %s" % data_path_of(d.mnt))
+        ctx.note("transport of sbxfs: %s" % status_of(d.mnt).get("fuse_transport", "unknown"))
         yield Target("sbxfs", ws, FIXTURES["sbxfs"].describe, mnt=d.mnt, daemon=d,
                      sandbox=sandbox, user=SBX_USER, thread=SBX_THREAD)
     finally:
@@ -581,6 +590,9 @@ def fixture_sbxfs(ctx):
             ctx.note("sbxfs fixture: unmount to daemon exit %s; processes naming its state_dir "
                      "left afterwards: %d" % ("%.2f s" % td if td is not None else
                                               "FAILED (had to be killed)", left))
+        if before is not None:
+            with open(URING_PARAM, "w") as f:
+                f.write(before)
 
 
 COPY_BIN = os.path.join(REPO, "build", "copy", "sbxfs")
@@ -603,6 +615,59 @@ def fixture_sbxfs_copy(ctx):
     finally:
         if d.proc is not None:
             d.stop()
+
+
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+def _transport_daemon(ctx, name, mode, want):
+    """A second daemon like the sbxfs fixture's (16 replicas), with fuse.io_uring: mode;
+    the host's enable_uring is put back as it was when it stops."""
+    try:
+        with open(URING_PARAM) as f:
+            before = f.read().strip()
+    except OSError as e:
+        raise RuntimeError("this kernel has no FUSE over io_uring (%s: %s)" % (URING_PARAM, e))
+    d = Daemon(ctx.sbxfs_bin, ctx.workdir, name, 16, "fuse:\n  io_uring: \"%s\"\n" % mode)
+    try:
+        d.start()
+        sandbox = os.path.join(d.mnt, SBX_USER, SBX_THREAD)
+        call_with_timeout(lambda: os.makedirs(sandbox), 60, "mkdir " + sandbox)
+        transport = status_of(d.mnt).get("fuse_transport", "unknown")
+        ctx.note("transport of %s: %s" % (name, transport))
+        if transport != want:
+            raise RuntimeError("%s: .status says fuse_transport %s; log:\n%s"
+                               % (name, transport, d.log_tail()))
+        yield Target(name, os.path.join(sandbox, "workspace"), FIXTURES[name].describe,
+                     mnt=d.mnt, daemon=d, sandbox=sandbox)
+    finally:
+        if d.proc is not None:
+            d.stop()
+        with open(URING_PARAM, "w") as f:
+            f.write(before)
+
+
+@fixture("sbxfs-uring", "the same sbxfs with `fuse: {io_uring: on}`, a daemon of its own "
+                        "(16 replicas): requests come through per-CPU io_uring rings instead of "
+                        "/dev/fuse reads (the kernel's enable_uring is switched to Y by the "
+                        "daemon, and back to what it was after the run)")
+def fixture_sbxfs_uring(ctx):
+    yield from _transport_daemon(ctx, "sbxfs-uring", "on", "io_uring")
+
+
+@fixture("sbxfs-devfuse", "the control of sbxfs-uring: a daemon of its own set up the same way "
+                          "(16 replicas), with `fuse: {io_uring: off}` (/dev/fuse, as the sbxfs "
+                          "fixture)")
+def fixture_sbxfs_devfuse(ctx):
+    yield from _transport_daemon(ctx, "sbxfs-devfuse", "off", "dev_fuse")
+
+
+def status_of(mnt):
+    try:
+        with open(os.path.join(mnt, ".status")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def data_path_of(mnt):

@@ -25,6 +25,10 @@ FILE_PEERS = ("native", "bindfs")
 # the data rows also compare the two data paths: the same daemon built on the
 # system's libfuse (3.14 on Debian 12: every byte copied through the daemon)
 DATA_PEERS = FILE_PEERS + ("sbxfs-copy",)
+# the metadata rows also compare the two transports when asked
+# (SBXFS_BENCH_URING=1): the same daemon with fuse.io_uring: on, and its
+# control, a second daemon set up the same way with fuse.io_uring: off
+META_PEERS = FILE_PEERS + (("sbxfs-uring", "sbxfs-devfuse") if os.environ.get("SBXFS_BENCH_URING") == "1" else ())
 
 describe_group("seqwrite", "one big file written in 1 MiB writes, then fsync")
 describe_group("seqread", "one big file read sequentially: after drop_caches, from the page "
@@ -179,7 +183,7 @@ def rand_read(ctx, t):
 _DATA4K = b"x" * 4096
 
 
-@row("smallfiles", peers=FILE_PEERS, params={"n": (2000, 500)},
+@row("smallfiles", peers=META_PEERS, params={"n": (2000, 500)},
      metrics=[Metric("create", "ops/s", "create+write 4 KiB+close, {n} files"),
               Metric("stat", "ops/s", "stat {n} files right after creating them"),
               Metric("unlink", "ops/s", "unlink {n} files"),
@@ -241,7 +245,7 @@ def _prepare_small_read(ctx, t):
     return _make_files(t.path("files"), ctx.p.n, _DATA4K)
 
 
-@row("smallfiles", peers=FILE_PEERS, unit="ops/s", params={"n": (2000, 500)},
+@row("smallfiles", peers=META_PEERS, unit="ops/s", params={"n": (2000, 500)},
      prepare=_prepare_small_read,
      title="open+read 4 KiB+close, {n} files (cached)")
 def open_read_close(ctx, t):
@@ -263,7 +267,7 @@ def _prepare_bigdir(ctx, t):
     return d
 
 
-@row("smallfiles", peers=FILE_PEERS, params={"n": (10000, 2000), "reps": (3, 2)},
+@row("smallfiles", peers=META_PEERS, params={"n": (10000, 2000), "reps": (3, 2)},
      prepare=_prepare_bigdir,
      metrics=[Metric("readdir", "entries/s", "readdir of a {n}-entry dir (listdir ×{reps})"),
               Metric("readdir_stat", "entries/s",
@@ -345,7 +349,7 @@ def _run(argv, cwd):
     return subprocess.run(argv, cwd=cwd, capture_output=True)
 
 
-@row("tree", name="walk", peers=FILE_PEERS, params={"files": (2000, 300)},
+@row("tree", name="walk", peers=META_PEERS, params={"files": (2000, 300)},
      metrics=[Metric("untar", "s", "untar {files} files, `tar -x`"),
               Metric("find_cold", "s", "`find . | wc -l` after drop_caches"),
               Metric("find_warm", "s", "`find . | wc -l` warm"),

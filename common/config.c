@@ -606,6 +606,31 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 	}
 }
 
+static const char *const uring_names[] = { "off", "auto", "on" };
+
+const char *config_uring_name(enum config_uring m)
+{
+	return uring_names[m];
+}
+
+/* fuse.io_uring: off | auto | on (fs/uring.c says what each means).  YAML
+ * 1.1 reads a bare off/on as booleans: both spellings are taken. */
+static void parse_uring(struct cfg_ctx *x, struct sbx_config *c, const char *key, yaml_node_t *v)
+{
+	const char *s = cfgr_scalar(v);
+
+	for (int i = 0; s && i < 3; i++)
+		if (!strcmp(s, uring_names[i])) {
+			c->fuse_io_uring = (enum config_uring)i;
+			return;
+		}
+	if (s && (!strcmp(s, "false") || !strcmp(s, "true"))) {
+		c->fuse_io_uring = !strcmp(s, "true") ? CONFIG_URING_ON : CONFIG_URING_OFF;
+		return;
+	}
+	cfg_fail(x, key, "must be off, auto or on (got '%.64s')", s ? s : "a non-scalar");
+}
+
 static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *sect, yaml_node_t *n)
 {
 	if (cfgr_scalar_is_null(n))
@@ -646,6 +671,12 @@ static void parse_section(struct cfg_ctx *x, struct sbx_config *c, const char *s
 			long n;
 			if (!cfgr_get_long(x, key, v, 0, 1000000, &n))
 				c->skills_max_files = (uint64_t)n;
+		} else if (!strcmp(sect, "fuse") && !strcmp(k, "io_uring"))
+			parse_uring(x, c, key, v);
+		else if (!strcmp(sect, "fuse") && !strcmp(k, "io_uring_queue_depth")) {
+			long n;
+			if (!cfgr_get_long(x, key, v, 1, 1024, &n))
+				c->fuse_uring_depth = (unsigned)n;
 		}
 		else
 			log_warn("config", "%s: unknown key, ignored", key);
@@ -746,7 +777,7 @@ static void parse_key(struct cfg_ctx *x, struct sbx_config *c, const char *k, ya
 		parse_pool(x, c, v);
 	else if (!strcmp(k, "resources"))
 		parse_resources(x, c, v);
-	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files") || !strcmp(k, "snapshots"))
+	else if (!strcmp(k, "skills") || !strcmp(k, "remote_files") || !strcmp(k, "snapshots") || !strcmp(k, "fuse"))
 		parse_section(x, c, k, v);
 	else if (!strcmp(k, "image"))
 		cfgr_get_str(x, k, v, &c->image);
@@ -798,6 +829,8 @@ static void config_defaults(struct sbx_config *c)
 	c->skills_max_files = 2000;
 	c->rfiles_cache_max = 4ULL << 30;
 	c->snapshots_max = 32;
+	c->fuse_io_uring = CONFIG_URING_OFF;
+	c->fuse_uring_depth = 64;
 	c->net_mode = NET_OPEN;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
@@ -827,7 +860,7 @@ static yaml_node_t *mapping_get(struct cfg_ctx *x, yaml_node_t *map, const char 
 static bool sbxfs_top_key(const char *k)
 {
 	static const char *own[] = { "state_dir", "users", "allow_other", "keep_on_exit", "skills", "remote_files", "resources",
-		"snapshots", "acquire", "cache_timeout", "pool", NULL };
+		"snapshots", "acquire", "cache_timeout", "pool", "fuse", NULL };
 
 	for (int i = 0; own[i]; i++)
 		if (!strcmp(k, own[i]))
@@ -1106,6 +1139,8 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(o, "skills", skills);
 	json_object_set_new(o, "remote_files", json_pack("{s:I}", "cache_size", (json_int_t)c->rfiles_cache_max));
 	json_object_set_new(o, "snapshots", json_pack("{s:i}", "max_per_thread", (int)c->snapshots_max));
+	json_object_set_new(o, "fuse", json_pack("{s:s,s:i}", "io_uring", config_uring_name(c->fuse_io_uring),
+					       "io_uring_queue_depth", (int)c->fuse_uring_depth));
 	json_object_set_new(o, "image", jstr_or_null(c->image));
 	json_object_set_new(o, "container_prefix", jstr_or_null(c->container_prefix));
 	json_object_set_new(o, "base_url", jstr_or_null(c->base_url));

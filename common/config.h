@@ -37,6 +37,10 @@
 
 enum net_mode { NET_OPEN, NET_ISOLATED, NET_ALLOWLIST };
 
+/* fuse.io_uring: how requests reach the daemon (fs/uring.c decides and says
+ * what each means).  Read when mounting only. */
+enum config_uring { CONFIG_URING_OFF, CONFIG_URING_AUTO, CONFIG_URING_ON };
+
 struct config_kv {
 	char *key;
 	char *value;    /* resolved value */
@@ -106,6 +110,9 @@ struct sbx_config {
 	uint64_t rfiles_cache_max;
 	/* snapshots.max_per_thread: snapshots one thread may have (EDQUOT past it) */
 	unsigned snapshots_max;
+	/* fuse.io_uring and fuse.io_uring_queue_depth (ring entries per CPU) */
+	enum config_uring fuse_io_uring;
+	unsigned fuse_uring_depth;
 	struct config_kv *env;
 	size_t n_env;
 	struct config_mount *mounts;
@@ -179,5 +186,6 @@ int config_user_lookup(const struct sbx_config *c, const char *name, uid_t *uid,
 /* users: the most sandboxes name may hold at once (0: no cap). */
 int config_user_max_sandboxes(const struct sbx_config *c, const char *name);
 const char *config_net_mode_name(enum net_mode m);
+const char *config_uring_name(enum config_uring m);
 
 #endif

@@ -16,6 +16,7 @@
 #include <sys/statvfs.h>
 
 #include "node.h"
+#include "uring.h"
 
 struct fs fs;
 
@@ -389,6 +390,7 @@ static void d_init(void *userdata, struct fuse_conn_info *conn)
 		fs.passthrough = true;
 	}
 #endif
+	uring_init(conn);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

@@ -2,6 +2,8 @@
 /*
  * fspark.c - libfuse's operations for the park (see fspark.h): an interrupt
  * callback that forwards to park_interrupted, replies, poll notifications.
+ * A request that came over io_uring gets no interrupt from libfuse 3.18: its
+ * requester's signals are watched instead (sigwatch.h).
  */
 #define _GNU_SOURCE
 #include "fspark.h"
@@ -9,20 +11,37 @@
 #define FUSE_USE_VERSION 34
 #include <fuse_lowlevel.h>
 
+#include "sigwatch.h"
+
 static void fspark_on_interrupt(fuse_req_t req, void *waiter)
 {
 	(void)req;
 	park_interrupted(waiter);
 }
 
+/* Over io_uring (libfuse >= 3.18 only) */
+static bool fspark_is_uring(void *req)
+{
+#ifdef SBXFS_FUSE_IO_URING
+	return fuse_req_is_uring(req);
+#else
+	(void)req;
+	return false;
+#endif
+}
+
 static void fspark_watch(void *req, void *waiter)
 {
+	if (fspark_is_uring(req))
+		sigwatch_watch(req, fuse_req_ctx(req)->pid, park_interrupted, waiter);
 	fuse_req_interrupt_func(req, fspark_on_interrupt, waiter);
 }
 
 static void fspark_unwatch(void *req)
 {
 	fuse_req_interrupt_func(req, NULL, NULL);
+	if (fspark_is_uring(req))
+		sigwatch_unwatch(req);
 }
 
 static void fspark_reply_err(void *req, int err)

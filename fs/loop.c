@@ -26,6 +26,7 @@
 
 #include "../common/log.h"
 #include "node.h"
+#include "uring.h"
 
 #define LOOP_THREADS 32
 
@@ -60,6 +61,8 @@ static void *loop_worker(void *arg)
 			fuse_session_exit(se);
 			break;
 		}
+		if (uring_swallow(&fbuf))
+			continue; /* an INTERRUPT over io_uring: uring.c */
 		fuse_session_process_buf(se, &fbuf);
 	}
 	loop_wake_all();

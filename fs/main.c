@@ -68,6 +68,7 @@
 #include "rfiles.h"
 #include "service.h"
 #include "snapfs.h"
+#include "uring.h"
 #include "../runtime/work.h"
 
 int vtree_init(void);
@@ -394,6 +395,9 @@ static void *reload_main(void *arg)
 			next = NULL;
 		} else {
 			log_info("config", "configuration reloaded from %s", next->path);
+			if (next->fuse_io_uring != cur->fuse_io_uring || next->fuse_uring_depth != cur->fuse_uring_depth)
+				log_warn("config", "fuse.io_uring*: changed; the transport is chosen when mounting: it "
+						   "takes effect at the next mount");
 			config_put(next);
 		}
 		service_reloaded(next ? "configuration reloaded" : "reload refused: the old configuration stays");
@@ -659,7 +663,7 @@ int main(int argc, char **argv)
 	data_init(cfg->state_dir);
 	rfiles_init();
 	snapfs_init();
-	if (build_fuse_args(&o, cfg, &args))
+	if (build_fuse_args(&o, cfg, &args) || uring_prepare(cfg, &args))
 		goto out;
 	fs.se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), NULL);
 	if (!fs.se)
@@ -728,6 +732,7 @@ out_unmount:
 	fuse_session_unmount(fs.se);
 out_session:
 	fswatch_shutdown();
+	uring_stop(fs.se);
 	handle_free_all();
 	data_shutdown();
 	fuse_session_destroy(fs.se);

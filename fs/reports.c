@@ -24,6 +24,7 @@
 #include "fswatch.h"
 #include "nodefd.h"
 #include "rfiles.h"
+#include "uring.h"
 
 #ifndef SBXFS_VERSION
 #define SBXFS_VERSION "0.1.0"
@@ -76,8 +77,10 @@ static int ctl_status(struct buf *out, uid_t reader)
 				"made", (json_int_t)st.spares.made, "make_failures", (json_int_t)st.spares.make_failures,
 				"reaps", (json_int_t)st.spares.reaps, "evictions",
 				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted));
-	if (o) /* which way the bytes of data files go: see docs/performance.md */
+	if (o) { /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
+		uring_status(o); /* and the requests: fs/uring.c */
+	}
 	if (o) { /* the watcher of data caches (fswatch.h) */
 		struct fswatch_stats ws;
 		fswatch_stats(&ws);

@@ -8,6 +8,7 @@
 #   FUSE_VERSION            e.g. 3.17.2
 #   FUSE_SOURCE             system | build
 #   FUSE_PASSTHROUGH        1 when the libfuse has kernel FUSE passthrough (>= 3.16)
+#   FUSE_IO_URING           1 when it has FUSE over io_uring (>= 3.18, built with liburing)
 #
 #   make SBXFS_LIBFUSE=system   the system's libfuse, whatever its version
 #   make SBXFS_LIBFUSE=build    libfuse built from Debian's newer source package

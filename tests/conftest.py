@@ -47,6 +47,12 @@ RUN_PREFIX = f"sbxfs-t{os.getpid()}-"
 TMP_ROOT = Path(os.environ.get("SBXFS_TEST_TMP", tempfile.gettempdir()))
 MOUNT_TIMEOUT = 10.0
 DEFAULT_TEST_TIMEOUT = 180
+# SBXFS_TEST_FUSE_IO_URING=off|auto|on: every daemon of the run gets
+# `fuse: {io_uring: VALUE}` unless its test sets `fuse` itself (run the data
+# and metadata tests over io_uring: docs/libfuse.md).  With `on` the daemon
+# switches the host's enable_uring to Y; the session puts back what it was.
+FUSE_IO_URING = os.environ.get("SBXFS_TEST_FUSE_IO_URING", "")
+URING_PARAM = Path("/sys/module/fuse/parameters/enable_uring")
 
 _live = []  # every SbxfsInstance of the current test, for the watchdog
 
@@ -165,6 +171,8 @@ class SbxfsInstance:
         # pool.prewarm 0 unless a test asks for spares (tests/test_spares.py):
         # most tests count sandboxes and processes, and spares change those
         self.config = {"use": "local", "state_dir": str(self.state_dir), "pool": {"prewarm": 0}}
+        if FUSE_IO_URING:
+            self.config["fuse"] = {"io_uring": FUSE_IO_URING}
         for k, v in (config or {}).items():
             if v is None:
                 self.config.pop(k, None)
@@ -236,11 +244,22 @@ class SbxfsInstance:
         while time.monotonic() < deadline:
             fst = sbxutil.mount_fstype(self.mnt)
             if fst is not None and fst.startswith("fuse") and self._answers():
+                self._check_transport()
                 return self
             if self.proc.poll() is not None:
                 pytest.fail(f"sbxfs exited with status {self.proc.returncode} before mounting; log:\n{self.log}")
             time.sleep(0.05)
         pytest.fail(f"sbxfs did not mount {self.mnt} within {MOUNT_TIMEOUT} s; log:\n{self.log}")
+
+    def _check_transport(self):
+        """Under SBXFS_TEST_FUSE_IO_URING=on, a daemon given that setting by the conftest
+        serves its mount over io_uring, or the run is not what it claims to be."""
+        if FUSE_IO_URING != "on" or self.config.get("fuse") != {"io_uring": "on"}:
+            return
+        st = json.loads((self.mnt / ".status").read_text())
+        if st.get("fuse_transport") != "io_uring":
+            pytest.fail(f"SBXFS_TEST_FUSE_IO_URING=on but .status says {st.get('fuse_transport')!r}: "
+                        f"{st.get('io_uring')}; log:\n{self.log}")
 
     def _answers(self):
         """The mount is served (a stale mount of a killed daemon is ENOTCONN
@@ -455,6 +474,21 @@ def sandbox(mnt):
 @pytest.fixture
 def ws(sandbox):
     return sandbox[1] / "workspace"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _uring_param_restored():
+    """What the host's enable_uring was before a run with SBXFS_TEST_FUSE_IO_URING, put
+    back after it (other runs leave it alone: test_uring.py restores its own)."""
+    before = None
+    if FUSE_IO_URING:
+        try:
+            before = URING_PARAM.read_text().strip()
+        except OSError:
+            pass
+    yield
+    if before is not None and URING_PARAM.read_text().strip() != before:
+        URING_PARAM.write_text(before)
 
 
 @pytest.fixture(scope="session", autouse=True)
