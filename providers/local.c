@@ -267,7 +267,7 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
 		return SBX_ERR_NOMEM;
-	local_net_init(local_spawn);
+	local_net_init(local_spawn, cfg->state_dir);
 	if (cfg->net_mode == NET_OPEN && !local_net_have_pasta()) {
 		snprintf(err, errlen, "network.mode open: pasta not found (install Debian's passt package)");
 		return SBX_ERR_INVAL;
@@ -495,9 +495,10 @@ static void local_log_tail(const char *scope, const char *logpath)
 
 static int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I}", "init_pid", (int)lb->init_pid, "init_start",
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I,s:i}", "init_pid", (int)lb->init_pid, "init_start",
 		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
-		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start);
+		"pasta_pid", (int)lb->net.pasta.pid, "pasta_start", (json_int_t)lb->net.pasta.start, "gw_slot",
+		lb->net.slot);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -510,7 +511,8 @@ static int local_save(struct local_box *lb)
 	return r;
 }
 
-/* local_net_up's started(): pasta is about to run, record it. */
+/* local_net_up's started(): its gateway slot is chosen, or its pasta is
+ * about to run: record it. */
 static int local_record(void *arg)
 {
 	return local_save(arg);
@@ -691,6 +693,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
+	lb->net.slot = -1;
 	if ((result = local_prepare_files(s, scope, &uid, &gid)))
 		goto out;
 	LOCAL_STEP(LS_FILES);
@@ -773,7 +776,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_READY);
-	result = local_net_up(scope, init, s, log_fd, deadline, &lb->net, local_record, lb);
+	result = local_net_up(scope, init, s, rules.dns, log_fd, deadline, &lb->net, local_record, lb);
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_NET);
@@ -950,8 +953,11 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->base.uid = lb->uid;
 	lb->base.gid = lb->gid;
 	lb->output_max = s->cfg->res.output;
-	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
-	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
+	lb->net.pasta.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
+	lb->net.pasta.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
+	lb->net.slot = json_is_integer(json_object_get(j, "gw_slot"))
+			       ? (int)json_integer_value(json_object_get(j, "gw_slot")) : -1;
+	local_net_adopted(&lb->net);
 	snprintf(lb->token, sizeof(lb->token), "%s", s->token);
 	snprintf(lb->base.remote_id, sizeof(lb->base.remote_id), "pid:%d", (int)lb->init_pid);
 	if (local_alive(lb) && !cgroup_sandbox_exists(lb->token)) {
@@ -1007,8 +1013,17 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 
 	if (lb->init_pid > 0)
 		json_object_set_new((json_t *)out, "init_pid", json_integer(lb->init_pid));
-	if (lb->net.pid > 0)
-		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pid));
+	if (lb->net.pasta.pid > 0)
+		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pasta.pid));
+	if (lb->net.slot >= 0) {
+		char addr[64];
+		pid_t gw = local_net_gateway_pid();
+
+		local_net_address(&lb->net, addr, sizeof(addr));
+		json_object_set_new((json_t *)out, "net_address", json_string(addr));
+		if (gw > 0)
+			json_object_set_new((json_t *)out, "gateway_pasta_pid", json_integer(gw));
+	}
 }
 
 #define LOCAL_WS_SUFFIX "/user-data/workspace" /* how a thread's workspace ends (common/layout) */
@@ -1097,6 +1112,7 @@ static const struct sbx_provider_ops local_ops = {
 	.preflight = local_preflight,
 	.init = local_init,
 	.discover = local_discover,
+	.shutdown = local_net_shutdown,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,
