@@ -71,3 +71,264 @@ def test_open_sandbox_reaches_a_public_host_through_the_gateway(sbxfs, lab):
     assert r["pub_udp"] == "answered pub ping", r
     for k in ("priv", "meta", "priv_udp", "meta_udp"):
         assert r[k].startswith("failed"), f"the open sandbox reached a private destination: {r}"
+
+
+LISTENER = r'''
+import socket, threading
+t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.bind(("0.0.0.0", 9000)); t.listen(16)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 9001))
+def udp():
+    while True:
+        d, a = u.recvfrom(2048); u.sendto(b"A " + d, a)
+threading.Thread(target=udp, daemon=True).start()
+while True:
+    c, a = t.accept()
+    try:
+        c.sendall(b"A\n")
+    except OSError:
+        pass
+    c.close()
+'''
+
+PEER_PROBE = r'''
+import socket
+out = {}
+for name, addr in TARGETS:
+    try:
+        s = socket.create_connection((addr, 9000), timeout=3)
+        out[name] = "connected " + s.recv(100).decode().strip()
+        s.close()
+    except Exception as e:
+        out[name] = "failed " + type(e).__name__
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+    try:
+        u.sendto(b"ping", (addr, 9001))
+        out[name + "_udp"] = "answered " + u.recvfrom(100)[0].decode()
+    except Exception as e:
+        out[name + "_udp"] = "failed " + type(e).__name__
+show(**out)
+'''
+
+
+@pytest.mark.timeout_s(180)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_sandboxes_cannot_reach_each_other(sbxfs, allow_private):
+    """By veth address, TCP and UDP, whatever allow_private_destinations says
+    (with it the sandbox's own rules let 10.x out: the gateway refuses);
+    nor the gateway's own end (a server the test runs in the gateway's
+    namespace on it)."""
+    from test_jobs import mkjob, start
+    m = sbxfs(config={"network": {"mode": "open", "allow_private_destinations": allow_private}})
+    a = acquire(m, "alice", "a")
+    b = acquire(m, "bob", "b")
+    addr_a, addr_b = sbxutil.status(a)["net_address"], sbxutil.status(b)["net_address"]
+    assert addr_a != addr_b
+    # the two kinds of sandboxes get addresses from their own halves
+    assert (int(addr_a.split(".")[2]) >= 128) == allow_private, addr_a
+    start(mkjob(a, "listen"), "python3 -", stdin=LISTENER)
+    # the listener answers inside A (on its own veth address)
+    assert wait_until(lambda: py(a, f"self{time.monotonic_ns()}", f"TARGETS = [('self', {addr_a!r})]\n" + PEER_PROBE)
+                      ["self"] == "connected A", 20)
+    gw_b = addr_b.rsplit(".", 1)[0] + "." + str(int(addr_b.rsplit(".", 1)[1]) - 1)
+    srv = subprocess.Popen(["nsenter", f"--net={gateway_pin(m)}", "python3", "-c",
+                            "import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
+                            "s.bind(('0.0.0.0', 9000)); s.listen(4); print('ready', flush=True)\n"
+                            "while True:\n c, _ = s.accept(); c.sendall(b'gateway\\n'); c.close()"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        r = py(b, "peer", f"TARGETS = [('a', {addr_a!r}), ('gw', {gw_b!r})]\n" + PEER_PROBE)
+    finally:
+        srv.kill()
+        srv.wait(10)
+    for k in ("a", "a_udp", "gw", "gw_udp"):
+        assert r[k].startswith("failed"), f"sandbox b reached {k}: {r}"
+
+
+@pytest.mark.timeout_s(150)
+def test_sandbox_cannot_change_its_network(sbxfs, lab):
+    m = sbxfs(config=OPEN)
+    t = acquire(m)
+    code, out, err = run_job(t, "net", "nft flush ruleset 2>&1; echo rc=$?; ip addr add 10.201.200.1/24 dev eth0 2>&1;"
+                             " echo rc=$?; ip route del default 2>&1; echo rc=$?; ip link set eth0 down 2>&1; echo rc=$?;"
+                             " ip link add x type dummy 2>&1; echo rc=$?")
+    assert out.count("rc=") == 5 and "rc=0" not in out, out
+    r = probe(t, lab, targets=[("pub", lab.PUB), ("priv", lab.PRIV)])
+    assert r["pub"].startswith("connected pub") and r["priv"].startswith("failed"), r
+    # the gateway's own namespace is not the sandbox's to see
+    code, out, err = run_job(t, "links", "cat /proc/net/dev")
+    assert "eth0" in out and "sb" not in out.replace("sbxfs", ""), out
+
+
+def root_inotify():
+    n = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{d}").st_uid != 0:
+                continue
+            for fd in os.listdir(f"/proc/{d}/fd"):
+                try:
+                    if os.readlink(f"/proc/{d}/fd/{fd}") == "anon_inode:inotify":
+                        n += 1
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return n
+
+
+@pytest.mark.timeout_s(600)
+def test_300_open_sandboxes_one_pasta_no_inotify_each(sbxfs, lab):
+    m = sbxfs(config={**OPEN, "replicas": 400, "resources": {"memory": "64m", "pids": 64}})
+    first = acquire(m, "u", "t0")
+    pasta = m.track(sbxutil.status(first)["gateway_pasta_pid"])
+    before = root_inotify()
+    dirs = [first]
+    for i in range(1, 300):
+        d = m.mnt / "u" / f"t{i}"
+        os.mkdir(d)
+        dirs.append(d)
+    addrs = set()
+    for d in dirs:
+        sbxutil.wait_ready(d)
+        st = sbxutil.status(d)
+        m.track(st["init_pid"])
+        assert st["gateway_pasta_pid"] == pasta.pid, st
+        addrs.add(st["net_address"])
+    assert len(addrs) == 300
+    after = root_inotify()
+    # the pasta-per-sandbox design added one each (300, past the default 128);
+    # other programs on the machine may open a few meanwhile
+    assert after - before < 20, (before, after)
+    assert list(pastas_of(m)) == [pasta.pid], pastas_of(m)
+    links = in_gateway(m, "ip", "-o", "link", "show")
+    assert links.stdout.count(": sb") == 300, links.stdout[:2000]
+    # the last one made still gets out
+    r = probe(dirs[-1], lab)
+    assert r["pub"].startswith("connected pub"), r
+    t0 = time.monotonic()
+    m.stop(timeout=180)
+    assert not pin_mounted(m) and not pasta.alive()
+    print(f"unmount with 300 open sandboxes: {time.monotonic() - t0:.2f} s")
+
+
+EGRESS_LOOP = r'''
+import socket, time
+t0 = time.monotonic(); ok = 0; fails = 0; gap_start = None; gaps = []
+while time.monotonic() - t0 < DURATION:
+    try:
+        s = socket.create_connection((PUB, 8080), timeout=0.5); s.recv(100); s.close(); ok += 1
+        if gap_start is not None:
+            gaps.append(time.monotonic() - gap_start); gap_start = None
+    except Exception:
+        fails += 1
+        if gap_start is None:
+            gap_start = time.monotonic()
+    time.sleep(0.02)
+if gap_start is not None:
+    gaps.append(-1)
+show(ok=ok, fails=fails, gaps=gaps)
+'''
+
+
+@pytest.mark.timeout_s(180)
+def test_gateway_pasta_killed_is_restarted_and_egress_returns_within_a_second(sbxfs, lab):
+    m = sbxfs(config=OPEN)
+    a = acquire(m, "alice", "a")
+    b = acquire(m, "bob", "b")
+    pasta = gateway_pasta(a)
+    from test_jobs import mkjob, start, wait_exit, cat
+    j = mkjob(a, "loop")
+    start(j, "python3 -", stdin="import json\nPUB = %r\nDURATION = 6\n" % lab.PUB
+          + "def show(**kw): print(json.dumps(kw))\n" + EGRESS_LOOP)
+    time.sleep(1.5)  # the loop is connecting (it measures; the kill lands in its middle)
+    os.kill(pasta.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    assert wait_until(lambda: not pasta.alive(), 5)
+    new = wait_until(lambda: (p := sbxutil.status(b).get("gateway_pasta_pid")) and p != pasta.pid and p, 5)
+    m.track(new)
+    # b's egress, polled from the host's side of things: a job each try
+    while True:
+        r = probe(b, lab, name=f"after{time.monotonic_ns()}")
+        if r["pub"].startswith("connected pub"):
+            break
+        assert time.monotonic() - killed < 10, r
+    assert wait_exit(j, 30) == 0
+    import json
+    res = json.loads(cat(j / "stdout")[1].decode().strip().splitlines()[-1])
+    assert res["ok"] > 0 and all(0 <= g < 1.0 for g in res["gaps"]), f"egress came back too late: {res}"
+    assert list(pastas_of(m)) == [new], pastas_of(m)
+    assert "the gateway's pasta" in m.log
+
+
+@pytest.mark.timeout_s(180)
+def test_daemon_kill9_gateway_adopted_and_unmount_leaves_nothing(sbxfs, lab):
+    m = sbxfs(config=OPEN)
+    a = acquire(m, "alice", "a")
+    pasta = m.track(sbxutil.status(a)["gateway_pasta_pid"])
+    init = m.track(sbxutil.init_pid(a))
+    ns_ino = os.stat(gateway_pin(m)).st_ino
+    m.kill9()
+    assert pasta.alive() and init.alive() and pin_mounted(m)
+    m.restart()
+    a = acquire(m, "alice", "a")  # reclaimed: the same sandbox, the same gateway
+    st = sbxutil.status(a)
+    assert st["init_pid"] == init.pid and st["gateway_pasta_pid"] == pasta.pid, st
+    assert "gateway adopted" in m.log
+    r = probe(a, lab)
+    assert r["pub"].startswith("connected pub"), r
+    b = acquire(m, "alice", "b")  # a new sandbox after the restart: another address
+    assert sbxutil.status(b)["net_address"] != st["net_address"]
+    assert probe(b, lab)["pub"].startswith("connected pub")
+    m.stop()
+    assert wait_until(lambda: not pasta.alive() and not init.alive(), 10)
+    assert not pin_mounted(m) and not (m.state_dir / "gateway").exists()
+    # no process is left in the gateway's namespace (it is gone with its veths)
+    holders = [p for p in os.listdir("/proc") if p.isdigit() and _netns_ino(p) == ns_ino]
+    assert holders == [], holders
+
+
+def _netns_ino(pid):
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+@pytest.mark.timeout_s(120)
+def test_keep_on_exit_keeps_the_gateway_for_the_sandboxes_left(sbxfs, lab):
+    m = sbxfs(config={**OPEN, "keep_on_exit": True})
+    a = acquire(m, "alice", "a")
+    pasta = m.track(sbxutil.status(a)["gateway_pasta_pid"])
+    m.stop()
+    assert pasta.alive() and pin_mounted(m)
+    m.config["keep_on_exit"] = False
+    import conftest
+    m.conf.write_text(conftest.dump_yaml(m.config))
+    m.start()
+    a = acquire(m, "alice", "a")
+    assert sbxutil.status(a)["gateway_pasta_pid"] == pasta.pid
+    assert probe(a, lab)["pub"].startswith("connected pub")
+    m.stop()
+    assert wait_until(lambda: not pasta.alive(), 10) and not pin_mounted(m)
+
+
+@pytest.mark.timeout_s(120)
+def test_gateway_off_keeps_a_pasta_per_sandbox(sbxfs, lab):
+    m = sbxfs(config={"network": {"mode": "open", "gateway": False}})
+    t = acquire(m)
+    st = sbxutil.status(t)
+    assert st["pasta_pid"] > 1 and "net_address" not in st, st
+    m.track(st["pasta_pid"])
+    assert probe(t, lab)["pub"].startswith("connected pub")
+    assert not gateway_pin(m).exists()
+
+
+@pytest.mark.timeout_s(60)
+def test_bad_gateway_key_is_refused(sbxfs):
+    m = sbxfs(config={"network": {"mode": "open", "gateway": "sometimes"}}, start=False)
+    rc, log = m.run_expect_exit()
+    assert rc not in (0, None) and "network.gateway" in log, log
