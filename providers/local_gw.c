@@ -362,6 +362,11 @@ static int gw_bring_up(void)
 	if (gw_rules(dns))
 		goto fail;
 	gw_recorded_pasta(&p);
+	if (!adopted && p.pid) {
+		/* a pasta of a namespace that is no longer pinned: not ours to keep */
+		local_pasta_end(&p);
+		p.pid = 0;
+	}
 	if (adopted && p.pid) {
 		pthread_mutex_lock(&gw.lock);
 		gw.pasta = p;
@@ -422,6 +427,8 @@ void local_gw_init(const char *state_dir)
 	char pin[PATH_MAX];
 	int fd;
 
+	if (gw.dir[0])
+		return; /* a second init (a reload that changed the provider back) */
 	if (str_fmt(gw.dir, sizeof(gw.dir), "%s/gateway", state_dir)) {
 		gw.dir[0] = '\0';
 		return;
@@ -476,13 +483,27 @@ static int slot_take(bool allow_private)
 	return s;
 }
 
-void local_gw_adopted(int slot)
+static int link_there(void *arg)
 {
+	char name[IFNAMSIZ];
+
+	snprintf(name, sizeof(name), GW_IFPREFIX "%d", *(int *)arg);
+	return if_nametoindex(name) ? 0 : -1;
+}
+
+int local_gw_adopted(int slot)
+{
+	bool up;
+
 	if (slot < 0 || slot >= GW_SLOTS)
-		return;
+		return -1;
 	pthread_mutex_lock(&gw.lock);
 	slot_set(slot, true);
+	up = gw.state == GW_UP;
 	pthread_mutex_unlock(&gw.lock);
+	/* its veth pair was made (a daemon killed between the record and the
+	 * veth leaves a sandbox without one: recreated on reclaim) */
+	return up && !egress_in_netns(gw.nsfd, link_there, &slot) ? 0 : -1;
 }
 
 /* ---- wiring a sandbox ---------------------------------------------------------------- */

@@ -34,8 +34,9 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 	int (*chosen)(void *arg), void *arg);
 /* Delete the slot's veth pair (if still there) and free the slot. */
 void local_gw_detach(int slot);
-/* An adopted sandbox holds slot. */
-void local_gw_adopted(int slot);
+/* An adopted sandbox holds slot: taken again.  0 when its veth pair is
+ * there, -1 when not (the sandbox has no way out: its health check fails). */
+int local_gw_adopted(int slot);
 /* The sandbox address of slot (dotted quad). */
 void local_gw_address(int slot, char *out, size_t len);
 /* The gateway's pasta, 0 when it has none. */

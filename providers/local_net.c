@@ -108,6 +108,7 @@ enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *
 
 	out->pasta = (struct local_pasta){ 0 };
 	out->slot = -1;
+	out->lost = 0;
 	if (spec->cfg->net_mode != NET_OPEN)
 		return SBX_OK;
 	nsfd = local_net_nsfd(init);
@@ -130,7 +131,7 @@ enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *
 
 int local_net_alive(struct local_net *n)
 {
-	return local_pasta_alive(&n->pasta);
+	return !n->lost && local_pasta_alive(&n->pasta);
 }
 
 void local_net_down(struct local_net *n)
@@ -143,8 +144,8 @@ void local_net_down(struct local_net *n)
 
 void local_net_adopted(struct local_net *n)
 {
-	if (n->slot >= 0)
-		local_gw_adopted(n->slot);
+	if (n->slot >= 0 && local_gw_adopted(n->slot))
+		n->lost = 1;
 }
 
 void local_net_address(const struct local_net *n, char *out, size_t len)

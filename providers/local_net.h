@@ -19,6 +19,7 @@
 struct local_net {
 	struct local_pasta pasta; /* network.gateway off: its own pasta */
 	int slot;                 /* on: its gateway slot (address pair), -1 when none */
+	int lost;                 /* adopted without its veth pair: no way out */
 };
 
 /* The nftables ruleset of the sandbox's mode (DESIGN §7), installed in

@@ -332,3 +332,33 @@ def test_bad_gateway_key_is_refused(sbxfs):
     m = sbxfs(config={"network": {"mode": "open", "gateway": "sometimes"}}, start=False)
     rc, log = m.run_expect_exit()
     assert rc not in (0, None) and "network.gateway" in log, log
+
+
+@pytest.mark.timeout_s(180)
+def test_restart_after_gateway_pasta_and_a_veth_were_lost(sbxfs, lab):
+    """Hostile leftovers of a kill -9: the gateway's pasta dies while no
+    daemon runs (the next start gives the pinned namespace a new one), and a
+    sandbox's veth pair is deleted behind the daemon's back (that sandbox is
+    recreated on reclaim: no sandbox is handed out without its way out)."""
+    m = sbxfs(config=OPEN)
+    a = acquire(m, "alice", "a")
+    b = acquire(m, "alice", "b")
+    pasta = m.track(sbxutil.status(a)["gateway_pasta_pid"])
+    init_a, init_b = m.track(sbxutil.init_pid(a)), m.track(sbxutil.init_pid(b))
+    slot_b = (int(sbxutil.status(b)["net_address"].split(".")[2]) * 256
+              + int(sbxutil.status(b)["net_address"].split(".")[3])) // 2
+    m.kill9()
+    os.kill(pasta.pid, signal.SIGKILL)
+    r = in_gateway(m, "ip", "link", "del", f"sb{slot_b}")
+    assert r.returncode == 0, r.stderr
+    assert wait_until(lambda: not pasta.alive(), 5)
+    m.restart()
+    a, b = acquire(m, "alice", "a"), acquire(m, "alice", "b")
+    st_a, st_b = sbxutil.status(a), sbxutil.status(b)
+    assert st_a["init_pid"] == init_a.pid and st_a["gateway_pasta_pid"] != pasta.pid, st_a
+    m.track(st_a["gateway_pasta_pid"])
+    assert st_b["init_pid"] != init_b.pid, f"a sandbox without its veth was handed out: {st_b}"
+    m.track(st_b["init_pid"])
+    for t in (a, b):
+        assert probe(t, lab, name=f"p{time.monotonic_ns()}")["pub"].startswith("connected pub")
+    assert list(pastas_of(m)) == [st_a["gateway_pasta_pid"]]
