@@ -193,6 +193,8 @@ class Bench:
             raise RuntimeError(f"sbxfs did not mount {mnt}")
         t = os.path.join(mnt, "bench", "t1")
         os.makedirs(t)
+        with open(os.path.join(t, "ready")) as f:  # acquire: async answers mkdir before
+            f.read()
         return t
 
     def job(self, t, name, cmd, stdin=None, wait=True, timeout=600):
