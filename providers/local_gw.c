@@ -718,6 +718,9 @@ void local_gw_shutdown(void)
 	if (!gw_path(path, sizeof(path), "netns")) {
 		if (umount2(path, MNT_DETACH) && errno != EINVAL)
 			log_warn(GW_SCOPE, "local: cannot unpin the gateway's namespace: %s", strerror(errno));
+		/* the unlink also detaches the copies of the pin that other mount
+		 * namespaces made meanwhile (`ip netns exec`, `unshare -m`: the
+		 * kernel drops mounts on a deleted file), so none keeps it alive */
 		unlink(path);
 	}
 	if (!gw_path(path, sizeof(path), "gateway.json"))

@@ -283,12 +283,33 @@ def test_daemon_kill9_gateway_adopted_and_unmount_leaves_nothing(sbxfs, lab):
     b = acquire(m, "alice", "b")  # a new sandbox after the restart: another address
     assert sbxutil.status(b)["net_address"] != st["net_address"]
     assert probe(b, lab)["pub"].startswith("connected pub")
-    m.stop()
+    # a copy of the mount namespace (as `ip netns exec` makes: a slave) must
+    # not keep the gateway's namespace pinned after the unmount
+    # (without the FUSE mount, which would keep the daemon from exiting)
+    copy = subprocess.Popen(["unshare", "--mount", "--propagation", "slave", "sh", "-c",
+                             f"umount -l {m.mnt} && exec sleep 120"])
+    try:
+        assert wait_until(lambda: str(gateway_pin(m)) in _mounts_of(copy.pid) and
+                          str(m.mnt) not in _mounts_of(copy.pid), 5)
+        m.stop()
+        assert wait_until(lambda: str(gateway_pin(m)) not in _mounts_of(copy.pid), 5), \
+            "a copy of the mount namespace still pins the gateway"
+    finally:
+        copy.kill()
+        copy.wait(10)
     assert wait_until(lambda: not pasta.alive() and not init.alive(), 10)
     assert not pin_mounted(m) and not (m.state_dir / "gateway").exists()
     # no process is left in the gateway's namespace (it is gone with its veths)
     holders = [p for p in os.listdir("/proc") if p.isdigit() and _netns_ino(p) == ns_ino]
     assert holders == [], holders
+
+
+def _mounts_of(pid):
+    try:
+        with open(f"/proc/{pid}/mountinfo") as f:
+            return "\n".join(line.split()[4] for line in f)
+    except OSError:
+        return ""
 
 
 def _netns_ino(pid):
