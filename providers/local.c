@@ -652,7 +652,7 @@ static void local_close_fds(int *fds, int n)
  * "Cold start"): the moment each step ended. */
 enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET, LS_N };
 static const char *const local_step_names[LS_N] = { "start", "files", "cgroup", "identity", "spawn", "bwrap",
-	"record", "ready+rules", "pasta" };
+	"record", "ready+rules", "net" };
 
 static void local_steps_log(const char *scope, const uint64_t *t)
 {
