@@ -383,3 +383,28 @@ def test_restart_after_gateway_pasta_and_a_veth_were_lost(sbxfs, lab):
     for t in (a, b):
         assert probe(t, lab, name=f"p{time.monotonic_ns()}")["pub"].startswith("connected pub")
     assert list(pastas_of(m)) == [st_a["gateway_pasta_pid"]]
+
+
+@pytest.mark.timeout_s(120)
+def test_stale_gateway_leftovers_are_not_trusted(sbxfs, lab):
+    """Leftovers of a reboot: the pin is a plain file (nothing mounted on it)
+    and gateway.json names a live process that is not pasta (a pid reused):
+    the daemon makes a new gateway on the pin and kills nobody."""
+    import json
+    m = sbxfs(config=OPEN, start=False)
+    gw = m.state_dir / "gateway"
+    gw.mkdir(parents=True)
+    (gw / "netns").write_text("not a namespace\n")
+    bystander = subprocess.Popen(["sleep", "120"])
+    try:
+        (gw / "gateway.json").write_text(json.dumps({"pasta_pid": bystander.pid, "pasta_start": 12345}))
+        m.start()
+        t = acquire(m)
+        assert probe(t, lab)["pub"].startswith("connected pub")
+        m.track(sbxutil.status(t)["gateway_pasta_pid"])
+        assert pin_mounted(m) and bystander.poll() is None, "a process the record named was killed"
+        m.stop()
+        assert not pin_mounted(m) and bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait(10)
