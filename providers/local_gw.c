@@ -657,10 +657,15 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 
 void local_gw_detach(int slot)
 {
+	int nsfd;
+
 	if (slot < 0 || slot >= GW_SLOTS)
 		return;
-	if (gw.nsfd >= 0)
-		egress_in_netns(gw.nsfd, unwire, &slot);
+	pthread_mutex_lock(&gw.lock);
+	nsfd = gw.state == GW_UP ? gw.nsfd : -1; /* the fd stays open while up */
+	pthread_mutex_unlock(&gw.lock);
+	if (nsfd >= 0)
+		egress_in_netns(nsfd, unwire, &slot);
 	pthread_mutex_lock(&gw.lock);
 	slot_set(slot, false);
 	pthread_mutex_unlock(&gw.lock);

@@ -244,6 +244,10 @@ class Daemon:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # the open-mode gateway's pinned namespace (providers/local_gw.c)
+        pin = self.state_dir / "gateway" / "netns"
+        if any(mp == str(pin) for mp, _ in _mounts()):
+            subprocess.run(["umount", "-l", str(pin)], capture_output=True, timeout=30)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             left = [d for ds in self.cgroup_tokens().values() for d in ds]
