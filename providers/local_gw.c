@@ -149,6 +149,16 @@ static void gw_recorded_pasta(struct local_pasta *p)
 	}
 }
 
+static pid_t gw_pasta_now(void)
+{
+	pid_t pid;
+
+	pthread_mutex_lock(&gw.lock);
+	pid = gw.pasta.pid;
+	pthread_mutex_unlock(&gw.lock);
+	return pid;
+}
+
 /* Start a pasta into the gateway; gw.pasta once it has its link. */
 static int gw_pasta_spawn(void)
 {
@@ -204,7 +214,7 @@ static void *gw_monitor(void *arg)
 			if (poll(&s, 1, 1000) > 0)
 				return NULL;
 		}
-		log_info(GW_SCOPE, "local: the gateway's pasta is pid %d", (int)gw.pasta.pid);
+		log_info(GW_SCOPE, "local: the gateway's pasta is pid %d", (int)gw_pasta_now());
 	}
 }
 
@@ -380,7 +390,7 @@ static int gw_bring_up(void)
 	}
 	gw.monitor_running = true;
 	log_info(GW_SCOPE, "local: gateway %s: pasta pid %d, sandboxes in %s", adopted ? "adopted" : "made",
-		(int)gw.pasta.pid, GW_SUBNET);
+		(int)gw_pasta_now(), GW_SUBNET);
 	return 0;
 fail:
 	/* a made namespace stays pinned (empty) for the next attempt */
