@@ -23,7 +23,8 @@ daemon of its own makes N sandboxes (default 100) and the bench reads:
 The network's cost per open sandbox is the difference to `isolated`, per
 sandbox.  The gateway's own cost (its pasta's Pss) is stated once.
 
-    bench/gateway_bench.py [--n 100] [--rounds 3] [--out bench/results/gateway.md]
+    bench/gateway_bench.py [--n 100] [--rounds 3] [--only isolated,open-gateway,open-pasta]
+                           [--out bench/results/gateway.md]
 """
 
 import argparse
@@ -200,26 +201,29 @@ def one(base, name, network, n, rnd):
         # a pasta's short-lived clones carry its name: count each once
         pastas = [p for p in pastas if parent(p) not in pastas]
         pasta_pss = sum(pss_kib(p) for p in pastas)
-        return {"kernel_kib": k1 - k0, "pss_kib": pss * n / (n + 1), "pastas": len(pastas), "pasta_pss_kib": pasta_pss,
-                "inotify": ino1 - ino0, "create_s": made}
+        out = {"kernel_kib": k1 - k0, "pss_kib": pss * n / (n + 1), "pastas": len(pastas), "pasta_pss_kib": pasta_pss,
+               "inotify": ino1 - ino0, "create_s": made}
     finally:
         t = time.monotonic()
         d.stop()
         log(f"  {name}: unmount {time.monotonic() - t:.2f} s")
+    out["unmount_s"] = time.monotonic() - t
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default=",".join(CONFIGS), help="configurations, comma-separated")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results", "gateway.md"))
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("gateway_bench.py: must run as root")
     base = tempfile.mkdtemp(prefix="sbxfs-gwbench-", dir="/var/tmp")
     os.chmod(base, 0o755)
-    res = {k: [] for k in CONFIGS}
-    names = list(CONFIGS)
+    names = [k for k in CONFIGS if k in args.only.split(",")]
+    res = {k: [] for k in names}
     try:
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
@@ -241,20 +245,27 @@ def main():
              f"kernel {platform.release()}, {os.cpu_count()} CPUs, load {load[0]:.2f}; {n} sandboxes per daemon, "
              f"{args.rounds} interleaved rounds, medians (`bench/gateway_bench.py --n {n} --rounds {args.rounds}`)", "",
              "| configuration | kernel memory per sandbox | Pss of everything started, per sandbox | pasta processes "
-             "(Pss) | root inotify instances added | creates of the N |",
-             "|---|---|---|---|---|---|"]
+             "(Pss) | root inotify instances added | creates of the N | unmount with N+1 |",
+             "|---|---|---|---|---|---|---|"]
     for name in names:
         lines.append(f"| {name} | {med(name, 'kernel_kib') / n:.0f} KiB | {med(name, 'pss_kib') / n:.0f} KiB | "
                      f"{med(name, 'pastas'):.0f} ({med(name, 'pasta_pss_kib') / 1024:.1f} MiB) | "
-                     f"{med(name, 'inotify'):.0f} | {med(name, 'create_s'):.1f} s |")
+                     f"{med(name, 'inotify'):.0f} | {med(name, 'create_s'):.1f} s | {med(name, 'unmount_s'):.2f} s |")
+    if "isolated" not in names or "open-gateway" not in names:
+        text = "\n".join(lines) + "\n"
+        print(text)
+        with open(args.out, "w") as f:
+            f.write(text)
+        return
     iso_k, iso_p = med("isolated", "kernel_kib"), med("isolated", "pss_kib")
     lines += ["", "The network's cost per open sandbox (minus `isolated`, per sandbox):", ""]
     gw_pasta = med("open-gateway", "pasta_pss_kib")
     lines.append(f"* open-gateway: kernel {(med('open-gateway', 'kernel_kib') - iso_k) / n:.0f} KiB, processes "
                  f"{(med('open-gateway', 'pss_kib') - gw_pasta * n / (n + 1) - iso_p) / n:.0f} KiB (Pss, the "
                  f"gateway's pasta left out: it is counted once below)")
-    lines.append(f"* open-pasta: kernel {(med('open-pasta', 'kernel_kib') - iso_k) / n:.0f} KiB, processes "
-                 f"{(med('open-pasta', 'pss_kib') - iso_p) / n:.0f} KiB (Pss)")
+    if "open-pasta" in names:
+        lines.append(f"* open-pasta: kernel {(med('open-pasta', 'kernel_kib') - iso_k) / n:.0f} KiB, processes "
+                     f"{(med('open-pasta', 'pss_kib') - iso_p) / n:.0f} KiB (Pss)")
     lines.append(f"* the gateway's own cost, once: its pasta, {med('open-gateway', 'pasta_pss_kib') / 1024:.1f} MiB "
                  f"Pss, one process, one inotify instance")
     text = "\n".join(lines) + "\n"
