@@ -180,6 +180,7 @@ static void *gw_monitor(void *arg)
 {
 	(void)arg;
 	for (;;) {
+		uint64_t born = util_now_ms();
 		struct local_pasta p;
 		int pidfd;
 
@@ -203,6 +204,13 @@ static void *gw_monitor(void *arg)
 			while (waitpid(p.pid, NULL, 0) < 0 && errno == EINTR)
 				;
 		log_warn(GW_SCOPE, "local: the gateway's pasta (pid %d) ended: starting another", (int)p.pid);
+		/* one that ended within a second of its start is not restarted in
+		 * a tight loop: the next waits out that second */
+		if (util_now_ms() - born < 1000) {
+			struct pollfd s = { .fd = gw.stop[0], .events = POLLIN };
+			if (poll(&s, 1, (int)(1000 - (util_now_ms() - born))) > 0)
+				return NULL;
+		}
 		pthread_mutex_lock(&gw.lock);
 		gw.pasta.pid = 0;
 		gw.pasta.start = 0;

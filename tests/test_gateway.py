@@ -57,7 +57,14 @@ def probe(t, lab, name="probe", targets=None):
 
 
 @pytest.mark.timeout_s(150)
+def host_nft_tables():
+    r = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, timeout=30)
+    return r.stdout
+
+
 def test_open_sandbox_reaches_a_public_host_through_the_gateway(sbxfs, lab):
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        forward = f.read()
     m = sbxfs(config=OPEN)
     t = acquire(m)
     st = sbxutil.status(t)
@@ -71,6 +78,14 @@ def test_open_sandbox_reaches_a_public_host_through_the_gateway(sbxfs, lab):
     assert r["pub_udp"] == "answered pub ping", r
     for k in ("priv", "meta", "priv_udp", "meta_udp"):
         assert r[k].startswith("failed"), f"the open sandbox reached a private destination: {r}"
+    # the NAT and the forwarding are the gateway's: nothing in the host's own
+    # firewall tables or sysctls
+    assert "sbxfs" not in host_nft_tables()
+    with open("/proc/sys/net/ipv4/ip_forward") as f:
+        assert f.read() == forward
+    gw = in_gateway(m, "nft", "list", "table", "inet", "sbxfs")
+    assert "masquerade" in gw.stdout and "policy drop" in gw.stdout, gw.stdout + gw.stderr
+    assert in_gateway(m, "cat", "/proc/sys/net/ipv4/ip_forward").stdout == "1\n"
 
 
 LISTENER = r'''
