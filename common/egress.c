@@ -147,6 +147,8 @@ int egress_ruleset(const struct egress_rules *r, struct buf *b)
 		e |= add_set(b, "private4", "ipv4_addr", true, p4, np4);
 		e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
 		e |= add_set(b, "host4", "ipv4_addr", false, e4, n4);
+	e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
+	e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
 		e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
 	}
 	e |= buf_adds(b, "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n"
@@ -180,11 +182,11 @@ out:
 
 int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 {
-	const char *const *p4 = policy_private_cidrs(4);
+	const char *const *p4 = policy_private_cidrs(4), *const *p6 = policy_private_cidrs(6);
 	char (*h4)[INET6_ADDRSTRLEN] = calloc(EGRESS_HOST_ADDRS, sizeof(*h4));
 	char (*h6)[INET6_ADDRSTRLEN] = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
-	const char *e4[EGRESS_HOST_ADDRS];
-	size_t n4 = 0, n6 = 0, np4 = 0;
+	const char *e4[EGRESS_HOST_ADDRS], *e6[EGRESS_HOST_ADDRS];
+	size_t n4 = 0, n6 = 0, np4 = 0, np6 = 0;
 	unsigned char bin[4];
 	int e = 0;
 
@@ -195,12 +197,20 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 	host_addrs(h4, &n4, h6, &n6, EGRESS_HOST_ADDRS);
 	for (size_t i = 0; i < n4; i++)
 		e4[i] = h4[i];
+	for (size_t i = 0; i < n6; i++)
+		e6[i] = h6[i];
 	while (p4[np4])
 		np4++;
+	while (p6[np6])
+		np6++;
+	if (!g->subnet6)
+		n6 = np6 = 0;
 	/* replaced whole: an adopted gateway gets the ruleset of this binary */
 	e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\ntable inet sbxfs {\n");
 	e |= add_set(b, "private4", "ipv4_addr", true, p4, np4);
 	e |= add_set(b, "host4", "ipv4_addr", false, e4, n4);
+	e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
+	e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
 	e |= buf_adds(b, "\tset dns4 {\n\t\ttype ipv4_addr\n");
 	if (g->dns && inet_pton(AF_INET, g->dns, bin) == 1)
 		e |= buf_addf(b, "\t\telements = { %s }\n", g->dns);
@@ -221,13 +231,32 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 		e |= buf_addf(b, "\t\tip saddr %s ip daddr @host4 meta l4proto tcp reject with tcp reset\n"
 				 "\t\tip saddr %s ip daddr @host4 reject with icmpx admin-prohibited\n",
 			g->strict, g->strict);
-	e |= buf_addf(b, "\t\tip saddr %s accept\n\t}\n", g->subnet);
+	e |= buf_addf(b, "\t\tip saddr %s accept\n", g->subnet);
+	if (g->subnet6) {
+		e |= buf_addf(b, "\t\tip6 saddr != %s drop\n", g->subnet6);
+		if (np6)
+			e |= buf_addf(b, "\t\tip6 saddr %s ip6 daddr @private6 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip6 saddr %s ip6 daddr @private6 reject with icmpx admin-prohibited\n",
+				g->strict6, g->strict6);
+		if (n6)
+			e |= buf_addf(b, "\t\tip6 saddr %s ip6 daddr @host6 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip6 saddr %s ip6 daddr @host6 reject with icmpx admin-prohibited\n",
+				g->strict6, g->strict6);
+		e |= buf_addf(b, "\t\tip6 saddr %s accept\n", g->subnet6);
+	}
+	e |= buf_adds(b, "\t}\n");
 	/* the gateway's own addresses (its veth ends, the host address pasta
 	 * copied) serve nothing: a sandbox reaches none of them */
-	e |= buf_addf(b, "\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n"
-			 "\t\tiifname \"%s*\" drop\n\t}\n", g->ifprefix);
+	e |= buf_adds(b, "\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n");
+	if (g->subnet6) /* but a sandbox must find its gateway's IPv6 neighbour */
+		e |= buf_addf(b, "\t\tiifname \"%s*\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n",
+			g->ifprefix);
+	e |= buf_addf(b, "\t\tiifname \"%s*\" drop\n\t}\n", g->ifprefix);
 	e |= buf_addf(b, "\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n"
-			 "\t\tip saddr %s oifname != \"%s*\" masquerade\n\t}\n}\n", g->subnet, g->ifprefix);
+			 "\t\tip saddr %s oifname != \"%s*\" masquerade\n", g->subnet, g->ifprefix);
+	if (g->subnet6)
+		e |= buf_addf(b, "\t\tip6 saddr %s oifname != \"%s*\" masquerade\n", g->subnet6, g->ifprefix);
+	e |= buf_adds(b, "\t}\n}\n");
 out:
 	free(h4);
 	free(h6);

@@ -71,6 +71,8 @@ struct egress_gw {
 	const char *strict;   /* the sandboxes without allow_private_destinations */
 	const char *ifprefix; /* the gateway ends of the veth pairs */
 	const char *dns;      /* a resolver allowed on port 53 (numeric IPv4), or NULL */
+	const char *subnet6;  /* the same for IPv6, or NULL: IPv6 is not forwarded */
+	const char *strict6;
 };
 int egress_gateway_ruleset(const struct egress_gw *g, struct buf *out);
 

@@ -180,3 +180,36 @@ int rtnl_route_default4(int sk, int ifindex, uint32_t gw)
 	attr_add(&m, RTA_OIF, &oif, sizeof(oif));
 	return msg_talk(sk, &m);
 }
+
+int rtnl_addr_add6(int sk, int ifindex, const unsigned char addr[16], int prefix)
+{
+	struct rtnl_msg m;
+	struct ifaddrmsg *ifa = msg_init(&m, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, sizeof(struct ifaddrmsg));
+	uint32_t flags = IFA_F_NODAD;
+
+	ifa->ifa_family = AF_INET6;
+	ifa->ifa_prefixlen = (unsigned char)prefix;
+	ifa->ifa_flags = IFA_F_NODAD;
+	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+	ifa->ifa_index = (unsigned)ifindex;
+	attr_add(&m, IFA_LOCAL, addr, 16);
+	attr_add(&m, IFA_ADDRESS, addr, 16);
+	attr_add(&m, IFA_FLAGS, &flags, sizeof(flags));
+	return msg_talk(sk, &m);
+}
+
+int rtnl_route_default6(int sk, int ifindex, const unsigned char gw[16])
+{
+	struct rtnl_msg m;
+	struct rtmsg *rt = msg_init(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, sizeof(struct rtmsg));
+	uint32_t oif = (uint32_t)ifindex;
+
+	rt->rtm_family = AF_INET6;
+	rt->rtm_table = RT_TABLE_MAIN;
+	rt->rtm_protocol = RTPROT_BOOT;
+	rt->rtm_scope = RT_SCOPE_UNIVERSE;
+	rt->rtm_type = RTN_UNICAST;
+	attr_add(&m, RTA_GATEWAY, gw, 16);
+	attr_add(&m, RTA_OIF, &oif, sizeof(oif));
+	return msg_talk(sk, &m);
+}

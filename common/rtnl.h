@@ -29,5 +29,10 @@ int rtnl_link_up(int sk, int ifindex);
 int rtnl_addr_add4(int sk, int ifindex, uint32_t addr, int prefix);
 /* A default IPv4 route via gw (network byte order), on link ifindex. */
 int rtnl_route_default4(int sk, int ifindex, uint32_t gw);
+/* The same for IPv6 (addr 16 bytes, network order); the address is added
+ * without duplicate address detection (it is usable at once: the link is a
+ * point-to-point pair whose other end the daemon numbers itself). */
+int rtnl_addr_add6(int sk, int ifindex, const unsigned char addr[16], int prefix);
+int rtnl_route_default6(int sk, int ifindex, const unsigned char gw[16]);
 
 #endif

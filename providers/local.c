@@ -1019,8 +1019,11 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 		char addr[64];
 		pid_t gw = local_net_gateway_pid();
 
-		local_net_address(&lb->net, addr, sizeof(addr));
+		local_net_address(&lb->net, addr, sizeof(addr), false);
 		json_object_set_new((json_t *)out, "net_address", json_string(addr));
+		local_net_address(&lb->net, addr, sizeof(addr), true);
+		if (addr[0])
+			json_object_set_new((json_t *)out, "net_address6", json_string(addr));
 		if (gw > 0)
 			json_object_set_new((json_t *)out, "gateway_pasta_pid", json_integer(gw));
 	}

@@ -72,6 +72,10 @@
 #define GW_STRICT "10.201.0.0/17"
 #define GW_SLOTS 32768 /* /31 pairs in the /16 */
 #define GW_STRICT_SLOTS 16384
+/* IPv6: a unique local /112 (a /127 per slot, the same numbering), masqueraded like IPv4 */
+#define GW_SUBNET6 "fdb5:5bf5:c2c9::/112"
+#define GW_STRICT6 "fdb5:5bf5:c2c9::/113"
+static const unsigned char gw_net6[16] = { 0xfd, 0xb5, 0x5b, 0xf5, 0xc2, 0xc9 };
 #define GW_IFPREFIX "sb"
 #define GW_MTU 65520 /* pasta's tap: no fragmentation between the two */
 #define GW_DNS_MAX 8
@@ -91,6 +95,7 @@ static struct {
 	unsigned n_used;           /* protected by lock */
 	char dns[GW_DNS_MAX][64];  /* resolvers in set dns4; protected by lock */
 	int n_dns;
+	bool v6;                   /* the host has IPv6: the gateway forwards it too; set at bring-up */
 	pthread_t monitor;         /* runs while up */
 	bool monitor_running;
 	int stop[2];               /* the monitor's stop pipe */
@@ -100,6 +105,30 @@ static struct {
 static int gw_path(char *out, size_t len, const char *name)
 {
 	return str_fmt(out, len, "%s/%s", gw.dir, name);
+}
+
+/* The IPv6 address of slot's end (sandbox: 1, gateway: 0). */
+static void slot_addr6(int slot, int sandbox, unsigned char out[16])
+{
+	unsigned v = 2u * (unsigned)slot + (unsigned)sandbox;
+
+	memcpy(out, gw_net6, 16);
+	out[14] = (unsigned char)(v >> 8);
+	out[15] = (unsigned char)v;
+}
+
+void local_gw_address6(int slot, char *out, size_t len)
+{
+	unsigned char a[16];
+
+	slot_addr6(slot, 1, a);
+	if (!gw.v6) {
+		if (len)
+			out[0] = '\0';
+		return;
+	}
+	if (!inet_ntop(AF_INET6, a, out, (socklen_t)len) && len)
+		out[0] = '\0';
 }
 
 void local_gw_address(int slot, char *out, size_t len)
@@ -238,6 +267,7 @@ static bool gw_is_netns(int fd)
 
 struct gw_make {
 	const char *pin;
+	bool v6;
 	int nsfd;
 	int err;
 	const char *what;
@@ -271,6 +301,24 @@ static void *gw_make_thread(void *arg)
 		goto fail;
 	}
 	close(fd);
+	/* IPv6 (when the host has it): forwarding on, and no duplicate address
+	 * detection on the gateway's veth ends (point-to-point pairs it
+	 * numbers itself; their link-local addresses are usable at once) */
+	if (m->v6) {
+		static const char *const knobs[] = { "/proc/sys/net/ipv6/conf/all/forwarding",
+			"/proc/sys/net/ipv6/conf/default/forwarding", "/proc/sys/net/ipv6/conf/default/accept_dad" };
+		static const char *const vals[] = { "1\n", "1\n", "0\n" };
+		m->what = "ipv6 forwarding";
+		for (int i = 0; i < 3; i++) {
+			fd = open(knobs[i], O_WRONLY | O_CLOEXEC);
+			if (fd < 0 || write(fd, vals[i], 2) != 2) {
+				if (fd >= 0)
+					close(fd);
+				goto fail;
+			}
+			close(fd);
+		}
+	}
 	m->what = "pin";
 	m->nsfd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 	if (m->nsfd < 0 || mount("/proc/thread-self/ns/net", m->pin, NULL, MS_BIND, NULL))
@@ -283,7 +331,7 @@ fail:
 
 static int gw_make_netns(const char *pin)
 {
-	struct gw_make m = { .pin = pin, .nsfd = -1 };
+	struct gw_make m = { .pin = pin, .nsfd = -1, .v6 = gw.v6 };
 	pthread_t t;
 	int fd, e;
 
@@ -331,7 +379,8 @@ static int gw_subnet_free(void)
 static int gw_rules(const char *dns)
 {
 	struct buf text = BUF_INIT(64 * 1024);
-	const struct egress_gw g = { .subnet = GW_SUBNET, .strict = GW_STRICT, .ifprefix = GW_IFPREFIX, .dns = dns };
+	const struct egress_gw g = { .subnet = GW_SUBNET, .strict = GW_STRICT, .ifprefix = GW_IFPREFIX, .dns = dns,
+		.subnet6 = gw.v6 ? GW_SUBNET6 : NULL, .strict6 = GW_STRICT6 };
 	char err[512];
 	int r = -1;
 
@@ -358,6 +407,7 @@ static int gw_bring_up(void)
 		log_err(GW_SCOPE, "local: cannot make the gateway's directory %s: %s", gw.dir, strerror(errno));
 		return -1;
 	}
+	gw.v6 = !access("/proc/sys/net/ipv6/conf/all/forwarding", W_OK);
 	fd = open(pin, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd >= 0 && gw_is_netns(fd)) {
 		adopted = true;
@@ -528,6 +578,7 @@ int local_gw_adopted(int slot)
 
 struct gw_wire {
 	int slot;
+	bool v6;
 	int peer_nsfd;
 	int err; /* positive errno */
 	const char *what;
@@ -554,9 +605,14 @@ static int wire_gateway_end(void *arg)
 	w->what = "veth";
 	r = rtnl_veth_add(sk, name, "eth0", w->peer_nsfd, GW_MTU);
 	if (!r) {
+		unsigned char a6[16];
+
 		w->what = "gateway address";
 		idx = (int)if_nametoindex(name);
 		r = idx ? rtnl_addr_add4(sk, idx, slot_gw_addr(w->slot), 31) : -ENODEV;
+		slot_addr6(w->slot, 0, a6);
+		if (!r && w->v6)
+			r = rtnl_addr_add6(sk, idx, a6, 127);
 		if (!r)
 			r = rtnl_link_up(sk, idx);
 	}
@@ -582,6 +638,16 @@ static int wire_sandbox_end(void *arg)
 	if (!r) {
 		w->what = "default route";
 		r = rtnl_route_default4(sk, idx, slot_gw_addr(w->slot));
+	}
+	if (!r && w->v6) {
+		unsigned char a6[16], g6[16];
+
+		w->what = "IPv6 address and route";
+		slot_addr6(w->slot, 1, a6);
+		slot_addr6(w->slot, 0, g6);
+		r = rtnl_addr_add6(sk, idx, a6, 127);
+		if (!r)
+			r = rtnl_route_default6(sk, idx, g6);
 	}
 	close(sk);
 	return w->err = -r;
@@ -634,6 +700,7 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 		log_err(scope, "local: the open-mode gateway is not available (see the gateway's lines above)");
 		return SBX_ERR_IO;
 	}
+	w.v6 = gw.v6; /* set by the bring-up gw_ensure waited for */
 	gw_allow_dns(scope, dns);
 	/* a name still taken (a link whose owner is not known to this
 	 * daemon) leaves its slot marked and the next one is tried */

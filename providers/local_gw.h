@@ -37,8 +37,9 @@ void local_gw_detach(int slot);
 /* An adopted sandbox holds slot: taken again.  0 when its veth pair is
  * there, -1 when not (the sandbox has no way out: its health check fails). */
 int local_gw_adopted(int slot);
-/* The sandbox address of slot (dotted quad). */
+/* The sandbox address of slot (dotted quad), and its IPv6 one. */
 void local_gw_address(int slot, char *out, size_t len);
+void local_gw_address6(int slot, char *out, size_t len);
 /* The gateway's pasta, 0 when it has none. */
 pid_t local_gw_pasta_pid(void);
 /* End of day: stop watching pasta; when no sandbox holds a slot any more,

@@ -148,9 +148,11 @@ void local_net_adopted(struct local_net *n)
 		n->lost = 1;
 }
 
-void local_net_address(const struct local_net *n, char *out, size_t len)
+void local_net_address(const struct local_net *n, char *out, size_t len, bool v6)
 {
-	if (n->slot >= 0)
+	if (n->slot >= 0 && v6)
+		local_gw_address6(n->slot, out, len);
+	else if (n->slot >= 0)
 		local_gw_address(n->slot, out, len);
 	else if (len)
 		out[0] = '\0';

@@ -8,6 +8,7 @@
 #ifndef SBX_LOCAL_NET_H
 #define SBX_LOCAL_NET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -61,9 +62,9 @@ int local_net_nsfd(pid_t init);
 void local_net_init(local_spawn_fn spawn, const char *state_dir);
 void local_net_shutdown(void);
 int local_net_have_pasta(void);
-/* The sandbox's address (open mode, gateway) into out, "" when none; the
- * gateway's pasta (0: none). */
-void local_net_address(const struct local_net *n, char *out, size_t len);
+/* The sandbox's address (open mode, gateway; v6: its IPv6 one) into out,
+ * "" when none; the gateway's pasta (0: none). */
+void local_net_address(const struct local_net *n, char *out, size_t len, bool v6);
 pid_t local_net_gateway_pid(void);
 
 #endif

@@ -90,8 +90,9 @@ def test_open_sandbox_reaches_a_public_host_through_the_gateway(sbxfs, lab):
 
 LISTENER = r'''
 import socket, threading
-t = socket.socket(); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.bind(("0.0.0.0", 9000)); t.listen(16)
+t = socket.socket(socket.AF_INET6); t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+t.bind(("::", 9000)); t.listen(16)
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 9001))
 def udp():
     while True:
@@ -116,6 +117,8 @@ for name, addr in TARGETS:
         s.close()
     except Exception as e:
         out[name] = "failed " + type(e).__name__
+    if ":" in addr:
+        continue
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
     try:
         u.sendto(b"ping", (addr, 9001))
@@ -139,12 +142,15 @@ def test_sandboxes_cannot_reach_each_other(sbxfs, allow_private):
     b = acquire(m, "bob", "b")
     addr_a, addr_b = sbxutil.status(a)["net_address"], sbxutil.status(b)["net_address"]
     assert addr_a != addr_b
+    a6 = sbxutil.status(a).get("net_address6")
     # the two kinds of sandboxes get addresses from their own halves
     assert (int(addr_a.split(".")[2]) >= 128) == allow_private, addr_a
     start(mkjob(a, "listen"), "python3 -", stdin=LISTENER)
     # the listener answers inside A (on its own veth address)
     assert wait_until(lambda: py(a, f"self{time.monotonic_ns()}", f"TARGETS = [('self', {addr_a!r})]\n" + PEER_PROBE)
                       ["self"] == "connected A", 20)
+    if a6:
+        assert py(a, "self6", f"TARGETS = [('self6', {a6!r})]\n" + PEER_PROBE)["self6"] == "connected A"
     gw_b = addr_b.rsplit(".", 1)[0] + "." + str(int(addr_b.rsplit(".", 1)[1]) - 1)
     srv = subprocess.Popen(["nsenter", f"--net={gateway_pin(m)}", "python3", "-c",
                             "import socket; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1);"
@@ -153,12 +159,61 @@ def test_sandboxes_cannot_reach_each_other(sbxfs, allow_private):
                            stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout.readline().strip() == "ready"
-        r = py(b, "peer", f"TARGETS = [('a', {addr_a!r}), ('gw', {gw_b!r})]\n" + PEER_PROBE)
+        targets = [("a", addr_a), ("gw", gw_b)] + ([("a6", a6)] if a6 else [])
+        r = py(b, "peer", f"TARGETS = {targets!r}\n" + PEER_PROBE)
     finally:
         srv.kill()
         srv.wait(10)
-    for k in ("a", "a_udp", "gw", "gw_udp"):
+    for k in ("a", "a_udp", "gw", "gw_udp") + (("a6",) if a6 else ()):
         assert r[k].startswith("failed"), f"sandbox b reached {k}: {r}"
+
+
+def host_has_ipv6_default_route():
+    r = subprocess.run(["ip", "-6", "route", "show", "default"], capture_output=True, text=True, timeout=10)
+    return "default" in r.stdout
+
+
+V6_PROBE = r'''
+import socket
+out = {}
+for name, addr in TARGETS:
+    try:
+        s = socket.create_connection((addr, 8080), timeout=4)
+        out[name] = "connected " + s.recv(100).decode().strip()
+        s.close()
+    except Exception as e:
+        out[name] = "failed " + type(e).__name__
+show(**out)
+'''
+
+
+@pytest.mark.timeout_s(150)
+def test_ipv6_through_the_gateway(sbxfs, lab):
+    """IPv6 is forwarded and masqueraded too: the lab's public IPv6 host
+    (on a link of the host's: pasta's socket reaches it) answers; the host's
+    own IPv6 addresses are refused."""
+    if not host_has_ipv6_default_route():
+        pytest.skip("the host has no IPv6 default route: pasta gives the gateway no IPv6 way out")
+    m = sbxfs(config=OPEN)
+    t = acquire(m)
+    st = sbxutil.status(t)
+    a6 = st.get("net_address6")
+    assert a6 and a6.startswith("fdb5:5bf5:c2c9::"), st
+    m.track(st["gateway_pasta_pid"])
+    # the host reaches the lab's public IPv6 host itself
+    with socket.create_connection((lab.PUB6, 8080), timeout=5) as c:
+        assert c.recv(100).startswith(b"pub")
+    host6 = subprocess.run(["ip", "-6", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True)
+    mine = [w.split("/")[0] for line in host6.stdout.splitlines() for w in line.split()[3:4]]
+    mine = [a for a in mine if not a.startswith("2001:db8:5b:")]
+    targets = [("pub6", lab.PUB6)] + [(f"host{i}", a) for i, a in enumerate(mine[:2])]
+    r = py(t, "probe6", f"TARGETS = {targets!r}\n" + V6_PROBE)
+    assert r["pub6"].startswith("connected pub"), r
+    for k, v in r.items():
+        if k != "pub6":
+            assert v.startswith("failed"), f"the sandbox reached the host's own IPv6 address: {r}"
+    code, out, _ = run_job(t, "route6", "cat /proc/net/ipv6_route")
+    assert " eth0" in out, out
 
 
 @pytest.mark.timeout_s(150)

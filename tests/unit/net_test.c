@@ -696,6 +696,17 @@ static void test_egress(void)
 		/* no resolver: an empty set, still there for later elements */
 		const struct egress_gw g2 = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb" };
 		CHECK(egress_gateway_ruleset(&g2, &b) == 0 && strstr(buf_str(&b), "set dns4 {\n\t\ttype ipv4_addr\n\t}"));
+		CHECK(!strstr(buf_str(&b), "ip6 saddr") && !strstr(buf_str(&b), "icmpv6"));
+		buf_reset(&b);
+		/* IPv6: the same rules for its subnet, and neighbour discovery to the gateway */
+		const struct egress_gw g3 = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb",
+			.subnet6 = "fdb5:5bf5:c2c9::/112", .strict6 = "fdb5:5bf5:c2c9::/113" };
+		CHECK(egress_gateway_ruleset(&g3, &b) == 0);
+		t = buf_str(&b);
+		CHECK(strstr(t, "ip6 saddr != fdb5:5bf5:c2c9::/112 drop") &&
+		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/113 ip6 daddr @private6 reject with icmpx admin-prohibited") &&
+		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/112 oifname != \"sb*\" masquerade") &&
+		      strstr(t, "iifname \"sb*\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n\t\tiifname \"sb*\" drop"));
 	}
 	buf_free(&b);
 	{
