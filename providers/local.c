@@ -757,7 +757,14 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	/* record the init as soon as it is known, before it is ready and before
 	 * its network is set up (and pasta as soon as it runs): a daemon killed
 	 * meanwhile leaves a record the next start cleans up */
-	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+	if (lb->thread_dir && !lb->init_start) {
+		/* the init ended as soon as it was named (a rootfs it cannot
+		 * start in): bubblewrap's stderr says why */
+		log_err(scope, "local: the sandbox's init ended at once");
+		local_log_tail(scope, logpath.ptr);
+		goto out;
+	}
+	if (!lb->thread_dir || local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
 		goto out;
 	}
