@@ -17,7 +17,6 @@ import time
 
 import pytest
 
-import netlab
 import sbxutil
 from sbxutil import wait_until
 from test_jobs import acquire, run_job
