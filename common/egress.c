@@ -187,7 +187,7 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 	char (*h6)[INET6_ADDRSTRLEN] = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
 	const char *e4[EGRESS_HOST_ADDRS], *e6[EGRESS_HOST_ADDRS];
 	size_t n4 = 0, n6 = 0, np4 = 0, np6 = 0;
-	unsigned char bin[4];
+	unsigned char bin[4], bin6[16];
 	int e = 0;
 
 	if (!h4 || !h6) {
@@ -215,6 +215,12 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 	if (g->dns && inet_pton(AF_INET, g->dns, bin) == 1)
 		e |= buf_addf(b, "\t\telements = { %s }\n", g->dns);
 	e |= buf_adds(b, "\t}\n");
+	if (g->subnet6) {
+		e |= buf_adds(b, "\tset dns6 {\n\t\ttype ipv6_addr\n");
+		if (g->dns && inet_pton(AF_INET6, g->dns, bin6) == 1)
+			e |= buf_addf(b, "\t\telements = { %s }\n", g->dns);
+		e |= buf_adds(b, "\t}\n");
+	}
 	/* sandbox to sandbox is refused first (also an answer: nothing between
 	 * two veths is ever established); then only what a sandbox started
 	 * comes back in */
@@ -233,7 +239,8 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
 			g->strict, g->strict);
 	e |= buf_addf(b, "\t\tip saddr %s accept\n", g->subnet);
 	if (g->subnet6) {
-		e |= buf_addf(b, "\t\tip6 saddr != %s drop\n", g->subnet6);
+		e |= buf_addf(b, "\t\tip6 saddr != %s drop\n"
+				 "\t\tip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 accept\n", g->subnet6);
 		if (np6)
 			e |= buf_addf(b, "\t\tip6 saddr %s ip6 daddr @private6 meta l4proto tcp reject with tcp reset\n"
 					 "\t\tip6 saddr %s ip6 daddr @private6 reject with icmpx admin-prohibited\n",

@@ -70,7 +70,7 @@ struct egress_gw {
 	const char *subnet;   /* every sandbox address, "a.b.c.d/n" */
 	const char *strict;   /* the sandboxes without allow_private_destinations */
 	const char *ifprefix; /* the gateway ends of the veth pairs */
-	const char *dns;      /* a resolver allowed on port 53 (numeric IPv4), or NULL */
+	const char *dns;      /* a resolver allowed on port 53 (numeric: set dns4 or dns6), or NULL */
 	const char *subnet6;  /* the same for IPv6, or NULL: IPv6 is not forwarded */
 	const char *strict6;
 };

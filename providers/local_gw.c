@@ -93,7 +93,7 @@ static struct {
 	struct local_pasta pasta;  /* protected by lock */
 	unsigned char used[GW_SLOTS / 8]; /* protected by lock */
 	unsigned n_used;           /* protected by lock */
-	char dns[GW_DNS_MAX][64];  /* resolvers in set dns4; protected by lock */
+	char dns[GW_DNS_MAX][64];  /* resolvers in set dns4 or dns6; protected by lock */
 	int n_dns;
 	bool v6;                   /* the host has IPv6: the gateway forwards it too; set at bring-up */
 	pthread_t monitor;         /* runs while up */
@@ -666,15 +666,15 @@ static int unwire(void *arg)
 	return 0;
 }
 
-/* A resolver the gateway does not let through yet: added to dns4. */
+/* A resolver the gateway does not let through yet: added to dns4 (or dns6). */
 static void gw_allow_dns(const char *scope, const char *dns)
 {
 	struct buf text = BUF_INIT(4096);
-	unsigned char bin[4];
+	unsigned char bin[16];
 	char err[512];
-	bool known = false;
+	bool known = false, v4 = dns && inet_pton(AF_INET, dns, bin) == 1;
 
-	if (!dns || inet_pton(AF_INET, dns, bin) != 1)
+	if (!dns || (!v4 && (!gw.v6 || inet_pton(AF_INET6, dns, bin) != 1)))
 		return;
 	pthread_mutex_lock(&gw.lock);
 	for (int i = 0; i < gw.n_dns && !known; i++)
@@ -684,7 +684,7 @@ static void gw_allow_dns(const char *scope, const char *dns)
 	pthread_mutex_unlock(&gw.lock);
 	if (known)
 		return;
-	if (buf_addf(&text, "add element inet sbxfs dns4 { %s }\n", dns) ||
+	if (buf_addf(&text, "add element inet sbxfs %s { %s }\n", v4 ? "dns4" : "dns6", dns) ||
 	    egress_apply_text(gw.nsfd, buf_str(&text), err, sizeof(err)))
 		log_warn(scope, "local: the gateway does not let DNS to %s through", dns);
 	buf_free(&text);

@@ -700,13 +700,18 @@ static void test_egress(void)
 		buf_reset(&b);
 		/* IPv6: the same rules for its subnet, and neighbour discovery to the gateway */
 		const struct egress_gw g3 = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb",
-			.subnet6 = "fdb5:5bf5:c2c9::/112", .strict6 = "fdb5:5bf5:c2c9::/113" };
+			.subnet6 = "fdb5:5bf5:c2c9::/112", .strict6 = "fdb5:5bf5:c2c9::/113", .dns = "fd00::53" };
 		CHECK(egress_gateway_ruleset(&g3, &b) == 0);
 		t = buf_str(&b);
 		CHECK(strstr(t, "ip6 saddr != fdb5:5bf5:c2c9::/112 drop") &&
 		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/113 ip6 daddr @private6 reject with icmpx admin-prohibited") &&
 		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/112 oifname != \"sb*\" masquerade") &&
 		      strstr(t, "iifname \"sb*\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n\t\tiifname \"sb*\" drop"));
+		/* a resolver with an IPv6 address goes into dns6, let through before the private rules */
+		CHECK(strstr(t, "set dns6 {\n\t\ttype ipv6_addr\n\t\telements = { fd00::53 }") &&
+		      strstr(t, "set dns4 {\n\t\ttype ipv4_addr\n\t}"));
+		CHECK(strstr(t, "ip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 accept") &&
+		      strstr(t, "ip6 daddr @dns6") < strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/113 ip6 daddr @private6"));
 	}
 	buf_free(&b);
 	{
