@@ -439,8 +439,9 @@ class Daemon:
         os.makedirs(self.state, exist_ok=True)
         os.makedirs(self.mnt, exist_ok=True)
         # network mode isolated unless a row asks otherwise: the bwrap peer has a
-        # loopback-only namespace too, and the default mode (open) adds a pasta
-        # process per sandbox, measured by its own metrics (acquire.mkdir cold_open)
+        # loopback-only namespace too, and the default mode (open) adds a veth
+        # pair into the gateway per sandbox, measured by its own metrics
+        # (acquire.mkdir cold_open; bench/gateway_bench.py)
         if "network:" not in extra_conf:
             extra_conf += "network:\n  mode: isolated\n"
         # no spares unless a row asks for them (acquire.spare): a "cold" mkdir

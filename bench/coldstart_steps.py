@@ -6,6 +6,7 @@ namespaces (rows_sandbox.py's peer).
 
     /usr/bin/python3 bench/coldstart_steps.py [--mode isolated|open] [-n 15] SBXFS [SBXFS ...]
 
+(SBXFS@pasta: that binary with `network.gateway: false`, to compare open mode's two paths.)
 Root, bubblewrap, fusermount3; each SBXFS needs its sbxfs-exec and sbxfs-init next to it. Every
 binary gets a daemon of its own in debug mode (-d), in a scratch dir under /var/tmp; each
 round does one cold mkdir + read of `ready` on every daemon (in alternating order) and one peer
@@ -35,9 +36,12 @@ def mounted(path):
 def start(binary, base, mode):
     os.makedirs(base + "/state")
     os.makedirs(base + "/mnt")
+    # BINARY@pasta: that binary with network.gateway: false (open mode: a pasta per sandbox)
+    extra = "  gateway: false\n" if binary.endswith("@pasta") else ""
+    binary = binary[:-len("@pasta")] if extra else binary
     with open(base + "/mount.conf", "w") as f:
-        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\nnetwork:\n  mode: %s\n"
-                % (base, mode))
+        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\nnetwork:\n  mode: %s\n%s"
+                % (base, mode, extra))
     p = subprocess.Popen([binary, "-d", "-c", base + "/mount.conf", base + "/mnt"],
                          stdin=subprocess.DEVNULL, stdout=open(base + "/daemon.log", "ab"),
                          stderr=subprocess.STDOUT)

@@ -18,9 +18,11 @@ interleaved so that load on the host moves both sides alike:
            through it) against one loopback TCP hop carrying the same bytes
            (sendfile into the socket, splice out to /dev/null): the proxy
            does one hop's receive and the next one's send (goal <= 1.2x).
-  open     the same download from an open-mode sandbox (pasta) against the
-           host's own curl, from a server in a network namespace the bench
-           makes (198.51.100.1 on a veth pair: a "public" host).
+  open     the same download from an open-mode sandbox against the host's
+           own curl, from a server in a network namespace the bench makes
+           (198.51.100.1 on a veth pair: a "public" host): through the
+           gateway (network.gateway on), through a pasta of its own (off),
+           and the two side by side, interleaved (goal >= 0.8x).
 
 The server answers GET /big/N with N bytes by sendfile(2) from a file in the
 page cache, so the server side costs little and the figures show the path.
@@ -193,6 +195,8 @@ class Bench:
             raise RuntimeError(f"sbxfs did not mount {mnt}")
         t = os.path.join(mnt, "bench", "t1")
         os.makedirs(t)
+        with open(os.path.join(t, "ready")) as f:  # acquire: async answers mkdir before
+            f.read()
         return t
 
     def job(self, t, name, cmd, stdin=None, wait=True, timeout=600):
@@ -314,6 +318,23 @@ for i in range({n}):
                 "sandbox_mib_s": [med_s / MiB, min(sbx) / MiB, max(sbx) / MiB], "ratio": med_s / med_d,
                 "direct_cpu_s_per_gib": statistics.median(dcpu), "sandbox_cpu_s_per_gib": statistics.median(scpu)}
 
+    def row_open_vs_pasta(self, url, tg, tp, ghelpers, phelpers):
+        """The gateway's path against a pasta per sandbox, rounds interleaved
+        (alternating which goes first)."""
+        size = self.args.size_mib * MiB
+        g, p = [], []
+        for r in range(self.args.rounds):
+            sides = ["gw", "pasta"] if r % 2 == 0 else ["pasta", "gw"]
+            for side in sides:
+                if side == "gw":
+                    g.append(self.sandbox_curl(tg, f"vg{r}", f"{url}/big/{size}", ghelpers)[0])
+                else:
+                    p.append(self.sandbox_curl(tp, f"vp{r}", f"{url}/big/{size}", phelpers)[0])
+            log(f"gateway vs pasta round {r}: gateway {g[-1] / MiB:.0f} MiB/s, pasta {p[-1] / MiB:.0f} MiB/s")
+        mg, mp = statistics.median(g), statistics.median(p)
+        return {"gateway_mib_s": [mg / MiB, min(g) / MiB, max(g) / MiB],
+                "pasta_mib_s": [mp / MiB, min(p) / MiB, max(p) / MiB], "ratio": mg / mp}
+
     @staticmethod
     def thread_cpu(pid, comm):
         """CPU seconds so far of pid's threads named comm."""
@@ -397,10 +418,15 @@ for i in range({n}):
             url = self.netns_server()
             srv2 = self.procs[-1].pid
             t2 = self.mount("open", {"mode": "open"})
+            t3 = self.mount("openpasta", {"mode": "open", "gateway": False})
             with open(os.path.join(t2, "status")) as f:
+                gw = json.load(f)["gateway_pasta_pid"]
+            with open(os.path.join(t3, "status")) as f:
                 pasta = json.load(f)["pasta_pid"]
-            log("open: download from a public host, open sandbox (pasta) vs the host")
-            res["open"] = self.row_throughput("open", url, t2, url, [srv2], [srv2, pasta])
+            log("open: download from a public host, open sandbox (gateway) vs open sandbox (its own pasta) vs the host")
+            res["open"] = self.row_throughput("open", url, t2, url, [srv2], [srv2, gw])
+            res["open_pasta"] = self.row_throughput("openp", url, t3, url, [srv2], [srv2, pasta])
+            res["open_vs_pasta"] = self.row_open_vs_pasta(url, t2, t3, [srv2, gw], [srv2, pasta])
         return res
 
     def cleanup(self):
@@ -445,7 +471,9 @@ def table(res, args):
         lines.append(f"| events: blocked request -> poll(2) wakes (n={e['n']}) | p50 {e['p50_ms']:.2f} ms, "
                      f"p99 {e['p99_ms']:.2f} ms, max {e['max_ms']:.2f} ms | - | - |")
     for k, label, peer in (("proxy", "allowed download through the proxy", "direct from the host"),
-                           ("open", "open-mode sandbox (pasta) from a public host", "the host itself")):
+                           ("open", "open-mode sandbox (gateway) from a public host", "the host itself"),
+                           ("open_pasta", "open-mode sandbox (its own pasta, gateway: false) from a public host",
+                            "the host itself")):
         if k in res:
             r = res[k]
             s, d = r["sandbox_mib_s"], r["direct_mib_s"]
@@ -454,6 +482,12 @@ def table(res, args):
             lines.append(f"| {label}: CPU of the whole path (curl, server, {'daemon' if k == 'proxy' else 'pasta'}) | "
                          f"{r['sandbox_cpu_s_per_gib']:.2f} CPU s/GiB | {r['direct_cpu_s_per_gib']:.2f} CPU s/GiB | "
                          f"{r['direct_cpu_s_per_gib'] / r['sandbox_cpu_s_per_gib']:.2f}x |")
+    if "open_vs_pasta" in res:
+        r = res["open_vs_pasta"]
+        lines.append(f"| open-mode sandbox through the gateway | {r['gateway_mib_s'][0]:.0f} MiB/s "
+                     f"[{r['gateway_mib_s'][1]:.0f}-{r['gateway_mib_s'][2]:.0f}] | a pasta of its own: "
+                     f"{r['pasta_mib_s'][0]:.0f} MiB/s [{r['pasta_mib_s'][1]:.0f}-{r['pasta_mib_s'][2]:.0f}] | "
+                     f"{r['ratio']:.2f}x (goal >= 0.8x) |")
     if "relay" in res:
         r = res["relay"]
         lines.append(f"| proxy relay: its thread's CPU per GiB ({r['mib']} MiB downloads; whole daemon "

@@ -598,6 +598,8 @@ static void parse_network(struct cfg_ctx *x, struct sbx_config *c, yaml_node_t *
 			parse_net_hosts(x, c, key, v);
 		} else if (!strcmp(k, "allow_private_destinations")) {
 			cfgr_get_bool(x, key, v, &c->allow_private);
+		} else if (!strcmp(k, "gateway")) {
+			cfgr_get_bool(x, key, v, &c->net_gateway);
 		} else if (!strcmp(k, "proxy_image")) {
 			/* DeerFlow's sidecar image: sbxfs serves the proxy itself */
 		} else {
@@ -832,6 +834,7 @@ static void config_defaults(struct sbx_config *c)
 	c->fuse_io_uring = CONFIG_URING_OFF;
 	c->fuse_uring_depth = 64;
 	c->net_mode = NET_OPEN;
+	c->net_gateway = true;
 	c->approval_prompt = true;
 	c->temporary_grant_ttl = 300;
 	/* resources: a sandbox may not take a shared host down (see README) */
@@ -1100,6 +1103,7 @@ int config_show(const struct sbx_config *c, struct buf *out)
 	json_object_set_new(net, "temporary_grant_ttl", json_integer(c->temporary_grant_ttl));
 	json_object_set_new(net, "approval_wait", json_integer(c->approval_wait));
 	json_object_set_new(net, "allow_private_destinations", json_boolean(c->allow_private));
+	json_object_set_new(net, "gateway", json_boolean(c->net_gateway));
 	{
 		json_t *hosts = json_object();
 		for (size_t i = 0; i < c->n_net_hosts; i++) {

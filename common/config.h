@@ -129,6 +129,7 @@ struct sbx_config {
 	long temporary_grant_ttl;
 	long approval_wait;
 	bool allow_private; /* network.allow_private_destinations */
+	bool net_gateway;   /* network.gateway: open sandboxes share one gateway (else a pasta each) */
 	struct config_host *net_hosts;
 	size_t n_net_hosts;
 	/* remote-provider keys, accepted now for DeerFlow compatibility */

@@ -147,6 +147,8 @@ int egress_ruleset(const struct egress_rules *r, struct buf *b)
 		e |= add_set(b, "private4", "ipv4_addr", true, p4, np4);
 		e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
 		e |= add_set(b, "host4", "ipv4_addr", false, e4, n4);
+	e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
+	e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
 		e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
 	}
 	e |= buf_adds(b, "\tchain output {\n\t\ttype filter hook output priority 0; policy accept;\n"
@@ -171,6 +173,96 @@ int egress_ruleset(const struct egress_rules *r, struct buf *b)
 	} else if (r->mode != NET_OPEN) {
 		e |= buf_adds(b, "\t\tmeta l4proto tcp reject with tcp reset\n\t\treject with icmpx admin-prohibited\n");
 	}
+	e |= buf_adds(b, "\t}\n}\n");
+out:
+	free(h4);
+	free(h6);
+	return e ? -1 : 0;
+}
+
+int egress_gateway_ruleset(const struct egress_gw *g, struct buf *b)
+{
+	const char *const *p4 = policy_private_cidrs(4), *const *p6 = policy_private_cidrs(6);
+	char (*h4)[INET6_ADDRSTRLEN] = calloc(EGRESS_HOST_ADDRS, sizeof(*h4));
+	char (*h6)[INET6_ADDRSTRLEN] = calloc(EGRESS_HOST_ADDRS, sizeof(*h6));
+	const char *e4[EGRESS_HOST_ADDRS], *e6[EGRESS_HOST_ADDRS];
+	size_t n4 = 0, n6 = 0, np4 = 0, np6 = 0;
+	unsigned char bin[4], bin6[16];
+	int e = 0;
+
+	if (!h4 || !h6) {
+		e = -1;
+		goto out;
+	}
+	host_addrs(h4, &n4, h6, &n6, EGRESS_HOST_ADDRS);
+	for (size_t i = 0; i < n4; i++)
+		e4[i] = h4[i];
+	for (size_t i = 0; i < n6; i++)
+		e6[i] = h6[i];
+	while (p4[np4])
+		np4++;
+	while (p6[np6])
+		np6++;
+	if (!g->subnet6)
+		n6 = np6 = 0;
+	/* replaced whole: an adopted gateway gets the ruleset of this binary */
+	e |= buf_adds(b, "add table inet sbxfs\ndelete table inet sbxfs\ntable inet sbxfs {\n");
+	e |= add_set(b, "private4", "ipv4_addr", true, p4, np4);
+	e |= add_set(b, "host4", "ipv4_addr", false, e4, n4);
+	e |= add_set(b, "private6", "ipv6_addr", true, p6, np6);
+	e |= add_set(b, "host6", "ipv6_addr", false, e6, n6);
+	e |= buf_adds(b, "\tset dns4 {\n\t\ttype ipv4_addr\n");
+	if (g->dns && inet_pton(AF_INET, g->dns, bin) == 1)
+		e |= buf_addf(b, "\t\telements = { %s }\n", g->dns);
+	e |= buf_adds(b, "\t}\n");
+	if (g->subnet6) {
+		e |= buf_adds(b, "\tset dns6 {\n\t\ttype ipv6_addr\n");
+		if (g->dns && inet_pton(AF_INET6, g->dns, bin6) == 1)
+			e |= buf_addf(b, "\t\telements = { %s }\n", g->dns);
+		e |= buf_adds(b, "\t}\n");
+	}
+	/* sandbox to sandbox is refused first (also an answer: nothing between
+	 * two veths is ever established); then only what a sandbox started
+	 * comes back in */
+	e |= buf_addf(b, "\tchain forward {\n\t\ttype filter hook forward priority 0; policy drop;\n"
+			 "\t\tiifname \"%s*\" oifname \"%s*\" reject with icmpx admin-prohibited\n"
+			 "\t\tct state established,related accept\n"
+			 "\t\tiifname != \"%s*\" drop\n"
+			 "\t\tip saddr != %s drop\n"
+			 "\t\tip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept\n"
+			 "\t\tip saddr %s ip daddr @private4 meta l4proto tcp reject with tcp reset\n"
+			 "\t\tip saddr %s ip daddr @private4 reject with icmpx admin-prohibited\n",
+		g->ifprefix, g->ifprefix, g->ifprefix, g->subnet, g->strict, g->strict);
+	if (n4)
+		e |= buf_addf(b, "\t\tip saddr %s ip daddr @host4 meta l4proto tcp reject with tcp reset\n"
+				 "\t\tip saddr %s ip daddr @host4 reject with icmpx admin-prohibited\n",
+			g->strict, g->strict);
+	e |= buf_addf(b, "\t\tip saddr %s accept\n", g->subnet);
+	if (g->subnet6) {
+		e |= buf_addf(b, "\t\tip6 saddr != %s drop\n"
+				 "\t\tip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 accept\n", g->subnet6);
+		if (np6)
+			e |= buf_addf(b, "\t\tip6 saddr %s ip6 daddr @private6 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip6 saddr %s ip6 daddr @private6 reject with icmpx admin-prohibited\n",
+				g->strict6, g->strict6);
+		if (n6)
+			e |= buf_addf(b, "\t\tip6 saddr %s ip6 daddr @host6 meta l4proto tcp reject with tcp reset\n"
+					 "\t\tip6 saddr %s ip6 daddr @host6 reject with icmpx admin-prohibited\n",
+				g->strict6, g->strict6);
+		e |= buf_addf(b, "\t\tip6 saddr %s accept\n", g->subnet6);
+	}
+	e |= buf_adds(b, "\t}\n");
+	/* the gateway's own addresses (its veth ends, the host address pasta
+	 * copied) serve nothing: a sandbox reaches none of them */
+	e |= buf_adds(b, "\tchain input {\n\t\ttype filter hook input priority 0; policy accept;\n");
+	if (g->subnet6) /* but a sandbox must find its gateway's IPv6 neighbour */
+		e |= buf_addf(b, "\t\tiifname \"%s*\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n",
+			g->ifprefix);
+	e |= buf_addf(b, "\t\tiifname \"%s*\" drop\n\t}\n", g->ifprefix);
+	e |= buf_addf(b, "\tchain postrouting {\n\t\ttype nat hook postrouting priority 100; policy accept;\n"
+			 "\t\tip saddr %s oifname != \"%s*\" masquerade\n", g->subnet, g->ifprefix);
+	if (g->subnet6)
+		e |= buf_addf(b, "\t\tip6 saddr %s oifname != \"%s*\" masquerade\n", g->subnet6, g->ifprefix);
 	e |= buf_adds(b, "\t}\n}\n");
 out:
 	free(h4);
@@ -265,6 +357,32 @@ int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errle
 
 	egress_apply_start(&j, nsfd, r);
 	return egress_apply_finish(&j, err, errlen);
+}
+
+struct text_call {
+	const char *text;
+	char *err;
+	size_t errlen;
+};
+
+static int apply_text_here(void *arg)
+{
+	struct text_call *t = arg;
+
+	return nft_apply_here(&(struct nft_call){ .text = t->text, .err = t->err, .errlen = t->errlen });
+}
+
+int egress_apply_text(int nsfd, const char *text, char *err, size_t errlen)
+{
+	struct text_call t = { text, err, errlen };
+	int r;
+
+	err[0] = '\0';
+	r = egress_in_netns(nsfd, apply_text_here, &t);
+
+	if (r < 0 && errno && !err[0])
+		snprintf(err, errlen, "cannot enter the namespace: %s", strerror(errno));
+	return r < 0 ? -1 : 0;
 }
 
 /* ---- waiting for the link --------------------------------------------------------- */

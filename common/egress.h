@@ -54,6 +54,27 @@ struct egress_rules {
 int egress_ruleset(const struct egress_rules *r, struct buf *out);
 /* Install it in nsfd's namespace.  0, or -1 and err says why. */
 int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errlen);
+/* Run any nftables text in nsfd's namespace (the gateway's ruleset, an
+ * element added to one of its sets).  0, or -1 and err says why. */
+int egress_apply_text(int nsfd, const char *text, char *err, size_t errlen);
+
+/* The open-mode gateway's own ruleset (providers/local_gw.c, docs/network.md
+ * "The gateway"): in the gateway's namespace, what the sandboxes' veths
+ * (named ifprefix + number) may send on: forwarded out only (never from one
+ * sandbox to another, nothing to the gateway itself), never to the host's
+ * own addresses, and never to private destinations from `strict` (the part
+ * of the subnet given to sandboxes without allow_private_destinations) but
+ * DNS to a resolver of set dns4; masqueraded as the gateway's address on the
+ * way out. */
+struct egress_gw {
+	const char *subnet;   /* every sandbox address, "a.b.c.d/n" */
+	const char *strict;   /* the sandboxes without allow_private_destinations */
+	const char *ifprefix; /* the gateway ends of the veth pairs */
+	const char *dns;      /* a resolver allowed on port 53 (numeric: set dns4 or dns6), or NULL */
+	const char *subnet6;  /* the same for IPv6, or NULL: IPv6 is not forwarded */
+	const char *strict6;
+};
+int egress_gateway_ruleset(const struct egress_gw *g, struct buf *out);
 
 /* The same in two halves, so a create can install the rules while its
  * sandbox's init is still starting: start begins the install on a thread of

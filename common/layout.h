@@ -15,6 +15,7 @@
  *       <provider files>                        local.json, sandbox.log, pasta.log, ...
  *
  *   STATE/docker-seccomp.json                   the containers' seccomp profile (docker provider; Podman reads it)
+ *   STATE/gateway/{netns,gateway.json,pasta.log} the open-mode gateway (local provider, providers/local_gw.c)
  *
  * and where a sandbox sees them (LAYOUT_SANDBOX_*).  Path builders append
  * to a bounded buffer and return 0 or -1 (buf.h).

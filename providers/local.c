@@ -298,7 +298,7 @@ static enum sbx_err local_init(const struct sbx_config *cfg, char *err, size_t e
 	cgroup_init(cfg->state_dir);
 	if (local_uids_init(cfg, lc, err, errlen))
 		return SBX_ERR_NOMEM;
-	local_net_init(local_spawn);
+	local_net_init(local_spawn, cfg->state_dir);
 	if (cfg->net_mode == NET_OPEN && !local_net_have_pasta()) {
 		snprintf(err, errlen, "network.mode open: pasta not found (install Debian's passt package)");
 		return SBX_ERR_INVAL;
@@ -547,9 +547,10 @@ static void local_log_tail(const char *scope, const char *logpath)
 
 int local_save(struct local_box *lb)
 {
-	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I,s:s}", "init_pid", (int)lb->init_pid, "init_start",
+	json_t *o = json_pack("{s:i,s:I,s:I,s:i,s:i,s:i,s:I,s:i,s:s}", "init_pid", (int)lb->init_pid, "init_start",
 		(json_int_t)lb->init_start, "mntns", (json_int_t)lb->mntns, "uid", (int)lb->uid, "gid", (int)lb->gid,
-		"pasta_pid", (int)lb->net.pid, "pasta_start", (json_int_t)lb->net.start, "cgroup", lb->token);
+		"pasta_pid", (int)lb->net.pasta.pid, "pasta_start", (json_int_t)lb->net.pasta.start, "gw_slot",
+		lb->net.slot, "cgroup", lb->token);
 	struct buf path = BUF_INIT(BUF_CAP_PATH);
 	char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	int r = -1;
@@ -562,7 +563,8 @@ int local_save(struct local_box *lb)
 	return r;
 }
 
-/* local_net_up's started(): pasta is about to run, record it. */
+/* local_net_up's started(): its gateway slot is chosen, or its pasta is
+ * about to run: record it. */
 static int local_record(void *arg)
 {
 	return local_save(arg);
@@ -702,7 +704,7 @@ static void local_close_fds(int *fds, int n)
  * "Cold start"): the moment each step ended. */
 enum local_step { LS_START, LS_FILES, LS_CGROUP, LS_IDENTITY, LS_SPAWN, LS_INIT, LS_RECORD, LS_READY, LS_NET, LS_N };
 static const char *const local_step_names[LS_N] = { "start", "files", "cgroup", "identity", "spawn", "bwrap",
-	"record", "ready+rules", "pasta" };
+	"record", "ready+rules", "net" };
 
 static void local_steps_log(const char *scope, const uint64_t *t)
 {
@@ -743,6 +745,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		result = SBX_ERR_NOMEM;
 		goto out;
 	}
+	lb->net.slot = -1;
 	if (s->spare) {
 		uid = gid = LOCAL_SPARE_ID; /* its identity files until a claim gives it the thread's */
 		snprintf(scope, sizeof(scope), "spare/%s", s->token);
@@ -814,7 +817,14 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	/* record the init as soon as it is known, before it is ready and before
 	 * its network is set up (and pasta as soon as it runs): a daemon killed
 	 * meanwhile leaves a record the next start cleans up */
-	if (!lb->thread_dir || !lb->init_start || local_save(lb)) {
+	if (lb->thread_dir && !lb->init_start) {
+		/* the init ended as soon as it was named (a rootfs it cannot
+		 * start in): bubblewrap's stderr says why */
+		log_err(scope, "local: the sandbox's init ended at once");
+		local_log_tail(scope, logpath.ptr);
+		goto out;
+	}
+	if (!lb->thread_dir || local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
 		goto out;
 	}
@@ -833,7 +843,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_READY);
-	result = local_net_up(scope, init, s, log_fd, deadline, &lb->net, local_record, lb);
+	result = local_net_up(scope, init, s, rules.dns, log_fd, deadline, &lb->net, local_record, lb);
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_NET);
@@ -1019,8 +1029,11 @@ static enum sbx_err local_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	lb->base.uid = lb->uid;
 	lb->base.gid = lb->gid;
 	lb->output_max = s->cfg->res.output;
-	lb->net.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
-	lb->net.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
+	lb->net.pasta.pid = (pid_t)json_integer_value(json_object_get(j, "pasta_pid"));
+	lb->net.pasta.start = (uint64_t)json_integer_value(json_object_get(j, "pasta_start"));
+	lb->net.slot = json_is_integer(json_object_get(j, "gw_slot"))
+			       ? (int)json_integer_value(json_object_get(j, "gw_slot")) : -1;
+	local_net_adopted(&lb->net);
 	{ /* a claimed spare keeps the cgroup it was started in */
 		const char *cg = json_string_value(json_object_get(j, "cgroup"));
 		bool ok = cg && strlen(cg) == SCOPE_TOKEN_LEN && strspn(cg, "0123456789abcdef") == SCOPE_TOKEN_LEN;
@@ -1088,8 +1101,20 @@ static void local_box_status(struct sbx_box *b, struct json_t *out)
 
 	if (lb->init_pid > 0)
 		json_object_set_new((json_t *)out, "init_pid", json_integer(lb->init_pid));
-	if (lb->net.pid > 0)
-		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pid));
+	if (lb->net.pasta.pid > 0)
+		json_object_set_new((json_t *)out, "pasta_pid", json_integer(lb->net.pasta.pid));
+	if (lb->net.slot >= 0) {
+		char addr[64];
+		pid_t gw = local_net_gateway_pid();
+
+		local_net_address(&lb->net, addr, sizeof(addr), false);
+		json_object_set_new((json_t *)out, "net_address", json_string(addr));
+		local_net_address(&lb->net, addr, sizeof(addr), true);
+		if (addr[0])
+			json_object_set_new((json_t *)out, "net_address6", json_string(addr));
+		if (gw > 0)
+			json_object_set_new((json_t *)out, "gateway_pasta_pid", json_integer(gw));
+	}
 }
 
 #define LOCAL_WS_SUFFIX "/user-data/workspace" /* how a thread's workspace ends (common/layout) */
@@ -1178,6 +1203,7 @@ static const struct sbx_provider_ops local_ops = {
 	.preflight = local_preflight,
 	.init = local_init,
 	.discover = local_discover,
+	.shutdown = local_net_shutdown,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,

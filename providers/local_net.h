@@ -1,28 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * local_net.h - the local provider's sandbox network (local_net.c): the
- * nftables ruleset of a sandbox's mode and, in open mode, pasta.  Used by
- * local.c only.
+ * nftables ruleset of a sandbox's mode and, in open mode, its way out: a
+ * veth pair into the gateway (local_gw.h, network.gateway on, the default)
+ * or a pasta of its own (off).  Used by local.c only.
  */
 #ifndef SBX_LOCAL_NET_H
 #define SBX_LOCAL_NET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "../common/egress.h"
+#include "local_pasta.h"
 #include "provider.h"
 
-/* How many fds a spawned helper gets as 0..LOCAL_SPAWN_FDS-1 (local.h). */
-#define LOCAL_SPAWN_FDS 6
-typedef pid_t (*local_spawn_fn)(char *const argv[], char *const envp[], const int fds[LOCAL_SPAWN_FDS]);
-
-/* A sandbox's network helper (pasta in open mode): pid and start time, 0
- * when it has none. */
+/* A sandbox's way out in open mode (neither: another mode). */
 struct local_net {
-	pid_t pid;
-	uint64_t start;
-	int child; /* ours to reap (not adopted after a restart) */
+	struct local_pasta pasta; /* network.gateway off: its own pasta */
+	int slot;                 /* on: its gateway slot (address pair), -1 when none */
+	int lost;                 /* adopted without its veth pair: no way out */
 };
 
 /* The nftables ruleset of the sandbox's mode (DESIGN §7), installed in
@@ -33,30 +31,40 @@ struct local_net {
 struct local_net_rules {
 	struct egress_job job;
 	int nsfd; /* -1: not started */
-	char dns[64];
+	char dns[64]; /* open mode: the resolver let through, "" when none */
 };
 enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope, pid_t init,
 	const struct sbx_spec *spec, const char *rootfs);
 enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope);
 
-/* Give the sandbox whose init is init (its rules installed) its network:
- * in open mode pasta, waited for until the namespace has its link (other
- * modes: nothing).  started(arg) runs as soon as pasta is
- * running (out filled), so the caller records it before waiting: a daemon
- * killed during the wait leaves a record the next start cleans up.  log_fd
- * takes pasta's early errors.  SBX_OK, or an error after logging it
- * (nothing is left running). */
-enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, int log_fd,
+/* Give the sandbox whose init is init (its rules installed) its way out in
+ * open mode (other modes: nothing): its veth pair into the gateway, or its
+ * own pasta, waited for until the namespace has its link.  dns: the
+ * resolver its rules let through ("" none).  started(arg) runs as soon as
+ * out names what is being made (the slot, or pasta running), so the caller
+ * records it first: a daemon killed meanwhile leaves a record the next
+ * start cleans up.  log_fd takes pasta's early errors.  SBX_OK, or an
+ * error after logging it (nothing is left). */
+enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *dns, int log_fd,
 	uint64_t deadline_ms, struct local_net *out, int (*started)(void *arg), void *arg);
-/* Is the helper (if any) still running? */
+/* Is its way out still there (its pasta running; the gateway's pasta is
+ * restarted by the gateway itself)? */
 int local_net_alive(struct local_net *n);
-/* End the helper (if any) and wait until it is gone. */
+/* Take it down: end its pasta, or delete its veth pair and free its slot. */
 void local_net_down(struct local_net *n);
+/* An adopted sandbox's record: slot (-1 none) is taken again. */
+void local_net_adopted(struct local_net *n);
 /* A new fd on init's network namespace, or -1. */
 int local_net_nsfd(pid_t init);
-/* Find pasta (at start), and the spawner of its process (local.c's
- * local_spawn); is it installed? */
-void local_net_init(local_spawn_fn spawn);
+/* Start of day (pasta found, the spawner of its processes, a gateway
+ * left by a previous daemon adopted) and end of day (the gateway ended
+ * when no sandbox is left on it). */
+void local_net_init(local_spawn_fn spawn, const char *state_dir);
+void local_net_shutdown(void);
 int local_net_have_pasta(void);
+/* The sandbox's address (open mode, gateway; v6: its IPv6 one) into out,
+ * "" when none; the gateway's pasta (0: none). */
+void local_net_address(const struct local_net *n, char *out, size_t len, bool v6);
+pid_t local_net_gateway_pid(void);
 
 #endif

@@ -348,6 +348,14 @@ class SbxfsInstance:
                     self.proc.wait(timeout=10)
         if sbxutil.is_mounted(self.mnt):
             self.umount(lazy=True)
+        # the open-mode gateway's pinned namespace (and its directory's own
+        # mount), if a daemon left them
+        for path in (self.state_dir / "gateway" / "netns", self.state_dir / "gateway"):
+            with open("/proc/self/mountinfo") as f:
+                if any(line.split()[4] == str(path) for line in f):
+                    if path.name == "netns":
+                        self.leaks.append(f"gateway namespace {path}")
+                    subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
         # leftovers: processes naming our state_dir, and recorded inits
         exclude = {self.proc.pid} if self.proc is not None else set()
         for pid, cmd in sbxutil.procs_matching(self.state_dir, exclude).items():

@@ -218,6 +218,8 @@ def sh(*args, check=True):
 class NetLab:
     PUB = "198.51.100.1"
     PUB_HOST = "198.51.100.254"
+    PUB6 = "2001:db8:5b::1"  # a documentation address: public as far as the policy goes
+    PUB6_HOST = "2001:db8:5b::fe"
     META = "169.254.169.254"
 
     def __init__(self):
@@ -260,6 +262,9 @@ class NetLab:
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", link, "type", "veth", "peer", "name", "veth0", "netns", ns)
         sh("ip", "addr", "add", f"{host_addr}/24", "dev", link)
+        if k == "pub":  # IPv6 too (nodad: usable at once)
+            sh("ip", "-6", "addr", "add", f"{self.PUB6_HOST}/64", "dev", link, "nodad")
+            sh("ip", "-n", ns, "-6", "addr", "add", f"{self.PUB6}/64", "dev", "veth0", "nodad")
         sh("ip", "link", "set", link, "up")
         sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "veth0")
         sh("ip", "-n", ns, "link", "set", "veth0", "up")

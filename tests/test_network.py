@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """DESIGN §7: network policy, with real traffic on this machine only.
 
-* open: own network namespace with pasta and an nftables ruleset; the test's
+* open: own network namespace with a veth pair into the daemon's gateway (or
+  pasta of its own, network.gateway off) and an nftables ruleset; the test's
   own namespaces stand for a public host (198.51.100.1) and a private one
   (10.x, also answering on 169.254.169.254) - netlab.NetLab;
 * isolated: loopback only, no proxy;
@@ -328,8 +329,8 @@ def test_open_reaches_public_only(sbxfs, lab):
     m = sbxfs(config={"network": {"mode": "open"}})
     t = acquire(m)
     st = sbxutil.status(t)
-    assert st["network_mode"] == "open" and st["pasta_pid"] > 1
-    m.track(st["pasta_pid"])
+    assert st["network_mode"] == "open" and st["gateway_pasta_pid"] > 1
+    m.track(st["gateway_pasta_pid"])
     targets = f"TARGETS = [('pub', {lab.PUB!r}), ('priv', {lab.PRIV!r}), ('meta', {lab.META!r})]\n"
     r = py(t, "probe", targets + OPEN_PROBE)
     assert r["pub"].startswith("connected pub"), r
@@ -368,7 +369,9 @@ def test_open_ruleset_cannot_be_changed_by_the_sandbox(sbxfs, lab):
 
 @pytest.mark.timeout_s(150)
 def test_open_pasta_adopted_after_kill9_and_ended_with_the_sandbox(sbxfs):
-    m = sbxfs(config={"network": {"mode": "open"}})
+    """network.gateway off: a pasta per sandbox (the gateway's own test is
+    tests/test_gateway.py)."""
+    m = sbxfs(config={"network": {"mode": "open", "gateway": False}})
     t = acquire(m)
     pasta = m.track(sbxutil.status(t)["pasta_pid"])
     init = m.track(sbxutil.init_pid(t))
@@ -417,7 +420,8 @@ def test_adopted_sandboxes_keep_the_network_mode_they_were_created_with(sbxfs, s
 
 @pytest.mark.timeout_s(150)
 def test_open_sandbox_without_pasta_is_recreated(sbxfs):
-    m = sbxfs(config={"network": {"mode": "open"}})
+    """network.gateway off (on, the gateway restarts its pasta: test_gateway.py)."""
+    m = sbxfs(config={"network": {"mode": "open", "gateway": False}})
     t = acquire(m)
     st = sbxutil.status(t)
     init = m.track(st["init_pid"])

@@ -246,6 +246,10 @@ class Daemon:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # the open-mode gateway's pinned namespace (providers/local_gw.c)
+        pin = self.state_dir / "gateway" / "netns"
+        if any(mp == str(pin) for mp, _ in _mounts()):
+            subprocess.run(["umount", "-l", str(pin)], capture_output=True, timeout=30)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             left = [d for ds in self.cgroup_tokens().values() for d in ds]
@@ -731,9 +735,15 @@ class Chaos:
         ours = [(mp, t) for mp, t in _mounts() if mp.startswith(str(self.base))]
         if ours != [(str(d.mnt), "fuse.sbxfs")] and [t for _, t in ours].count("fuse.sbxfs") != 1:
             raise Violation(f"{when}: mounts under the run's directory: {ours}")
-        # pasta: one per open local sandbox (providers/local_net.c), each
-        # recorded in the local.json of a sandbox that exists
+        # pasta: the open-mode gateway's one (providers/local_gw.c), recorded
+        # in state/gateway/gateway.json, and with network.gateway: false one
+        # per open local sandbox, each recorded in the local.json of a
+        # sandbox that exists
         owned = set()
+        try:
+            owned.add(json.loads((d.state_dir / "gateway" / "gateway.json").read_text()).get("pasta_pid"))
+        except (OSError, ValueError):
+            pass
         for tf in (d.state_dir / "users").glob("*/threads/*"):
             tok = token(tf.parent.parent.name, tf.name)
             try:

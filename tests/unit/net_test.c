@@ -672,6 +672,47 @@ static void test_egress(void)
 	r.fresh = true;
 	CHECK(egress_ruleset(&r, &b) == 0 && !strstr(buf_str(&b), "delete table") &&
 	      !strncmp(buf_str(&b), "table inet sbxfs {\n", 19) && strstr(buf_str(&b), "reject with icmpx"));
+	buf_reset(&b);
+	{
+		/* the gateway's: sandbox to sandbox refused first, private only for
+		 * the strict half, masquerade of the subnet out of anything but a
+		 * veth, nothing to the gateway itself */
+		const struct egress_gw g = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb",
+			.dns = "10.255.255.53" };
+		const char *t, *s2s, *est;
+
+		CHECK(egress_gateway_ruleset(&g, &b) == 0);
+		t = buf_str(&b);
+		s2s = strstr(t, "iifname \"sb*\" oifname \"sb*\" reject");
+		est = strstr(t, "ct state established,related accept");
+		CHECK(s2s && est && s2s < est);
+		CHECK(strstr(t, "policy drop;") && strstr(t, "ip saddr != 10.201.0.0/16 drop"));
+		CHECK(strstr(t, "ip saddr 10.201.0.0/17 ip daddr @private4 meta l4proto tcp reject with tcp reset"));
+		CHECK(strstr(t, "elements = { 10.255.255.53 }") && strstr(t, "ip daddr @dns4 meta l4proto { tcp, udp } th dport 53 accept"));
+		CHECK(strstr(t, "ip saddr 10.201.0.0/16 oifname != \"sb*\" masquerade"));
+		CHECK(strstr(t, "hook input priority 0; policy accept;\n\t\tiifname \"sb*\" drop"));
+		CHECK(!strncmp(t, "add table inet sbxfs\ndelete table inet sbxfs\n", 44));
+		buf_reset(&b);
+		/* no resolver: an empty set, still there for later elements */
+		const struct egress_gw g2 = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb" };
+		CHECK(egress_gateway_ruleset(&g2, &b) == 0 && strstr(buf_str(&b), "set dns4 {\n\t\ttype ipv4_addr\n\t}"));
+		CHECK(!strstr(buf_str(&b), "ip6 saddr") && !strstr(buf_str(&b), "icmpv6"));
+		buf_reset(&b);
+		/* IPv6: the same rules for its subnet, and neighbour discovery to the gateway */
+		const struct egress_gw g3 = { .subnet = "10.201.0.0/16", .strict = "10.201.0.0/17", .ifprefix = "sb",
+			.subnet6 = "fdb5:5bf5:c2c9::/112", .strict6 = "fdb5:5bf5:c2c9::/113", .dns = "fd00::53" };
+		CHECK(egress_gateway_ruleset(&g3, &b) == 0);
+		t = buf_str(&b);
+		CHECK(strstr(t, "ip6 saddr != fdb5:5bf5:c2c9::/112 drop") &&
+		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/113 ip6 daddr @private6 reject with icmpx admin-prohibited") &&
+		      strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/112 oifname != \"sb*\" masquerade") &&
+		      strstr(t, "iifname \"sb*\" icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } accept\n\t\tiifname \"sb*\" drop"));
+		/* a resolver with an IPv6 address goes into dns6, let through before the private rules */
+		CHECK(strstr(t, "set dns6 {\n\t\ttype ipv6_addr\n\t\telements = { fd00::53 }") &&
+		      strstr(t, "set dns4 {\n\t\ttype ipv4_addr\n\t}"));
+		CHECK(strstr(t, "ip6 daddr @dns6 meta l4proto { tcp, udp } th dport 53 accept") &&
+		      strstr(t, "ip6 daddr @dns6") < strstr(t, "ip6 saddr fdb5:5bf5:c2c9::/113 ip6 daddr @private6"));
+	}
 	buf_free(&b);
 	{
 		char path[] = "/tmp/sbxfs-resolv-XXXXXX", out[64];
