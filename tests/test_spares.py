@@ -152,7 +152,9 @@ def test_open_mode_spare_has_its_network(sbxfs):
     t = m.mnt / "alice" / "t"
     os.makedirs(t)
     st = sbxutil.status(t)
-    assert st["from_spare"] is True and st["network_mode"] == "open" and st.get("pasta_pid"), st
+    # its veth pair into the gateway, made with the spare (docs/network.md)
+    assert st["from_spare"] is True and st["network_mode"] == "open", st
+    assert st.get("net_address") and st.get("gateway_pasta_pid"), st
     out = run(t, "j", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
     assert "lo" in out.split() and len(out.split()) == 2, out
 
