@@ -33,7 +33,7 @@ import podmanutil
 import test_containers as C
 import test_docker as D
 from containerutil import case_label, containers, docker_images, inspect, sbxfs  # noqa: F401
-from sbxutil import expect_errno, mkdir_ready, read_json
+from sbxutil import expect_errno, read_json
 from test_network import cert, servers  # noqa: F401
 
 pytestmark = pytest.mark.skipif(os.environ.get("SBXFS_CI_SHORT") == "1",
@@ -170,9 +170,11 @@ def test_freeze_then_rmdir_thaws_the_container(sandbox, case_label):
 def test_a_wrong_socket_is_refused_with_a_clear_error(sbxfs, podman, tmp_path, case_label):
     """Hostile: docker.socket names something that is not an engine; the
     sandbox is refused with EIO and the log names the socket, nothing is made."""
-    m = sbxfs(config={"docker": {"socket": str(tmp_path / "nothing.sock")}})
+    # acquire: sync: the create's errno from mkdir itself (asynchronously, a
+    # create that fails before `ready` is read leaves ENOENT to a late reader)
+    m = sbxfs(config={"acquire": "sync", "docker": {"socket": str(tmp_path / "nothing.sock")}})
     os.mkdir(m.mnt / "alice")
-    expect_errno(lambda: mkdir_ready(m.mnt / "alice" / "t"), errno.EIO)
+    expect_errno(lambda: os.mkdir(m.mnt / "alice" / "t"), errno.EIO)
     assert "nothing.sock" in m.log, m.log[-2000:]
     st = read_json(m.mnt / ".status")
     assert st["active"] == 0 and st["warm"] == 0, st

@@ -523,7 +523,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	struct sup s = { .job = -1, .state = "exited", .in = { -1, -1 }, .output_max = output_max };
 	static const char *argv[] = { "sh", "-c", ". /proc/self/fd/3", NULL };
 	char **envp;
-	int cmdfd, sigfd, tfd = -1, conn = FD_CONN, out[2] = { -1, -1 }, err[2] = { -1, -1 };
+	int cmdfd, sigfd, tfd = -1, conn = FD_CONN, out[2] = { -1, -1 }, err[2] = { -1, -1 }, gate[2] = { -1, -1 };
 	uint64_t ran = 0, last = 0; /* the timeout's clock: ms the job could run */
 	sigset_t mask;
 
@@ -540,7 +540,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	envp = make_envp(FD_ENV);
 	cmdfd = make_cmd_fd(FD_CMD);
-	if (sigfd < 0 || !envp || cmdfd < 0 || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+	if (sigfd < 0 || !envp || cmdfd < 0 || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(gate, O_CLOEXEC)) {
 		dprintf(FD_STDERR, "sbxfs: the job's supervisor cannot start: %s\n", strerror(errno));
 		s.state = "failed";
 		write_result(&s);
@@ -558,6 +558,16 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 	s.job = fork();
 	if (s.job == 0) {
 		sigset_t none;
+		char go;
+
+		/* the start gate: the job's first instruction comes after the
+		 * daemon has its pid ("started" below), so a job that kills this
+		 * supervisor at once is a lost job, not a failed start; a
+		 * supervisor gone before that ends the job unrun */
+		close(gate[1]);
+		if (read(gate[0], &go, 1) != 1)
+			_exit(126);
+		close(gate[0]);
 		setsid();
 		if (dup2(FD_STDIN, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0 || dup2(cmdfd, 3) < 0)
 			_exit(126);
@@ -573,6 +583,7 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		_exit(127);
 	}
 	sigprocmask(SIG_SETMASK, &mask, NULL); /* back to SIGCHLD only */
+	close(gate[0]);
 	close(out[1]);
 	close(err[1]);
 	s.in[0] = out[0];
@@ -595,6 +606,9 @@ static int main_job(const char *name, long timeout, unsigned long long output_ma
 		snprintf(text, sizeof(text), "started %d", (int)s.job);
 		send_text(conn, text);
 	}
+	if (write(gate[1], "g", 1) != 1) /* the job may run now */
+		dprintf(FD_STDERR, "sbxfs: the job's start gate: %s\n", strerror(errno));
+	close(gate[1]);
 	if (timeout > 0) {
 		struct itimerspec it = { .it_interval = { .tv_nsec = BOX_TICK_MS * 1000000L },
 			.it_value = { .tv_nsec = BOX_TICK_MS * 1000000L } };
