@@ -688,8 +688,11 @@ def test_a_sandbox_holding_files_open_hits_only_its_own_budget(sbxfs):
 def test_health_says_degraded_near_the_fd_limit_and_ok_after(sandbox):
     m, _ = sandbox
     assert (m.mnt / ".health").read_text() == "ok\n"
+    # one descriptor to spare: at least 90 % in use whatever the daemon
+    # holds (about 20 with libfuse 3.18, which keeps no splice pipes per
+    # worker; 80 with 3.17), and one fd taken meanwhile makes it "at the limit"
     n = fd_count(m.proc.pid)
-    with low_fd_limit(m, n + 3):
+    with low_fd_limit(m, n + 1):
         health = (m.mnt / ".health").read_text()
         assert health.startswith("degraded: ") and "file descriptors: " in health, health
         assert metrics(m)["sbxfs_healthy"] == 0
