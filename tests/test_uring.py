@@ -321,7 +321,8 @@ def test_auto_uses_io_uring_when_the_kernel_offers_it(sbxfs, param):
 @pytest.mark.skipif(not PARAM.exists(), reason="no FUSE over io_uring in this kernel")
 def test_off_is_the_default_and_touches_nothing(sbxfs, param):
     # hostile: libfuse's own switch in the environment does not override the key
-    inst = sbxfs(env={"FUSE_URING_ENABLE": "1"})
+    # (no fuse key at all, also when SBXFS_TEST_FUSE_IO_URING gives every daemon one)
+    inst = sbxfs(config={"fuse": None}, env={"FUSE_URING_ENABLE": "1"})
     pid = daemon_pid(inst)
     st = transport(inst)
     assert st["fuse_transport"] == "dev_fuse" and st["io_uring"]["mode"] == "off", st
