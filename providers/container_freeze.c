@@ -5,6 +5,15 @@
  * unpause, which put every process of the container (its init, job
  * supervisors, jobs, servers) into the cgroup freezer and back.
  *
+ * Why the freezer is read after dockerd answers: under load dockerd 20.10
+ * has answered a pause with 204 while the container's processes went on
+ * running (the next unpause: "cannot resume a running process"), and a
+ * snapshot taken then is not consistent.  So a pause counts only once the
+ * kernel's freezer of the container's cgroup says frozen (cgroup v1
+ * freezer.state FROZEN, v2 cgroup.events "frozen 1"); when it does not, the
+ * pause is undone and done once more, then refused.  A container whose
+ * cgroup this host cannot see (a remote engine) is taken at dockerd's word.
+ *
  * Why the box keeps the time it spent paused: a provider whose job pumps
  * run in the daemon, not in the container, would see a paused server as
  * one that stopped answering, and count the pause against the job's
@@ -13,11 +22,59 @@
  * only the time it could run.)
  */
 #define _GNU_SOURCE
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "container_int.h"
+
+#define FREEZE_CHECK_MS 1000 /* how long the freezer may take to say frozen */
+
+/* The kernel's word on whether the cgroup of the container's init is
+ * frozen: 1, 0, or -1 when this host cannot tell. */
+static int freezer_frozen(const struct cbox *db)
+{
+	struct buf cg = BUF_INIT(BUF_CAP_PATH), st = BUF_INIT(256);
+	char path[PATH_MAX], *line, *save = NULL;
+	int r = -1;
+
+	if (!db->init_pid || str_fmt(path, sizeof(path), "/proc/%d/cgroup", (int)db->init_pid) ||
+	    util_read_file(path, &cg))
+		goto out;
+	for (line = strtok_r(cg.ptr, "\n", &save); line && r < 0; line = strtok_r(NULL, "\n", &save)) {
+		const char *rel = NULL, *file = NULL, *want = NULL;
+
+		if (!strncmp(line, "0::", 3)) /* v2 */
+			rel = line + 3, file = "/sys/fs/cgroup%s/cgroup.events", want = "frozen 1";
+		else if (strstr(line, ":freezer:")) /* v1 */
+			rel = strstr(line, ":freezer:") + 9, file = "/sys/fs/cgroup/freezer%s/freezer.state",
+			want = "FROZEN";
+		if (!rel || str_fmt(path, sizeof(path), file, rel))
+			continue;
+		buf_reset(&st);
+		if (!util_read_file(path, &st))
+			r = strstr(st.ptr, want) != NULL;
+	}
+out:
+	buf_free(&cg);
+	buf_free(&st);
+	return r;
+}
+
+/* Wait (briefly) for the freezer to agree with a pause dockerd answered. */
+static bool freezer_agrees(const struct cbox *db)
+{
+	uint64_t end = util_now_ms() + FREEZE_CHECK_MS;
+	int f;
+
+	while ((f = freezer_frozen(db)) == 0 && util_now_ms() < end)
+		nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
+	return f != 0;
+}
 
 static enum sbx_err container_freeze(struct sbx_box *b)
 {
@@ -28,6 +85,17 @@ static enum sbx_err container_freeze(struct sbx_box *b)
 	if (!db->id[0])
 		return SBX_ERR_GONE;
 	e = docker_pause(db->api, db->id, true, err, sizeof(err));
+	for (int again = 1; !e && !freezer_agrees(db); again--) {
+		log_warn(db->name, "freeze: dockerd paused the container but its freezer does not say frozen%s",
+			again ? ": paused once more" : "");
+		docker_pause(db->api, db->id, false, err, sizeof(err));
+		if (!again) {
+			snprintf(err, sizeof(err), "the container's freezer did not freeze");
+			e = SBX_ERR_IO;
+			break;
+		}
+		e = docker_pause(db->api, db->id, true, err, sizeof(err));
+	}
 	if (e) {
 		log_warn(db->name, "freeze: %s", err);
 		return e;
@@ -47,6 +115,12 @@ static enum sbx_err container_thaw(struct sbx_box *b)
 	if (!db->id[0])
 		return SBX_ERR_GONE;
 	e = docker_pause(db->api, db->id, false, err, sizeof(err));
+	if (e && freezer_frozen(db) == 0) {
+		/* dockerd refused (it thought the container running): the kernel
+		 * says its processes run, which is what a thaw is for */
+		log_warn(db->name, "thaw: %s; its freezer says it runs: thawed", err);
+		e = SBX_OK;
+	}
 	if (e) {
 		log_warn(db->name, "thaw: %s", err);
 		return e;

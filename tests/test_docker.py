@@ -601,3 +601,34 @@ def test_configuration_shown_and_refused(sbxfs, case_label):
     b = sbxfs(start=False, env={"DOCKER_HOST": "tcp://127.0.0.1:2375"})
     rc, log = b.run_expect_exit(timeout=10)
     assert rc not in (0, None) and "unix socket only" in log, log
+
+
+def _freezer_of(pid):
+    """The freezer control of pid's cgroup and what freezes/thaws it: v1
+    freezer.state, or v2 cgroup.freeze."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        if ":freezer:" in line:
+            return Path("/sys/fs/cgroup/freezer" + line.split(":", 2)[2]) / "freezer.state", "FROZEN", "THAWED"
+    rel = Path(f"/proc/{pid}/cgroup").read_text().splitlines()[-1].split("::", 1)[1]
+    return Path("/sys/fs/cgroup" + rel) / "cgroup.freeze", "1", "0"
+
+
+@pytest.mark.timeout_s(60)
+def test_a_thaw_that_dockerd_refuses_is_taken_from_the_freezer(sandbox):
+    """dockerd's idea of "paused" and the kernel's freezer can differ (seen
+    under load: a pause answered while the processes ran, then an unpause
+    refused with "cannot resume a running process").  Here the freezer is
+    thawed behind dockerd's back: the sandbox's thaw then reads the freezer,
+    succeeds (its processes run: that is a thaw) and says so in the log;
+    jobs run after it."""
+    m, t = sandbox
+    pid = read_json(t / "status")["init_pid"]
+    ctl, frozen, thawed = _freezer_of(pid)
+    J.write_ctl(t / "ctl", "freeze\n")
+    assert ctl.read_text().strip() == frozen
+    ctl.write_text(thawed)
+    assert wait_until(lambda: ctl.read_text().strip() == thawed, 5)
+    J.write_ctl(t / "ctl", "thaw\n")
+    assert "its freezer says it runs: thawed" in m.log, m.log[-2000:]
+    code, out, _ = J.run_job(t, "after", "echo fine")
+    assert code == 0 and out == "fine\n"

@@ -288,7 +288,8 @@ def test_300_open_sandboxes_one_pasta_no_inotify_each(sbxfs, lab):
     # the pasta-per-sandbox design added one each (300, past the default 128):
     # none of ours is added; root's whole count is only a loose guard (other
     # programs on a shared machine open and close theirs meanwhile)
-    assert ours_after == ours_before, (ours_before, ours_after)
+    # (fewer is fine: a transient one of the daemon's may have closed meanwhile)
+    assert ours_after <= ours_before, (ours_before, ours_after)
     assert after - before < 100, (before, after)
     assert list(pastas_of(m)) == [pasta.pid], pastas_of(m)
     links = in_gateway(m, "ip", "-o", "link", "show")
