@@ -63,7 +63,11 @@ DECISIONS = (("allow_sandbox", 0.35), ("deny", 0.45), ("allow_temporary", 0.20))
 # proxy from http_proxy, which every allowlist sandbox has.
 FETCH = r'''get() {
   if command -v curl >/dev/null 2>&1; then
-    curl -sS -o /dev/null -w '%{http_code}' --max-time 40 "http://$1/PATH/$1"
+    # an answer neither 200 nor 403 is a violation: its head and body go to
+    # stderr, so the report names who answered (the Server header)
+    d=/tmp/.fetch.$$; c=$(curl -sS -D "$d.h" -o "$d.b" -w '%{http_code}' --max-time 40 "http://$1/PATH/$1")
+    case "$c" in 200|403) ;; *) { echo "== $1: $c"; cat "$d.h"; head -c 300 "$d.b"; echo; } >&2 ;; esac
+    rm -f "$d.h" "$d.b"; printf '%s' "$c"
   else
     # (busybox nc exits at the end of its input: hold it open until the answer)
     r=/tmp/.fetch.$$; : > "$r"
@@ -181,7 +185,7 @@ class NetChaos:
             self.stats["net_hosts_fetched"] += 1
             if code not in ("200", "403"):
                 try:
-                    err = (jd / "stderr").read_text()[-500:]
+                    err = (jd / "stderr").read_text()[-1500:]
                 except OSError as e:
                     err = f"({e})"
                 path = f"/{s.token}/{name}/{h}"
