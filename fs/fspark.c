@@ -12,6 +12,7 @@
 #include <fuse_lowlevel.h>
 
 #include "sigwatch.h"
+#include "uring.h"
 
 static void fspark_on_interrupt(fuse_req_t req, void *waiter)
 {
@@ -19,20 +20,9 @@ static void fspark_on_interrupt(fuse_req_t req, void *waiter)
 	park_interrupted(waiter);
 }
 
-/* Over io_uring (libfuse >= 3.18 only) */
-static bool fspark_is_uring(void *req)
-{
-#ifdef SBXFS_FUSE_IO_URING
-	return fuse_req_is_uring(req);
-#else
-	(void)req;
-	return false;
-#endif
-}
-
 static void fspark_watch(void *req, void *waiter)
 {
-	if (fspark_is_uring(req))
+	if (uring_req(req))
 		sigwatch_watch(req, fuse_req_ctx(req)->pid, park_interrupted, waiter);
 	fuse_req_interrupt_func(req, fspark_on_interrupt, waiter);
 }
@@ -40,7 +30,7 @@ static void fspark_watch(void *req, void *waiter)
 static void fspark_unwatch(void *req)
 {
 	fuse_req_interrupt_func(req, NULL, NULL);
-	if (fspark_is_uring(req))
+	if (uring_req(req))
 		sigwatch_unwatch(req);
 }
 

@@ -18,6 +18,10 @@
  * free the request under the registration's lock): during registration the
  * callback only cancels, and fswork_start answers after it.
  *
+ * Over io_uring libfuse 3.18 delivers no interrupt: the requester's signals
+ * are watched instead (sigwatch.h, a claiming watch), with the same effect
+ * within SIGWATCH_PERIOD_MS; that watch answers from sigwatch's thread.
+ *
  * Exactly one answer: both sides claim the item (work_claim) first.  The
  * side that ends the work and claims it unregisters the callback
  * (fuse_req_interrupt_func(req, NULL, NULL) waits for a running one) before
@@ -36,6 +40,7 @@ struct fswork {
 	struct work w; /* first: run() gets &fw->w, the owner casts back */
 	fuse_req_t req;
 	bool watched;  /* the interrupt callback is registered */
+	bool sigwatched; /* over io_uring: the requester's signals are watched (sigwatch.h) */
 };
 
 /* Queue fw (embedded first in the owner's struct) for req on queue q of

@@ -10,6 +10,13 @@
  * only while something is watched (a blocked read over io_uring), and a
  * poll is one read of /proc/TID/status per watched request.
  *
+ * Why it stays once started, idle or not: it answers requests that came
+ * over a ring (sigwatch_watch_claim), and a thread that answers over a ring
+ * submits that ring entry's next fetch, which the kernel cancels when the
+ * thread exits (the entry is lost, and the next request given to it fails
+ * with ECANCELED: measured).  The work queues' threads stay for the same
+ * reason (work_keep_threads).
+ *
  * What counts, as for the kernel's signal_pending(): a signal in SigPnd
  * (the thread's) or ShdPnd (its process's) that is not in SigBlk.  A
  * process-wide signal that another of its threads is about to take may
@@ -33,8 +40,11 @@
 struct sigwatch {
 	const void *key;
 	pid_t tid;
-	void (*fn)(void *arg);
+	void (*fn)(void *arg);        /* a plain watch */
+	bool (*claim)(void *arg);     /* a claiming watch (sigwatch.h) */
 	void *arg;
+	void (*answer)(void *token);
+	void *token;
 	bool fired;
 	struct sigwatch *next;
 };
@@ -89,18 +99,57 @@ static bool sigwatch_pending(pid_t tid)
 	return (pend & ~sigwatch_mask(buf, "\nSigBlk:\t")) != 0;
 }
 
+/* Fire the watches whose requester has a signal pending (lock held); the
+ * claiming watches that won their claim are unlinked onto *done. */
+static void sigwatch_scan(struct sigwatch **done)
+{
+	for (struct sigwatch **pp = &sw.head; *pp;) {
+		struct sigwatch *w = *pp;
+
+		if (w->fired || !sigwatch_pending(w->tid)) {
+			pp = &w->next;
+			continue;
+		}
+		w->fired = true;
+		if (!w->claim) {
+			w->fn(w->arg); /* under the lock: unwatch waits for it */
+			pp = &w->next;
+		} else if (w->claim(w->arg)) {
+			*pp = w->next;
+			w->next = *done;
+			*done = w;
+		} else {
+			pp = &w->next; /* its owner answers, and unwatches */
+		}
+	}
+}
+
 static void *sigwatch_main(void *arg)
 {
 	struct timespec ts;
 
 	(void)arg;
 	pthread_mutex_lock(&sw.lock);
-	while (sw.head) {
-		for (struct sigwatch *w = sw.head; w; w = w->next)
-			if (!w->fired && sigwatch_pending(w->tid)) {
-				w->fired = true;
-				w->fn(w->arg); /* under the lock: unwatch waits for it */
+	for (;;) {
+		struct sigwatch *done = NULL;
+
+		if (!sw.head) { /* the thread stays: see "Why it stays" above */
+			pthread_cond_wait(&sw.cond, &sw.lock);
+			continue;
+		}
+
+		sigwatch_scan(&done);
+		if (done) {
+			pthread_mutex_unlock(&sw.lock);
+			while (done) {
+				struct sigwatch *w = done;
+				done = w->next;
+				w->answer(w->token);
+				free(w);
 			}
+			pthread_mutex_lock(&sw.lock);
+			continue;
+		}
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		ts.tv_nsec += SIGWATCH_PERIOD_MS * 1000000L;
 		if (ts.tv_nsec >= 1000000000L) {
@@ -109,24 +158,22 @@ static void *sigwatch_main(void *arg)
 		}
 		pthread_cond_timedwait(&sw.cond, &sw.lock, &ts);
 	}
-	sw.running = false;
-	pthread_mutex_unlock(&sw.lock);
 	return NULL;
 }
 
-int sigwatch_watch(const void *key, pid_t tid, void (*fn)(void *arg), void *arg)
+static int sigwatch_add(const struct sigwatch *proto)
 {
 	struct sigwatch *w;
 	pthread_attr_t attr;
 	pthread_t t;
 	int e = 0;
 
-	if (tid <= 0)
+	if (proto->tid <= 0)
 		return ESRCH; /* a requester in a pid namespace we cannot see */
 	w = calloc(1, sizeof(*w));
 	if (!w)
 		return ENOMEM;
-	*w = (struct sigwatch){ .key = key, .tid = tid, .fn = fn, .arg = arg };
+	*w = *proto;
 	pthread_once(&sigwatch_once, sigwatch_init_cond);
 	pthread_mutex_lock(&sw.lock);
 	if (!sw.running) {
@@ -149,6 +196,18 @@ int sigwatch_watch(const void *key, pid_t tid, void (*fn)(void *arg), void *arg)
 		free(w);
 	}
 	return e;
+}
+
+int sigwatch_watch(const void *key, pid_t tid, void (*fn)(void *arg), void *arg)
+{
+	return sigwatch_add(&(struct sigwatch){ .key = key, .tid = tid, .fn = fn, .arg = arg });
+}
+
+int sigwatch_watch_claim(const void *key, pid_t tid, bool (*claim)(void *arg), void *arg,
+	void (*answer)(void *token), void *token)
+{
+	return sigwatch_add(&(struct sigwatch){
+		.key = key, .tid = tid, .claim = claim, .arg = arg, .answer = answer, .token = token });
 }
 
 void sigwatch_unwatch(const void *key)

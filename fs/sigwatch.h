@@ -18,12 +18,16 @@
  * The callback must not reply to a request: libfuse's ring thread holds its
  * ring's lock while it runs the operations, which may call sigwatch_watch
  * (ring lock -> sigwatch's lock), and a reply commits to the ring under that
- * lock.  That is why fswork.c's interruptible items, whose interrupt
- * answers the request, are not watched.
+ * lock.  A watch that must answer its request when it fires (fswork.c's
+ * interruptible work items) is a claiming watch, sigwatch_watch_claim: its
+ * claim callback runs under the lock and says whether the answer is the
+ * watch's to give; if so the watch is removed, and its answer callback runs
+ * after sigwatch's lock is dropped.
  */
 #ifndef SBX_FS_SIGWATCH_H
 #define SBX_FS_SIGWATCH_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #define SIGWATCH_PERIOD_MS 50
@@ -32,6 +36,13 @@
  * once it has an unblocked signal pending.  Returns 0, or an errno (then
  * nothing is watched: the request is not interruptible). */
 int sigwatch_watch(const void *key, pid_t tid, void (*fn)(void *arg), void *arg);
+/* A claiming watch: once tid has an unblocked signal pending, claim(arg)
+ * runs under sigwatch's lock (it must not block or reply); when it returns
+ * true the watch is removed (the caller never unwatches it then), and
+ * answer(token) runs with no lock of sigwatch held.  Returns as
+ * sigwatch_watch. */
+int sigwatch_watch_claim(const void *key, pid_t tid, bool (*claim)(void *arg), void *arg,
+	void (*answer)(void *token), void *token);
 /* Stop watching key (no-op if it is not watched). */
 void sigwatch_unwatch(const void *key);
 

@@ -46,6 +46,7 @@
 
 #include "../common/buf.h"
 #include "../common/log.h"
+#include "../runtime/work.h"
 #include "node.h"
 #include "uring.h"
 
@@ -254,6 +255,9 @@ void uring_init(struct fuse_conn_info *conn)
 			 * before the INIT reply: a failure clears it (uring_log)
 			 * before any request can be interrupted */
 			atomic_store(&ur.rings, true);
+			/* a thread that answers over a ring must outlive the
+			 * entry's next fetch: work threads (fswork.c) stay */
+			work_keep_threads();
 		}
 		else
 			snprintf(ur.reason, sizeof(ur.reason), "the kernel did not offer FUSE over io_uring at FUSE_INIT");
@@ -268,6 +272,16 @@ void uring_init(struct fuse_conn_info *conn)
 			config_uring_name(ur.mode));
 	else if (ur.asked)
 		log_info("fuse", "FUSE over io_uring: %u queues of %u entries", ur.queues, ur.depth);
+}
+
+bool uring_req(struct fuse_req *req)
+{
+#ifdef SBXFS_FUSE_IO_URING
+	return fuse_req_is_uring(req);
+#else
+	(void)req;
+	return false;
+#endif
 }
 
 bool uring_active(void)

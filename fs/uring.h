@@ -42,6 +42,10 @@ void uring_init(struct fuse_conn_info *conn);
 /* True once FUSE_INIT has started the rings. */
 bool uring_active(void);
 
+/* Did req come over a ring?  (False with a libfuse without io_uring.) */
+struct fuse_req;
+bool uring_req(struct fuse_req *req);
+
 /* A request read from /dev/fuse that the loop must not pass to libfuse:
  * over io_uring, a FUSE_INTERRUPT (its request came over a ring; libfuse
  * 3.18 would keep it for ever, fs/sigwatch.c does the interrupting).  Any

@@ -63,6 +63,7 @@ static struct {
 	struct queue q[WORK_NQUEUES];
 	unsigned pending; /* queued + running, every queue */
 	bool stopping;
+	bool keep; /* idle threads stay (work_keep_threads) */
 	unsigned long long cancelled; /* atomic */
 } wk = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -240,7 +241,7 @@ static void *work_main(void *arg)
 		q->idle++;
 		int r = pthread_cond_timedwait(&q->more, &wk.lock, &ts);
 		q->idle--;
-		if (r == ETIMEDOUT && !q->runnable)
+		if (r == ETIMEDOUT && !q->runnable && !wk.keep)
 			break;
 	}
 	q->threads--;
@@ -354,6 +355,13 @@ int work_submit(enum work_queue q, const char *key, long timeout_ms, void (*fn)(
 }
 
 /* ---- shutdown and stats ----------------------------------------------------------------- */
+
+void work_keep_threads(void)
+{
+	pthread_mutex_lock(&wk.lock);
+	wk.keep = true;
+	pthread_mutex_unlock(&wk.lock);
+}
 
 void work_shutdown(void)
 {

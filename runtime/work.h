@@ -37,7 +37,8 @@
  * cancelled create still cleans up what it made).
  *
  * Threads are made on demand up to each queue's cap and leave after
- * WORK_IDLE_SECONDS idle.  work_shutdown waits for every item.
+ * WORK_IDLE_SECONDS idle (unless work_keep_threads was called).
+ * work_shutdown waits for every item.
  *
  * Lock: work.lock, one mutex for every queue: a leaf, held to link and
  * unlink items and lanes and to start a thread, never over run(), which is
@@ -100,6 +101,11 @@ int work_submit(enum work_queue q, const char *key, long timeout_ms, void (*fn)(
 
 /* Refuse new items, wait for the queued and running ones to end. */
 void work_shutdown(void);
+/* From now on idle threads stay until work_shutdown.  FUSE over io_uring
+ * needs it (fs/uring.c): a thread that answers a request that came over a
+ * ring submits that ring entry's next fetch, which the kernel cancels when
+ * the thread exits, and the ring is one entry short for good. */
+void work_keep_threads(void);
 /* Items queued or running in every queue (for .status and metrics). */
 unsigned work_pending(void);
 

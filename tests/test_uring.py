@@ -279,6 +279,46 @@ def test_a_full_queue_waits_for_its_cpu_only(sbxfs, param):
     (sb / "jobs" / "long" / "ctl").write_text("kill\n")
 
 
+WORK_IDLE_SECONDS = 30  # runtime/work.h: an idle work thread leaves after it, unless kept
+
+
+@needs_uring
+@pytest.mark.timeout_s(180)
+def test_answers_from_threads_that_end_leave_the_rings_whole(sbxfs, param):
+    """A request answered by a thread other than its ring's (here `acquire: sync`: the
+    mkdir is answered by a lifecycle work thread) has its ring entry's next fetch
+    submitted by that thread, and the kernel cancels it when the thread exits.  Work
+    threads leave after WORK_IDLE_SECONDS idle: over io_uring they must stay, else the
+    next request given to that entry fails (ECANCELED, seen) or the queue runs dry."""
+    inst = sbxfs(config={"fuse": {"io_uring": "on", "io_uring_queue_depth": 2}, "acquire": "sync",
+                         "replicas": 8})
+    assert transport(inst)["fuse_transport"] == "io_uring"
+    ncpu = os.cpu_count() or 1
+    # mkdirs from every CPU, each answered by a work thread
+    for cpu in range(ncpu):
+        for i in range(2):
+            r = subprocess.run(["taskset", "-c", str(cpu), "mkdir", "-p", str(inst.mnt / "alice" / f"c{cpu}t{i}")],
+                               capture_output=True, timeout=60)
+            assert r.returncode == 0, r
+    time.sleep(WORK_IDLE_SECONDS + 8)
+    probe = ("import os, sys\n"
+             "bad = []\n"
+             "for k in range(40):\n"
+             "    try:\n"
+             "        os.stat(sys.argv[1] + '/nosuch%d' % k)\n"
+             "    except FileNotFoundError:\n"
+             "        pass\n"
+             "    except OSError as e:\n"
+             "        bad.append(e.errno)\n"
+             "os.mkdir(sys.argv[2])\n"
+             "print(bad)\n")
+    for cpu in range(ncpu):
+        r = subprocess.run(["taskset", "-c", str(cpu), "/usr/bin/python3", "-c", probe, str(inst.mnt),
+                            str(inst.mnt / "alice" / f"after{cpu}")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.strip() == "[]", (cpu, r.stdout, r.stderr)
+    assert "ECANCELED" not in inst.log and inst.running()
+
+
 @needs_uring
 def test_unmount_ends_the_daemon_and_its_rings(sbxfs, param):
     inst = sbxfs(config={"fuse": {"io_uring": "on"}})
