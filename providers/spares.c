@@ -351,6 +351,36 @@ void spares_reap(long idle_timeout)
 	}
 }
 
+static bool spare_gone(const struct spare *sp, const void *arg)
+{
+	(void)arg;
+	return sp->box && sbx_box_is_gone(sp->box);
+}
+
+void spares_sweep_gone(void)
+{
+	bool any = false;
+
+	for (;;) {
+		struct spare *sp;
+		char scope[NAMES_SCOPE_MAX];
+
+		pthread_mutex_lock(&spares.lock);
+		sp = spares_unlink_locked(spare_gone, NULL);
+		if (sp)
+			spares.st.lost++;
+		pthread_mutex_unlock(&spares.lock);
+		if (!sp)
+			break;
+		snprintf(scope, sizeof(scope), "spare/%s", sp->token);
+		log_warn(scope, "the spare is gone behind our back (%s): destroying it", sp->box->gone_why);
+		spare_destroy(sp, "gone");
+		any = true;
+	}
+	if (any)
+		spares_refill();
+}
+
 static bool spare_stale(const struct spare *sp, const void *arg)
 {
 	(void)arg;
