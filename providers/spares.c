@@ -279,8 +279,8 @@ enum sbx_err spares_claim(struct spare *sp, const struct sbx_spec *spec, struct 
 	snprintf(scope, sizeof(scope), "%s/%s", spec->user, spec->thread);
 	e = sp->prov->ops->health(sp->box);
 	if (e)
-		log_warn(scope, "spare %s failed its health check (its init is gone?): destroying it, creating cold",
-			sp->token);
+		log_warn(scope, "spare %s failed its health check (%s): destroying it, creating cold", sp->token,
+			sbx_box_is_gone(sp->box) ? sp->box->gone_why : "ended behind the daemon's back?");
 	else if ((e = sp->prov->ops->claim(sp->box, spec)))
 		log_warn(scope, "claim of spare %s failed (%s): destroying it, creating cold", sp->token,
 			sbx_err_name(e));
