@@ -303,3 +303,16 @@ def test_none_left_after_unmount(sbxfs, fake):
     assert m.stop() == 0
     assert fake.sandboxes() == [], fake.sandboxes()
     assert not list((m.state_dir / "spares").iterdir())
+
+
+def test_users_mapping_gives_skills_to_the_claiming_users_uid(sbxfs, fake):
+    """users: maps alice to a uid: the claimed sandbox's host-side skills/
+    is hers, as after a cold create (the spare, made for nobody, had none)."""
+    uid = 61777
+    m = start(sbxfs, fake, users={"alice": uid})
+    t = new_thread(m, "alice", "t")
+    st = sbxutil.status(t)
+    assert st["from_spare"] is True and st["uid"] == uid, st
+    assert (m.thread_data("alice", "t") / "skills").stat().st_uid == uid
+    (t / "skills" / "mine.md").write_text("mine\n")
+    assert (m.thread_data("alice", "t") / "skills" / "mine.md").stat().st_uid == uid
