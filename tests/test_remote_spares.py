@@ -316,3 +316,22 @@ def test_users_mapping_gives_skills_to_the_claiming_users_uid(sbxfs, fake):
     assert (m.thread_data("alice", "t") / "skills").stat().st_uid == uid
     (t / "skills" / "mine.md").write_text("mine\n")
     assert (m.thread_data("alice", "t") / "skills" / "mine.md").stat().st_uid == uid
+
+
+def test_concurrent_new_threads_claim_different_spares(sbxfs, fake):
+    import threading
+    m = start(sbxfs, fake)
+    ids = set(spare_ids(m).values())
+    os.makedirs(m.mnt / "alice")
+    ts = [m.mnt / "alice" / f"c{i}" for i in range(2)]
+    th = [threading.Thread(target=os.mkdir, args=(t,)) for t in ts]
+    for x in th:
+        x.start()
+    for x in th:
+        x.join(30)
+    got = [sandbox_id(t) for t in ts]
+    assert set(got) == ids and all(sbxutil.status(t)["from_spare"] for t in ts), (got, ids)
+    assert claims(m) == (2, 0)
+    outs = [run(t, "j", f"echo {t.name} > /mnt/user-data/workspace/me; ls /mnt/user-data/workspace") for t in ts]
+    assert outs == ["me\n", "me\n"], outs
+    assert [(t / "workspace" / "me").read_text() for t in ts] == ["c0\n", "c1\n"]
