@@ -62,7 +62,7 @@ PROVIDERS := providers/providers.o providers/api.o providers/registry.o provider
 	     providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
-	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
+	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o providers/opensandbox_claim.o \
 	     providers/snapshot.o providers/sbxsnap.o providers/container_freeze.o
 FS := fs/main.o fs/args.o fs/service.o fs/loop.o fs/dispatch.o fs/node.o fs/handle.o fs/fsbx.o fs/fspark.o fs/fswork.o fs/skillsfs.o fs/vdir.o fs/vtree.o fs/acquire.o \
       fs/reports.o fs/data.o fs/fswatch.o fs/dlock.o fs/nodefd.o fs/rfiles.o fs/rcache.o fs/job.o fs/jobwatch.o fs/cmdbuf.o fs/jobfs.o fs/sbxctl.o fs/netfs.o fs/import.o fs/snapfs.o fs/uring.o fs/sigwatch.o
@@ -133,7 +133,7 @@ UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers
 	providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
-	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o \
+	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o providers/opensandbox_claim.o \
 	providers/container_freeze.o $(COMMON_NET)
 
 tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)

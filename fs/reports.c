@@ -71,12 +71,13 @@ static int ctl_status(struct buf *out, uid_t reader)
 		(json_int_t)st.reaps, "adopted", (json_int_t)st.adopted, "last_error", le ? le : json_null());
 	if (o) /* pool.prewarm (providers/spares.h) */
 		json_object_set_new(o, "spares",
-			json_pack("{s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "prewarm", st.spares.target, "ready",
+			json_pack("{s:i,s:i,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "prewarm", st.spares.target, "ready",
 				(int)st.spares.ready, "creating", (int)st.spares.creating, "claims",
 				(json_int_t)st.spares.claims, "claim_failures", (json_int_t)st.spares.claim_failures,
 				"made", (json_int_t)st.spares.made, "make_failures", (json_int_t)st.spares.make_failures,
 				"reaps", (json_int_t)st.spares.reaps, "evictions",
-				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted));
+				(json_int_t)st.spares.evictions, "adopted", (json_int_t)st.spares.adopted, "lost",
+				(json_int_t)st.spares.lost));
 	if (o) { /* which way the bytes of data files go: see docs/performance.md */
 		json_object_set_new(o, "data_path", json_string(fs.passthrough ? "passthrough" : "copy"));
 		uring_status(o); /* and the requests: fs/uring.c */
@@ -328,7 +329,7 @@ static int ctl_metrics(struct buf *out)
 	r |= buf_addf(out, "sbxfs_spare_claims_total{result=\"ok\"} %llu\nsbxfs_spare_claims_total{result=\"failed\"} %llu\n",
 		(unsigned long long)st.spares.claims, (unsigned long long)st.spares.claim_failures);
 	r |= metric_head(out, "sbxfs_spare_events_total", "counter",
-		"Spares made, failed to make, reaped (idle_timeout), evicted (replicas) and adopted at start.");
+		"Spares made, failed to make, reaped (idle_timeout), evicted (replicas), adopted at start and lost (found gone).");
 	r |= buf_addf(out, "sbxfs_spare_events_total{event=\"make_failed\"} %llu\n",
 		(unsigned long long)st.spares.make_failures);
 	r |= buf_addf(out,
@@ -336,6 +337,7 @@ static int ctl_metrics(struct buf *out)
 		"sbxfs_spare_events_total{event=\"evicted\"} %llu\nsbxfs_spare_events_total{event=\"adopted\"} %llu\n",
 		(unsigned long long)st.spares.made, (unsigned long long)st.spares.reaps,
 		(unsigned long long)st.spares.evictions, (unsigned long long)st.spares.adopted);
+	r |= buf_addf(out, "sbxfs_spare_events_total{event=\"lost\"} %llu\n", (unsigned long long)st.spares.lost);
 	r |= metric_head(out, "sbxfs_replicas", "gauge", "The replicas soft cap on active + warm sandboxes.");
 	r |= buf_addf(out, "sbxfs_replicas %d\n", st.replicas);
 	r |= metric_head(out, "sbxfs_evictions_total", "counter", "Warm sandboxes destroyed by the replicas cap.");

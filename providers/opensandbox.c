@@ -321,7 +321,10 @@ static struct obox *obox_new(const struct sbx_spec *s)
 	pthread_mutex_init(&ob->lock, NULL);
 	snprintf(ob->token, sizeof(ob->token), "%s", s->token);
 	snprintf(ob->state_id, sizeof(ob->state_id), "%s", s->state_id);
-	snprintf(ob->scope, sizeof(ob->scope), "%s/%s", s->user, s->thread);
+	if (s->spare)
+		snprintf(ob->scope, sizeof(ob->scope), "spare/%s", s->token);
+	else
+		snprintf(ob->scope, sizeof(ob->scope), "%s/%s", s->user, s->thread);
 	ob->cfg = config_get((struct sbx_config *)s->cfg);
 	ob->output_max = s->cfg->res.output;
 	return ob;
@@ -415,7 +418,7 @@ void obox_failed(struct obox *ob, enum sbx_err e, bool gone, const char *what, c
 
 /* ---- records ----------------------------------------------------------------------------------- */
 
-static int os_save(struct obox *ob)
+int os_save(struct obox *ob)
 {
 	json_t *o = json_pack("{s:s,s:s,s:f}", "id", ob->id, "scope", ob->token, "created_at", util_wall_now());
 	int r = o ? record_save(ob->thread_dir, OS_RECORD, o) : -1;
@@ -424,7 +427,7 @@ static int os_save(struct obox *ob)
 	return r;
 }
 
-static void os_unsave(const char *thread_dir)
+void os_unsave(const char *thread_dir)
 {
 	record_remove(thread_dir, OS_RECORD);
 }
@@ -757,6 +760,12 @@ void os_pick_one(const struct osapi_sandbox *sb, void *arg)
 	p->n++;
 }
 
+/* A scope token as records and metadata carry it: 16 lowercase hex digits. */
+static bool os_token_ok(const char *t)
+{
+	return t && strlen(t) == SCOPE_TOKEN_LEN && strspn(t, "0123456789abcdef") == SCOPE_TOKEN_LEN;
+}
+
 static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
 	struct obox *ob = obox_new(s);
@@ -774,6 +783,10 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	rec = json_read_file(path.ptr);
 	if (json_is_string(json_object_get(rec, "id")))
 		snprintf(ob->id, sizeof(ob->id), "%s", json_string_value(json_object_get(rec, "id")));
+	/* the scope its metadata names: a claimed spare's is the spare's token
+	 * (metadata cannot change after create), which the record says */
+	if (ob->id[0] && os_token_ok(json_string_value(json_object_get(rec, "scope"))))
+		snprintf(ob->token, sizeof(ob->token), "%s", json_string_value(json_object_get(rec, "scope")));
 	if (!ob->id[0]) {
 		/* no record: a create cut short before it was written; find it by metadata */
 		struct osapi_kv meta[] = { { OS_META_STATE_ID, s->state_id }, { OS_META_SCOPE, s->token } };
@@ -803,7 +816,7 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 		log_warn(ob->scope, "opensandbox: cannot check sandbox %s now: %s", ob->id, err);
 	} else {
 		const char *scope = osapi_meta(&sb, OS_META_SCOPE), *sid = osapi_meta(&sb, OS_META_STATE_ID);
-		if (!scope || strcmp(scope, s->token) || !sid || strcmp(sid, s->state_id)) {
+		if (!scope || strcmp(scope, ob->token) || !sid || strcmp(sid, s->state_id)) {
 			log_warn(ob->scope, "opensandbox: sandbox %s is not this scope's (metadata): left alone", ob->id);
 			os_unsave(s->dirs.thread_dir);
 			e = SBX_ERR_GONE;
@@ -830,9 +843,24 @@ struct disc {
 	void (*found)(const char *user, const char *thread, void *arg);
 	void *arg;
 	const struct osapi_server *srv;
+	const char *state_dir;
 	char orphans[64][80];
 	int n_orphans;
 };
+
+/* A spare's labels name no user or thread: its record directory
+ * (state_dir/spares/<token>, providers/spares.h) says it is one.  Whether
+ * it is usable is spares.c's decision at start (it destroys what is not). */
+static bool disc_spare(const struct disc *d, const char *token)
+{
+	struct buf path = BUF_INIT(BUF_CAP_PATH);
+	bool is = false;
+
+	if (os_token_ok(token) && !buf_addf(&path, "%s/spares/%s", d->state_dir, token))
+		is = access(path.ptr, F_OK) == 0;
+	buf_free(&path);
+	return is;
+}
 
 static void disc_one(const struct osapi_sandbox *sb, void *arg)
 {
@@ -841,6 +869,8 @@ static void disc_one(const struct osapi_sandbox *sb, void *arg)
 
 	if (user && thread && names_valid(user) && names_valid(thread))
 		d->found(user, thread, d->arg); /* adopted from its record, or destroyed: the pool decides */
+	else if (os_holds(sb->id) || disc_spare(d, osapi_meta(sb, OS_META_SCOPE)))
+		; /* a claimed spare its thread's record adopted, or a spare spares.c adopts next */
 	else if (d->n_orphans < 64) /* no name to adopt it under: ours (state_id) and nobody's */
 		snprintf(d->orphans[d->n_orphans++], sizeof(d->orphans[0]), "%s", sb->id);
 }
@@ -860,6 +890,7 @@ static enum sbx_err os_discover(const struct sbx_config *cfg, const char *state_
 	d->found = found;
 	d->arg = arg;
 	d->srv = &srv;
+	d->state_dir = cfg->state_dir;
 	e = osapi_list(&srv, meta, 2, NULL, disc_one, d, err, sizeof(err));
 	if (e)
 		log_warn("opensandbox", "discovery of this sbxfs's sandboxes failed: %s", err);
@@ -940,6 +971,7 @@ static const struct sbx_provider_ops os_ops = {
 	.box_free = os_box_free,
 	.adopt = os_adopt,
 	.kill_all = os_kill_all,
+	.claim = os_claim,
 	.box_status = os_box_status,
 	.exec_start = os_jobs_start,
 	.exec_reattach = os_jobs_reattach,

@@ -6,11 +6,17 @@
  * (jobs through execd's command stream), opensandbox_files.c (remote files
  * and skills by upload through execd's files API).
  *
+ * opensandbox_claim.c (a spare bound to a thread).
+ *
  * A sandbox is one OpenSandbox sandbox, labelled (metadata) with the
  * provider, this daemon's state_id, the scope token and, where they are
  * label values, the user and thread; its record is thread_dir/opensandbox.json
- * (the sandbox id).  Boxes are reference counted (provider.h); their fields
- * are immutable after create/adopt except where noted.
+ * (the sandbox id, and "scope": the token its metadata carries).  A spare
+ * (pool.prewarm) is labelled with its own token and no user or thread; the
+ * API cannot change metadata after create, so a claimed spare keeps the
+ * spare's labels for ever and is found again by its record alone
+ * (opensandbox_claim.c).  Boxes are reference counted (provider.h); their
+ * fields are immutable after create/adopt except where noted.
  */
 #ifndef SBX_OPENSANDBOX_INT_H
 #define SBX_OPENSANDBOX_INT_H
@@ -51,10 +57,13 @@ struct os_conf {
 struct obox {
 	struct sbx_box base; /* first: see obox() */
 	char id[80];         /* the remote sandbox id */
-	char token[SCOPE_TOKEN_LEN + 1];
+	char token[SCOPE_TOKEN_LEN + 1]; /* the scope its metadata names (a claimed spare: the spare's) */
 	char state_id[NAMES_STATE_ID_LEN + 1];
-	char scope[NAMES_SCOPE_MAX]; /* "user/thread" for logs */
-	char *thread_dir;
+	/* "user/thread" (a spare: "spare/<token>") for logs; changed by a claim
+	 * under os.lock (os_set_scope), read by the renewer under it; other
+	 * readers use the box only after the claim returned */
+	char scope[NAMES_SCOPE_MAX];
+	char *thread_dir; /* where its record is; moved by a claim, before the box is handed out */
 	struct sbx_config *cfg; /* referenced: the config it lives with */
 	uint64_t output_max;
 
@@ -98,6 +107,14 @@ struct os_pick {
 };
 void os_pick_one(const struct osapi_sandbox *sb, void *arg);
 
+/* thread_dir/opensandbox.json: the box's id and metadata scope; 0 or -1
+ * (errno).  os_unsave removes it. */
+int os_save(struct obox *ob);
+void os_unsave(const char *thread_dir);
+
+/* opensandbox_claim.c: provider.h's claim. */
+enum sbx_err os_claim(struct sbx_box *b, const struct sbx_spec *s);
+
 /* opensandbox_renew.c: the box list, the renewer thread, the suspects
  * (os.lock). */
 /* Start the renewer (once; again after os_renew_stop).  SBX_ERR_NOMEM when
@@ -111,6 +128,10 @@ void os_unregister(struct obox *ob);
 /* Watch scope token (and id, when known) for a sandbox nobody holds: an
  * unknown create, or a delete that failed. */
 void os_suspect(const struct sbx_config *cfg, const char *token, const char *state_id, const char *id);
+/* Rename ob for the logs (a claim: the spare becomes "user/thread"). */
+void os_set_scope(struct obox *ob, const char *scope);
+/* Whether a live box holds remote sandbox id (discovery leaves it alone). */
+bool os_holds(const char *id);
 /* Renew ob's expiry now rather than at the renewer's next turn. */
 void os_renew_now(struct obox *ob);
 /* ob's known expiry (0: none) and last renewal error ("" if none), copied. */

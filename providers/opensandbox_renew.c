@@ -183,9 +183,13 @@ static void os_renew_one(struct obox *ob)
 	struct osapi_server srv;
 	char err[OSAPI_ERR_LEN];
 	double got = 0, at = util_wall_now() + (double)ob->cfg->sandbox_timeout;
+	char scope[NAMES_SCOPE_MAX];
 	enum sbx_err e;
 
-	os_server(ob->cfg, &srv, ob->scope);
+	pthread_mutex_lock(&os.lock); /* a claim may rename it meanwhile */
+	memcpy(scope, ob->scope, sizeof(scope));
+	pthread_mutex_unlock(&os.lock);
+	os_server(ob->cfg, &srv, scope);
 	e = osapi_renew(&srv, ob->id, at, &got, err, sizeof(err));
 	pthread_mutex_lock(&os.lock);
 	if (!e) {
@@ -203,7 +207,7 @@ static void os_renew_one(struct obox *ob)
 	if (e == SBX_ERR_GONE)
 		sbx_box_gone(&ob->base, "the remote sandbox %s is gone (expired or deleted: 404 on renewal)", ob->id);
 	else if (e && e != SBX_ERR_EXIST)
-		log_warn(ob->scope, "opensandbox: renewal of %s failed: %s", ob->id, err);
+		log_warn(scope, "opensandbox: renewal of %s failed: %s", ob->id, err);
 }
 
 static void os_check_suspect(const char *token, const char *state_id, const char *id, struct sbx_config *cfg,
@@ -320,6 +324,24 @@ static void *os_renewer(void *arg)
 	}
 	pthread_mutex_unlock(&os.lock);
 	return NULL;
+}
+
+void os_set_scope(struct obox *ob, const char *scope)
+{
+	pthread_mutex_lock(&os.lock);
+	snprintf(ob->scope, sizeof(ob->scope), "%s", scope);
+	pthread_mutex_unlock(&os.lock);
+}
+
+bool os_holds(const char *id)
+{
+	bool held = false;
+
+	pthread_mutex_lock(&os.lock);
+	for (struct obox *ob = os.boxes; ob && !held; ob = ob->next)
+		held = !strcmp(ob->id, id);
+	pthread_mutex_unlock(&os.lock);
+	return held;
 }
 
 void os_renew_now(struct obox *ob)

@@ -539,6 +539,7 @@ static void *pool_reaper_main(void *arg)
 		again = sweep && pool_sweep_gone();
 		pool_reap_once(idle);
 		spares_reap(idle);
+		spares_sweep_gone();
 		lock_acquire(&pool.lock);
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += again ? 1 : interval;

@@ -279,8 +279,8 @@ enum sbx_err spares_claim(struct spare *sp, const struct sbx_spec *spec, struct 
 	snprintf(scope, sizeof(scope), "%s/%s", spec->user, spec->thread);
 	e = sp->prov->ops->health(sp->box);
 	if (e)
-		log_warn(scope, "spare %s failed its health check (its init is gone?): destroying it, creating cold",
-			sp->token);
+		log_warn(scope, "spare %s failed its health check (%s): destroying it, creating cold", sp->token,
+			sbx_box_is_gone(sp->box) ? sp->box->gone_why : "ended behind the daemon's back?");
 	else if ((e = sp->prov->ops->claim(sp->box, spec)))
 		log_warn(scope, "claim of spare %s failed (%s): destroying it, creating cold", sp->token,
 			sbx_err_name(e));
@@ -349,6 +349,36 @@ void spares_reap(long idle_timeout)
 			return;
 		spare_destroy(sp, "idle timeout");
 	}
+}
+
+static bool spare_gone(const struct spare *sp, const void *arg)
+{
+	(void)arg;
+	return sp->box && sbx_box_is_gone(sp->box);
+}
+
+void spares_sweep_gone(void)
+{
+	bool any = false;
+
+	for (;;) {
+		struct spare *sp;
+		char scope[NAMES_SCOPE_MAX];
+
+		pthread_mutex_lock(&spares.lock);
+		sp = spares_unlink_locked(spare_gone, NULL);
+		if (sp)
+			spares.st.lost++;
+		pthread_mutex_unlock(&spares.lock);
+		if (!sp)
+			break;
+		snprintf(scope, sizeof(scope), "spare/%s", sp->token);
+		log_warn(scope, "the spare is gone behind our back (%s): destroying it", sp->box->gone_why);
+		spare_destroy(sp, "gone");
+		any = true;
+	}
+	if (any)
+		spares_refill();
 }
 
 static bool spare_stale(const struct spare *sp, const void *arg)

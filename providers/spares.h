@@ -35,6 +35,7 @@ struct spares_stats {
 	int target;                 /* pool.prewarm in force (0: none) */
 	unsigned ready, creating;
 	uint64_t claims, claim_failures, made, make_failures, reaps, evictions, adopted;
+	uint64_t lost; /* found gone behind the daemon's back (sbx_box_gone: expired, deleted) */
 };
 
 /* The number of spares cfg asks of prov: pool.prewarm, or its default (2
@@ -69,6 +70,11 @@ enum sbx_err spares_claim(struct spare *sp, const struct sbx_spec *spec, struct 
 bool spares_evict_one(void);
 /* The reaper: destroy spares ready for longer than idle_timeout seconds. */
 void spares_reap(long idle_timeout);
+/* The reaper, at each turn and when sbx_box_gone() woke it: destroy the
+ * ready spares whose provider found them gone (a remote spare expired or
+ * deleted behind the daemon's back: its renewer saw a 404), so no dead
+ * spare waits for a claim, then refill. */
+void spares_sweep_gone(void);
 /* No more refills (unmount or a failed start). */
 void spares_stop(void);
 /* After the work queues drained: destroy every spare, or with keep leave
