@@ -52,6 +52,7 @@
 #include "../common/token.h"
 #include "../common/util.h"
 #include "../common/egress.h"
+#include "claim_mount.h"
 #include "container_int.h"
 #include "filter.h"
 #include "record.h"
@@ -365,6 +366,7 @@ struct crec {
 	char name[128];
 	char id[DOCKER_ID_LEN + 1]; /* "" until the create answered */
 	long long intent_ns;        /* 0: none (a record of an older sbxfs: only its id proves) */
+	char scope[SCOPE_TOKEN_LEN + 1]; /* its scope label: a claimed spare's is the spare's token ("": the scope's) */
 };
 
 static long long wall_ns(void)
@@ -377,9 +379,9 @@ static long long wall_ns(void)
 
 static int crec_save(struct cbox *db)
 {
-	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
+	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i,s:s}", "name", db->name, "intent_ns",
 		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
-		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
+		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid, "scope", db->token);
 	int r = o ? record_save(db->thread_dir, "docker.json", o) : -1;
 
 	json_decref(o);
@@ -410,6 +412,9 @@ static int crec_load(const char *thread_dir, struct crec *r)
 		goto out;
 	v = json_object_get(o, "intent_ns");
 	r->intent_ns = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	v = json_object_get(o, "scope");
+	if (json_is_string(v) && strlen(json_string_value(v)) == SCOPE_TOKEN_LEN)
+		snprintf(r->scope, sizeof(r->scope), "%s", json_string_value(v));
 	ret = r->id[0] || r->intent_ns ? 0 : -1;
 out:
 	json_decref(o);
@@ -428,7 +433,9 @@ static bool labels_ours(const struct docker_container *c, const char *state_id, 
 static const char *crec_why_not(const struct crec *r, const struct docker_container *c, const char *state_id,
 	const char *token)
 {
-	if (!labels_ours(c, state_id, token))
+	/* a claimed spare keeps the scope label it was made with (labels are
+	 * immutable); the record, in the daemon's own state_dir, says which */
+	if (!labels_ours(c, state_id, r->scope[0] ? r->scope : token))
 		return "its labels are not this scope's";
 	if (r->id[0])
 		return strcmp(r->id, c->id) ? "not the container id recorded" : NULL;
@@ -663,6 +670,67 @@ static void spec_free(struct container_spec *c)
 		buf_free(&c->envtext[i]);
 }
 
+/* ---- spares (pool.prewarm) -------------------------------------------------------------------
+ *
+ * A spare is a container like a thread's, but made before any thread wants
+ * it: where a thread's data goes it binds empty directories of its own
+ * (state_dir/spares/<token>/mnt/...), its labels name no user or thread
+ * (org.sbxfs.spare carries its token), and its init runs as root with only
+ * what it needs to take a uid later (docker.c).  Its record (docker.json)
+ * is in the spare's directory.  A claim attaches the thread's directories
+ * over the empty binds through the init's namespaces (claim_mount.c), as
+ * a cold create would bind them (the same read-only flags; Docker's binds
+ * carry no nosuid, neither do these), sets the hostname a cold create
+ * gives, has the init take the thread's uid, and moves the record into the
+ * thread's directory (a rename: one directory holds it at any time), so a
+ * restart adopts the container as the thread's sandbox, and the spares
+ * module, which adopts by its own directories, never takes it for a spare.
+ */
+static const char *const spare_dirs[CONTAINER_SPARE_DIRS] = { "workspace", "uploads", "outputs", "skills" };
+
+/* The sandbox paths a thread's directories are bound at, in spare_dirs' order. */
+static const char *spare_target(const struct sbx_config *cfg, int i)
+{
+	static const char *const t[] = { LAYOUT_SANDBOX_WORKSPACE, LAYOUT_SANDBOX_USER_DATA "/uploads",
+		LAYOUT_SANDBOX_USER_DATA "/outputs" };
+
+	return i < 3 ? t[i] : cfg->skills_container_path;
+}
+
+/* The thread's directory to attach at spare_target(i). */
+static const char *spare_thread_src(const struct sbx_spec *s, int i)
+{
+	const char *src[] = { s->dirs.workspace, s->dirs.uploads, s->dirs.outputs, s->dirs.skills };
+
+	return src[i];
+}
+
+/* A spare's empty mount point i, made (root's, 0755, empty). */
+static int container_spare_dir(const struct sbx_spec *s, int i, char *out, size_t len)
+{
+	if (str_fmt(out, len, "%s/mnt/%s", s->dirs.thread_dir, spare_dirs[i]))
+		return -1;
+	return util_mkdir_p(out, 0755);
+}
+
+/* The data mounts of a create: the thread's, or a spare's empty ones. */
+static int spec_data_mounts(struct container_spec *c, const struct sbx_spec *s)
+{
+	int r = 0;
+
+	for (int i = 0; i < CONTAINER_SPARE_DIRS; i++) {
+		const char *src = spare_thread_src(s, i);
+
+		if (s->spare) {
+			if (container_spare_dir(s, i, c->spare_src[i], sizeof(c->spare_src[i])))
+				return -1;
+			src = c->spare_src[i];
+		}
+		r |= container_spec_mount(c, src, spare_target(s->cfg, i), i == 3);
+	}
+	return r;
+}
+
 /* The common part of the create, then what the provider runs inside. */
 static int container_spec(struct container_spec *c, const struct sbx_spec *s, struct cbox *db)
 {
@@ -671,10 +739,7 @@ static int container_spec(struct container_spec *c, const struct sbx_spec *s, st
 	struct docker_create_spec *d = &c->d;
 	int r = 0;
 
-	r |= container_spec_mount(c, s->dirs.workspace, LAYOUT_SANDBOX_WORKSPACE, false);
-	r |= container_spec_mount(c, s->dirs.uploads, LAYOUT_SANDBOX_USER_DATA "/uploads", false);
-	r |= container_spec_mount(c, s->dirs.outputs, LAYOUT_SANDBOX_USER_DATA "/outputs", false);
-	r |= container_spec_mount(c, s->dirs.skills, cfg->skills_container_path, true);
+	r |= spec_data_mounts(c, s);
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		r |= container_spec_mount(c, cfg->mounts[i].host_path, cfg->mounts[i].container_path,
 			cfg->mounts[i].read_only);
@@ -683,6 +748,8 @@ static int container_spec(struct container_spec *c, const struct sbx_spec *s, st
 	r |= spec_label(c, CONTAINER_LABEL_THREAD, s->thread);
 	r |= spec_label(c, CONTAINER_LABEL_SCOPE, s->token);
 	r |= spec_label(c, CONTAINER_LABEL_STATE_ID, s->state_id);
+	if (s->spare)
+		r |= spec_label(c, CONTAINER_LABEL_SPARE, s->token);
 	for (size_t i = 0; i < dc->n_labels; i++)
 		r |= spec_label(c, dc->labels[i].key, dc->labels[i].value);
 	snprintf(c->user, sizeof(c->user), "%u:%u", (unsigned)db->base.uid, (unsigned)db->base.gid);
@@ -768,6 +835,10 @@ static int container_files(struct cbox *db, const struct sbx_spec *s)
 	gid_t gid;
 	int r;
 
+	if (s->spare) { /* root until its claim; its mount points: spec_data_mounts */
+		db->base.uid = db->base.gid = 0;
+		return db->type->claim_uid ? 0 : ENOTSUP;
+	}
 	r = uidpool_assign(dk.uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
 	if (!r && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
 		r = errno == ENOSPC ? ENOSPC : EIO;
@@ -874,6 +945,85 @@ out:
 	return e;
 }
 
+/* ---- claim of a spare (see "spares") ---------------------------------------------------------- */
+
+/* The record follows the box: saved where it is (with the thread's uid),
+ * then renamed into the thread's directory. */
+static enum sbx_err claim_move_record(struct cbox *db, const struct sbx_spec *s, const char *scope)
+{
+	struct buf from = BUF_INIT(BUF_CAP_PATH), to = BUF_INIT(BUF_CAP_PATH);
+	char *dir = strdup(s->dirs.thread_dir);
+	enum sbx_err e = SBX_ERR_IO;
+
+	if (!dir)
+		return SBX_ERR_NOMEM;
+	if (crec_save(db) || layout_file(&from, db->thread_dir, "docker.json") ||
+	    layout_file(&to, dir, "docker.json") || rename(from.ptr, to.ptr)) {
+		log_err(scope, "%s: claim: cannot move the record to %s: %s", s->cfg->use, dir, strerror(errno));
+		free(dir);
+	} else {
+		free(db->thread_dir);
+		db->thread_dir = dir;
+		e = SBX_OK;
+	}
+	buf_free(&from);
+	buf_free(&to);
+	return e;
+}
+
+enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
+{
+	struct claim_mount m[CONTAINER_SPARE_DIRS];
+	char scope[NAMES_SCOPE_MAX], hostname[64];
+	unsigned long long mntns = db->init_pid ? util_ns_inode(db->init_pid, "mnt") : 0;
+	enum sbx_err e;
+	int r;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (!db->type->claim_uid)
+		return SBX_ERR_NOTSUP;
+	if (!mntns || !container_running(db)) { /* checked after the inode: it is the init's */
+		log_err(scope, "%s: claim: the spare's container %s is not running", s->cfg->use, db->name);
+		return SBX_ERR_GONE;
+	}
+	r = container_files(db, s);
+	if (r) {
+		log_err(scope, "%s: claim: cannot prepare the sandbox's files: %s", s->cfg->use, strerror(r));
+		return sbx_err_from_errno(r);
+	}
+	e = db->type->claim_uid(db, db->base.uid, db->base.gid, scope);
+	if (e)
+		return e;
+	for (int i = 0; i < CONTAINER_SPARE_DIRS; i++)
+		m[i] = (struct claim_mount){ spare_thread_src(s, i), spare_target(s->cfg, i), i == 3 };
+	snprintf(hostname, sizeof(hostname), "sbx-%s", s->token);
+	e = claim_mount_attach(db->init_pid, mntns, m, CONTAINER_SPARE_DIRS, false, hostname, scope, s->cfg->use);
+	if (e)
+		return e;
+	db->output_max = s->cfg->res.output;
+	return claim_move_record(db, s, scope);
+}
+
+/* The real uid /proc shows for pid, or -1. */
+static long proc_uid(pid_t pid)
+{
+	struct buf b = BUF_INIT(8192);
+	char path[64];
+	const char *u;
+	long uid = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!util_read_file(path, &b) && b.len && (u = strstr(buf_str(&b), "\nUid:")))
+		uid = strtol(u + 5, NULL, 10);
+	buf_free(&b);
+	return uid;
+}
+
+bool container_spare_claimed(struct cbox *db)
+{
+	return container_running(db) && proc_uid(db->init_pid) != 0;
+}
+
 /* ---- health, destroy, adopt, discover ------------------------------------------------------- */
 
 /* By the recorded id only: a container that took the name since is not this box's. */
@@ -950,6 +1100,8 @@ enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_ty
 	}
 	snprintf(db->name, sizeof(db->name), "%s", r.name);
 	snprintf(db->id, sizeof(db->id), "%s", r.id);
+	if (r.scope[0])
+		snprintf(db->token, sizeof(db->token), "%s", r.scope);
 	db->intent_ns = r.intent_ns;
 	if (!uidpool_recorded(s->dirs.thread_dir, &uid, &gid)) {
 		db->base.uid = uid;
@@ -1010,6 +1162,13 @@ static void discover_one(const struct docker_container *c, void *arg)
 		   *scope = docker_label(c, CONTAINER_LABEL_SCOPE);
 	struct discovered *x;
 
+	if (docker_label(c, CONTAINER_LABEL_SPARE)) {
+		/* a spare's: the spares module adopts it from state_dir/spares, or,
+		 * claimed, the thread whose record names it (see "spares") */
+		log_debug("docker", "discovery: container %.12s is a spare's (or a claimed spare): left to its record",
+			c->id);
+		return;
+	}
 	if (d->n >= CONTAINER_DISCOVER_MAX) {
 		d->full = true;
 		return;
