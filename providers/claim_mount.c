@@ -52,7 +52,7 @@ struct claim_attach {
 	int n;
 	int tree[CLAIM_MOUNT_MAX];
 	const char *target[CLAIM_MOUNT_MAX];
-	int mntns, utsns;
+	int mntns, utsns, root;
 	const char *hostname;
 	/* written by the child (it shares our memory until it exits) */
 	int failed_at, err;
@@ -83,7 +83,10 @@ static int claim_child(void *arg)
 	struct claim_attach *c = arg;
 
 	c->failed_at = -1;
-	if (setns(c->mntns, CLONE_NEWNS) || setns(c->utsns, CLONE_NEWUTS)) {
+	/* the init's own root, not the namespace's: a container's runtime
+	 * pivots into its root filesystem, and the namespace's root is then a
+	 * copy of the host's where the targets name other directories */
+	if (setns(c->mntns, CLONE_NEWNS) || setns(c->utsns, CLONE_NEWUTS) || fchdir(c->root) || chroot(".")) {
 		c->failed_at = CLAIM_MOUNT_MAX;
 		c->err = errno;
 		return 1;
@@ -151,7 +154,8 @@ static const char *claim_failed_what(const struct claim_attach *c)
 enum sbx_err claim_mount_attach(pid_t init, unsigned long long mntns, const struct claim_mount *m, int n, bool nosuid,
 	const char *hostname, const char *scope, const char *who)
 {
-	struct claim_attach c = { .mntns = -1, .utsns = -1, .failed_at = -1, .hostname = hostname };
+	struct claim_attach c = { .mntns = -1, .utsns = -1, .root = -1, .failed_at = -1, .hostname = hostname };
+	char path[64];
 	enum sbx_err result = SBX_ERR_IO;
 
 	if (n > CLAIM_MOUNT_MAX) {
@@ -167,7 +171,9 @@ enum sbx_err claim_mount_attach(pid_t init, unsigned long long mntns, const stru
 	}
 	c.mntns = claim_ns_fd(init, "mnt", mntns);
 	c.utsns = claim_ns_fd(init, "uts", 0);
-	if (c.mntns < 0 || c.utsns < 0) {
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)init);
+	c.root = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (c.mntns < 0 || c.utsns < 0 || c.root < 0) {
 		log_err(scope, "%s: claim: the spare's namespaces (init %d): %s", who, (int)init, strerror(errno));
 		result = SBX_ERR_GONE;
 		goto out;
@@ -185,5 +191,7 @@ out:
 		close(c.mntns);
 	if (c.utsns >= 0)
 		close(c.utsns);
+	if (c.root >= 0)
+		close(c.root);
 	return result;
 }

@@ -30,7 +30,9 @@ struct claim_mount {
  * nosuid and nodev when nosuid: mount_setattr), then, in a child that
  * setns()es into the mount and uts namespaces of init (its mount namespace
  * checked against mntns when that is not 0, so a recycled pid is never
- * entered), move_mount() every tree onto its target and set hostname.  The
+ * entered) and chroot()s into the init's root (targets are paths of
+ * the init's own view), move_mount() every tree onto its target and set
+ * hostname.  The
  * daemon's own namespace never changes (a multi-threaded process cannot
  * setns into a mount namespace); a sandbox's seccomp filter, which forbids
  * all of these, binds only its own processes.  SBX_OK, SBX_ERR_GONE (init

@@ -674,7 +674,7 @@ static void spec_free(struct container_spec *c)
  *
  * A spare is a container like a thread's, but made before any thread wants
  * it: where a thread's data goes it binds empty directories of its own
- * (state_dir/spares/<token>/mnt/...), its labels name no user or thread
+ * (state_dir/spare-mounts/..., shared by all spares), its labels name no user or thread
  * (org.sbxfs.spare carries its token), and its init runs as root with only
  * what it needs to take a uid later (docker.c).  Its record (docker.json)
  * is in the spare's directory.  A claim attaches the thread's directories
@@ -705,12 +705,16 @@ static const char *spare_thread_src(const struct sbx_spec *s, int i)
 	return src[i];
 }
 
-/* A spare's empty mount point i, made (root's, 0755, empty). */
+/* A spare's empty mount point i, made when missing: one set for every
+ * spare, state_dir/spare-mounts/<name> (root's, empty, never removed).
+ * Never a spare's own directory: removing the directory a mount sits on
+ * detaches it in every namespace, so a claimed spare would lose the
+ * thread's directories when its spare directory goes. */
 static int container_spare_dir(const struct sbx_spec *s, int i, char *out, size_t len)
 {
-	if (str_fmt(out, len, "%s/mnt/%s", s->dirs.thread_dir, spare_dirs[i]))
+	if (str_fmt(out, len, "%s/spare-mounts/%s", s->cfg->state_dir, spare_dirs[i]))
 		return -1;
-	return util_mkdir_p(out, 0755);
+	return util_mkdir_p(out, 0555);
 }
 
 /* The data mounts of a create: the thread's, or a spare's empty ones. */
