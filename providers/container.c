@@ -527,6 +527,7 @@ static struct cbox *cbox_new(const struct sbx_spec *s, struct docker *api, const
 	db->cfg = config_get((struct sbx_config *)s->cfg);
 	db->api = api;
 	db->output_max = s->cfg->res.output;
+	db->spare = s->spare;
 	if (t->box_init)
 		t->box_init(db, s);
 	return db;
@@ -1005,7 +1006,10 @@ enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
 	if (e)
 		return e;
 	db->output_max = s->cfg->res.output;
-	return claim_move_record(db, s, scope);
+	e = claim_move_record(db, s, scope);
+	if (!e)
+		db->spare = false;
+	return e;
 }
 
 /* The real uid /proc shows for pid, or -1. */

@@ -85,6 +85,7 @@ struct cbox {
 	struct sbx_config *cfg; /* referenced: the config it lives with */
 	struct docker *api;     /* the client of its dockerd (owned by container.c, never freed before exit) */
 	uint64_t output_max;
+	bool spare; /* an unclaimed spare (pool.prewarm): never paused, its init known; cleared by its claim */
 	/* container_freeze.c: the container is paused since paused_at
 	 * (monotonic ms, 0 = running), and was paused paused_ms before; both atomic */
 	uint64_t paused_at, paused_ms;

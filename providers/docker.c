@@ -249,11 +249,14 @@ static enum sbx_err docker_claim(struct sbx_box *b, const struct sbx_spec *s)
 	return container_claim(&dockbox(b)->c, s);
 }
 
-/* The container runs its init, and the init answers. */
+/* The container runs its init, and the init answers.  A spare's (checked
+ * before its claim, on a new thread's mkdir) without asking dockerd: its
+ * init is known and never paused, so the same init still running (pid and
+ * start time) and answering is the container running. */
 static enum sbx_err docker_health(struct sbx_box *b)
 {
 	struct cbox *cb = &dockbox(b)->c;
-	enum sbx_err e = container_health(cb);
+	enum sbx_err e = cb->spare && cb->init_pid ? (container_running(cb) ? SBX_OK : SBX_ERR_GONE) : container_health(cb);
 
 	return e ? e : docker_pong(cb, 3000) ? SBX_OK : SBX_ERR_GONE;
 }
