@@ -232,3 +232,27 @@ def test_bad_claim_requests_refused_by_the_spare_init(sbxfs, case_label):
     os.makedirs(m.mnt / "alice" / "t")
     assert sbxutil.status(m.mnt / "alice" / "t")["from_spare"] is True
     assert claims(m) == (1, 0)
+
+
+@pytest.mark.timeout_s(180)
+def test_open_mode_and_engine_exec_in_a_claimed_spare(sbxfs, case_label):
+    """Network mode open (Docker's bridge) and docker.exec: engine: the
+    claimed spare's job, started through the Engine exec API as the box's
+    uid, runs as the thread's uid with the interfaces a cold create gives
+    (a cold one made after, the spare killed, shows the same)."""
+    m = start(sbxfs, network={"mode": "open"}, docker={"exec": "engine"})
+    probe = "id -u; id -g; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; echo"
+    os.makedirs(m.mnt / "alice" / "a")
+    st = sbxutil.status(m.mnt / "alice" / "a")
+    assert st["from_spare"] is True and st["network_mode"] == "open", st
+    out = run(m.mnt / "alice" / "a", "p", probe).split("\n")
+    assert out[0] == str(st["uid"]) and "eth0" in out[2].split(), out
+    wait_spares(m, 1)
+    cli("kill", next(iter(spare_records(m).values()))["id"], timeout=60)
+    os.makedirs(m.mnt / "alice" / "b")
+    st2 = sbxutil.status(m.mnt / "alice" / "b")
+    assert st2["from_spare"] is False, st2
+    out2 = run(m.mnt / "alice" / "b", "p", probe).split("\n")
+    assert out2[0] == str(st2["uid"]) and out2[2] == out[2], (out, out2)
+    assert m.stop() == 0
+    assert containers(case_label) == []
