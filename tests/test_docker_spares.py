@@ -179,16 +179,29 @@ def test_warm_refill_adoption_after_kill9_and_nothing_left(sbxfs, case_label):
     assert spares(m)["adopted"] == 1, spares(m)
     assert next(iter(spare_records(m).values()))["id"] == second, "the spare was not adopted as the spare"
     assert "a claim was interrupted" not in m.log
+    # discovery leaves spares (claimed or not) to their records: no stranger warning
+    assert "is not one it made" not in m.log, m.log[-3000:]
     os.mkdir(t)  # adopted warm: the same container, the thread's uid and hostname
     st2 = sbxutil.status(t)
     assert st2["init_pid"] == st["init_pid"], st2
     assert run(t, "j", "id -u; hostname").split() == [str(st["uid"]), f"sbx-{scope_token('alice', 't')}"]
     assert claims(m) == (0, 0)  # counters are per daemon; the adopted thread claimed nothing
+    run(t, "w", "echo kept > /mnt/user-data/workspace/f")
     ids = {c["id"][:12] for c in containers(case_label)}
     assert ids == {first[:12], second[:12]}, ids
     assert m.stop() == 0
     assert containers(case_label) == [], containers(case_label)
     assert not list((m.state_dir / "spares").iterdir())
+    # the thread's data outlived its sandbox: a spare claimed for it attaches it, uid kept
+    m.start()
+    wait_spares(m, 1)
+    os.mkdir(t)
+    st3 = sbxutil.status(t)
+    assert st3["from_spare"] is True and st3["uid"] == st["uid"], (st3, st)
+    assert run(t, "r", "cat /mnt/user-data/workspace/f; stat -c %u /mnt/user-data/workspace/f").split() == \
+        ["kept", str(st["uid"])]
+    assert m.stop() == 0
+    assert containers(case_label) == [], containers(case_label)
 
 
 @pytest.mark.timeout_s(180)
