@@ -1012,24 +1012,9 @@ enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
 	return e;
 }
 
-/* The real uid /proc shows for pid, or -1. */
-static long proc_uid(pid_t pid)
-{
-	struct buf b = BUF_INIT(8192);
-	char path[64];
-	const char *u;
-	long uid = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (!util_read_file(path, &b) && b.len && (u = strstr(buf_str(&b), "\nUid:")))
-		uid = strtol(u + 5, NULL, 10);
-	buf_free(&b);
-	return uid;
-}
-
 bool container_spare_claimed(struct cbox *db)
 {
-	return container_running(db) && proc_uid(db->init_pid) != 0;
+	return container_running(db) && util_proc_uid(db->init_pid) != 0;
 }
 
 /* ---- health, destroy, adopt, discover ------------------------------------------------------- */

@@ -29,11 +29,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../common/buf.h"
@@ -78,21 +76,6 @@ out:
 	return result;
 }
 
-/* The real uid /proc shows for pid, or -1. */
-static long claim_proc_uid(pid_t pid)
-{
-	struct buf b = BUF_INIT(8192);
-	char path[64];
-	const char *u;
-	long uid = -1;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	if (!util_read_file(path, &b) && b.len && (u = strstr(buf_str(&b), "\nUid:")))
-		uid = strtol(u + 5, NULL, 10);
-	buf_free(&b);
-	return uid;
-}
-
 /* Step 3: tell the init its uid (it drops to it while the daemon attaches
  * the mounts: nothing but the init runs in the spare until the claim ends). */
 static enum sbx_err claim_tell_uid(struct local_box *lb, uid_t uid, gid_t gid, const char *scope)
@@ -119,7 +102,7 @@ static enum sbx_err claim_tell_uid(struct local_box *lb, uid_t uid, gid_t gid, c
 /* ... and wait until /proc shows the init runs as it. */
 static enum sbx_err claim_wait_uid(struct local_box *lb, uid_t uid, uint64_t deadline, const char *scope)
 {
-	while (claim_proc_uid(lb->init_pid) != (long)uid) {
+	while (util_proc_uid(lb->init_pid) != (long)uid) {
 		if (!local_alive(lb) || util_now_ms() > deadline) {
 			log_err(scope, "local: claim: the spare's init did not take uid %u (%s)", (unsigned)uid,
 				local_alive(lb) ? "timeout" : "it exited");
