@@ -9,7 +9,8 @@
  * name (<container_prefix>-<scope token>, so any sbxfs finds it again), its
  * labels (provider, user, thread, scope, state_id: what discovery after a
  * crash lists; never a proof, see "records" below), the thread's data
- * bind-mounted from state_dir, skills read-only, the configured mounts,
+ * bind-mounted from state_dir (a spare: empty mount points its claim
+ * fills, "spares" below), skills read-only, the configured mounts,
  * resources mapped to the container's limits, no capabilities,
  * no-new-privileges, the daemon's seccomp profile, no published port, a
  * network of "none" unless network.mode is open, and the egress rules in

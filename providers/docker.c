@@ -7,7 +7,10 @@
  * supervised by it (docker_jobs.c).  This file is the provider's
  * descriptor, its section (docker:, beside the container layer's common
  * keys), its box (struct dockbox) and the box's readiness: the init answers
- * "ping" on its socket in the container's network namespace.
+ * "ping" on its socket in the container's network namespace; and its
+ * spares (pool.prewarm): a spare's init is "sbxfs-box spare", root with
+ * CAP_SETUID, CAP_SETGID and CAP_SETPCAP only, and a claim
+ * (container_claim) has it take the thread's uid ("claim UID GID").
  */
 #define _GNU_SOURCE
 #include <errno.h>
