@@ -42,6 +42,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 
 #include "../common/buf.h"
 #include "../common/http.h"
@@ -977,10 +979,67 @@ static enum sbx_err claim_move_record(struct cbox *db, const struct sbx_spec *s,
 	return e;
 }
 
+/* Docker's /etc/hostname and /etc/hosts (open mode: the container's
+ * address) name the spare's hostname: the thread's instead, as a cold
+ * create's files would, rewritten in place (a rename would leave the bind
+ * mount on the old file; both names are sbx-<16 hex digits>: the length
+ * is the same).  Opened through the init's root with RESOLVE_IN_ROOT, so a
+ * symlink of the image never leads outside it; a file missing (another
+ * engine) is left. */
+#define CLAIM_ETC_MAX (64 * 1024)
+
+static int claim_etc_one(int root, const char *rel, const char *from, const char *to)
+{
+	struct open_how how = { .flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how)), changed = 0, r = 0;
+	size_t flen = strlen(from);
+	char *text = malloc(CLAIM_ETC_MAX + 1), *p;
+	ssize_t n = -1;
+
+	if (fd >= 0 && text)
+		n = pread(fd, text, CLAIM_ETC_MAX, 0);
+	if (n >= 0) {
+		text[n] = '\0';
+		for (p = text; (p = strstr(p, from)); p += flen, changed++)
+			memcpy(p, to, flen);
+		if (changed && pwrite(fd, text, (size_t)n, 0) != n)
+			r = -1;
+	} else if (fd >= 0 || errno != ENOENT) {
+		r = -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	return r;
+}
+
+static enum sbx_err claim_etc_names(struct cbox *db, const char *from, const char *to, const char *scope)
+{
+	static const char *const files[] = { "etc/hostname", "etc/hosts" };
+	char path[64];
+	int root, r = 0;
+
+	if (strlen(from) != strlen(to))
+		return SBX_ERR_INVAL;
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)db->init_pid);
+	root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (size_t i = 0; root >= 0 && !r && i < 2; i++)
+		if ((r = claim_etc_one(root, files[i], from, to)))
+			log_err(scope, "%s: claim: cannot rewrite /%s in the spare: %s", db->cfg->use, files[i],
+				strerror(errno));
+	if (root < 0)
+		log_err(scope, "%s: claim: the spare's root (init %d): %s", db->cfg->use, (int)db->init_pid,
+			strerror(errno));
+	else
+		close(root);
+	return root < 0 || r ? SBX_ERR_IO : SBX_OK;
+}
+
 enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
 {
 	struct claim_mount m[CONTAINER_SPARE_DIRS];
-	char scope[NAMES_SCOPE_MAX], hostname[64];
+	char scope[NAMES_SCOPE_MAX], hostname[64], spare_host[64];
 	unsigned long long mntns = db->init_pid ? util_ns_inode(db->init_pid, "mnt") : 0;
 	enum sbx_err e;
 	int r;
@@ -1003,7 +1062,10 @@ enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
 	for (int i = 0; i < CONTAINER_SPARE_DIRS; i++)
 		m[i] = (struct claim_mount){ spare_thread_src(s, i), spare_target(s->cfg, i), i == 3 };
 	snprintf(hostname, sizeof(hostname), "sbx-%s", s->token);
+	snprintf(spare_host, sizeof(spare_host), "sbx-%s", db->token);
 	e = claim_mount_attach(db->init_pid, mntns, m, CONTAINER_SPARE_DIRS, false, hostname, scope, s->cfg->use);
+	if (!e)
+		e = claim_etc_names(db, spare_host, hostname, scope);
 	if (e)
 		return e;
 	db->output_max = s->cfg->res.output;

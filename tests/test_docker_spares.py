@@ -70,7 +70,8 @@ def run(d, name, cmd):
 PROBE = ("id -u; id -g; hostname; stat -c '%u %g' /mnt/user-data/workspace /mnt/user-data/outputs; "
          "ls /mnt/user-data | tr '\\n' ' '; echo; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | "
          "tr '\\n' ' '; echo; grep -E '^(Groups|CapPrm|CapEff|CapBnd|NoNewPrivs)' /proc/self/status; "
-         "cat /mnt/skills/s.md; touch /mnt/skills/x 2>/dev/null || echo ro; ls /mnt/user-data/workspace")
+         "cat /mnt/skills/s.md; touch /mnt/skills/x 2>/dev/null || echo ro; ls /mnt/user-data/workspace; "
+         "cat /etc/hostname; grep \"$(hostname)\" /etc/hosts | wc -l")
 
 
 def normalised(out, uid, gid, token):
@@ -254,18 +255,21 @@ def test_open_mode_and_engine_exec_in_a_claimed_spare(sbxfs, case_label):
     uid, runs as the thread's uid with the interfaces a cold create gives
     (a cold one made after, the spare killed, shows the same)."""
     m = start(sbxfs, network={"mode": "open"}, docker={"exec": "engine"})
-    probe = "id -u; id -g; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; echo"
+    probe = ("id -u; id -g; cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | sort | tr '\\n' ' '; echo; "
+             "cat /etc/hostname; grep \"$(hostname)\" /etc/hosts | wc -l; hostname")
     os.makedirs(m.mnt / "alice" / "a")
     st = sbxutil.status(m.mnt / "alice" / "a")
     assert st["from_spare"] is True and st["network_mode"] == "open", st
     out = run(m.mnt / "alice" / "a", "p", probe).split("\n")
     assert out[0] == str(st["uid"]) and "eth0" in out[2].split(), out
+    # Docker's /etc/hostname and /etc/hosts name the thread's hostname, as in a cold create
+    assert out[3] == out[5] == f"sbx-{scope_token('alice', 'a')}" and out[4] == "1", out
     wait_spares(m, 1)
     cli("kill", next(iter(spare_records(m).values()))["id"], timeout=60)
     os.makedirs(m.mnt / "alice" / "b")
     st2 = sbxutil.status(m.mnt / "alice" / "b")
     assert st2["from_spare"] is False, st2
     out2 = run(m.mnt / "alice" / "b", "p", probe).split("\n")
-    assert out2[0] == str(st2["uid"]) and out2[2] == out[2], (out, out2)
+    assert out2[0] == str(st2["uid"]) and out2[2] == out[2] and out2[4] == "1", (out, out2)
     assert m.stop() == 0
     assert containers(case_label) == []
