@@ -273,3 +273,21 @@ def test_open_mode_and_engine_exec_in_a_claimed_spare(sbxfs, case_label):
     assert out2[0] == str(st2["uid"]) and out2[2] == out[2] and out2[4] == "1", (out, out2)
     assert m.stop() == 0
     assert containers(case_label) == []
+
+
+@pytest.mark.timeout_s(180)
+def test_idle_spare_reaped_then_back_on_demand(sbxfs, case_label):
+    """A spare unused for idle_timeout is destroyed like a warm sandbox (its
+    container removed, its directory gone) and not refilled until a mkdir
+    wants a sandbox again: that one is cold, and the spare comes back."""
+    m = start(sbxfs, idle_timeout=1, idle_check_interval=1)
+    cid = next(iter(spare_records(m).values()))["id"]
+    assert wait_until(lambda: spares(m)["ready"] == 0 and spares(m)["reaps"] == 1, 30), spares(m)
+    assert wait_until(lambda: not [c for c in containers(case_label) if c["id"].startswith(cid[:12])], 30)
+    assert spare_records(m) == {}
+    os.makedirs(m.mnt / "alice" / "t")
+    assert sbxutil.status(m.mnt / "alice" / "t")["from_spare"] is False
+    # made again (a counter: with idle_timeout 1 it may be reaped again at once)
+    assert wait_until(lambda: spares(m)["made"] >= 2, 60), spares(m)
+    assert m.stop() == 0
+    assert containers(case_label) == []
