@@ -291,3 +291,23 @@ def test_idle_spare_reaped_then_back_on_demand(sbxfs, case_label):
     assert wait_until(lambda: spares(m)["made"] >= 2, 60), spares(m)
     assert m.stop() == 0
     assert containers(case_label) == []
+
+
+@pytest.mark.timeout_s(180)
+def test_allowlist_spare_gets_its_proxy_at_claim(sbxfs, case_label):
+    """Network mode allowlist: the claimed spare's network namespace gets the
+    approval proxy's listener from the pool's hook at claim, as a cold
+    create does: the job's HTTPS_PROXY names it and it listens there."""
+    m = start(sbxfs, network={"mode": "allowlist", "allow_domains": ["static.example.test"]})
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    st = sbxutil.status(t)
+    assert st["from_spare"] is True and st["network_mode"] == "allowlist", st
+    # the listener is there, served by the daemon inside the container's network namespace
+    out = run(t, "j", "echo $HTTPS_PROXY; netstat -ltn | grep -c '127.0.0.1:3128 '; "
+                      "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+    lines = out.splitlines()
+    assert lines[:2] == ["http://127.0.0.1:3128", "1"], out
+    assert lines[2:] == ["lo"], out
+    assert m.stop() == 0
+    assert containers(case_label) == []
