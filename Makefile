@@ -59,7 +59,7 @@ COMMON_NET := common/policy.o common/egress.o
 # runtime/: the work queues, the park queue (below FUSE: no FUSE header)
 RUNTIME := runtime/work.o runtime/park.o
 PROVIDERS := providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/pool.o providers/spares.o providers/uidpool.o \
-	     providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	     providers/local.o providers/local_spawn.o providers/local_claim.o providers/claim_mount.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	     providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	     providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	     providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o providers/opensandbox_claim.o \
@@ -130,7 +130,7 @@ run: deps all
 	./sbxfs -f -c $(CONFIG) $(MOUNTPOINT)
 
 UNIT_OBJS := $(COMMON) fs/args.o providers/providers.o providers/api.o providers/registry.o providers/builtin.o providers/uidpool.o \
-	providers/local.o providers/local_spawn.o providers/local_claim.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
+	providers/local.o providers/local_spawn.o providers/local_claim.o providers/claim_mount.o providers/local_jobs.o providers/local_net.o providers/local_gw.o providers/local_pasta.o providers/cgroup.o providers/filter.o providers/local_etc.o \
 	providers/container.o providers/docker.o providers/docker_api.o providers/docker_jobs.o providers/aio.o providers/aio_jobs.o providers/aio_api.o providers/aio_remote.o providers/scriptfs.o \
 	providers/opensandbox.o providers/opensandbox_renew.o providers/opensandbox_api.o providers/opensandbox_sse.o \
 	providers/opensandbox_jobs.o providers/jobrun.o providers/record.o providers/opensandbox_files.o providers/opensandbox_claim.o \

@@ -3,6 +3,7 @@
 """bench/docker_bench.py - the docker provider against the docker CLI, in one run.
 
     /usr/bin/python3 bench/docker_bench.py [--rounds N] [--many N] [--quick] [--out FILE]
+    /usr/bin/python3 bench/docker_bench.py --spares [--spare-n N]
 
 Needs root, ./sbxfs built (or SBXFS_BIN), and a dockerd (started here through
 tests/dockerutil.py when none answers) with the locally built test image
@@ -24,6 +25,12 @@ shows the median ratio and its range beside the median times.
             init, the default)  |  CLI: docker exec C true
   job-engine  the same through the Engine exec API (docker.exec: engine)
             |  CLI: docker exec C true
+  spare     (--spares, a run of its own) p50/p99 of mkdir of a brand-new
+            thread to ready on a daemon with pool.prewarm 2 (claims a spare
+            container) | the same on a daemon with prewarm 0 (cold create) |
+            docker run -d + readiness; interleaved one of each per round, the
+            order rotating; before each round, untimed, the spares are back
+            to 2 (refilled in the background after a claim)
   many      N sandboxes acquired at once (N users, one thread each, so the
             mkdirs run concurrently) | N concurrent `docker run -d`: total
             time; the daemon's VmRSS before and after; the unmount teardown.
@@ -81,7 +88,7 @@ def vmrss_kib(pid):
 class Daemon:
     """An sbxfs of this run: docker provider, its own state_dir and prefix."""
 
-    def __init__(self, work, name, extra=""):
+    def __init__(self, work, name, extra="", prewarm=0):
         self.dir = work / name
         self.mnt = self.dir / "mnt"
         self.mnt.mkdir(parents=True)
@@ -89,6 +96,7 @@ class Daemon:
         self.conf.write_text(
             f"use: docker\nimage: {IMAGE}\nstate_dir: {self.dir / 'state'}\n"
             f"container_prefix: sbxb-{os.getpid()}-{name}\nreplicas: 100000\nidle_timeout: 0\n"
+            f"pool:\n  prewarm: {prewarm}\n"
             f"network:\n  mode: isolated\n"
             f"docker:\n  labels:\n    sbxfs-bench.run: {RUN}\n{extra}")
         self.proc = None
@@ -272,6 +280,76 @@ def bench(args, work):
     return rows, many
 
 
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def spares_ready(mnt):
+    st = json.loads((mnt / ".status").read_text())["spares"]
+    return st["ready"] if st["creating"] == 0 else -1
+
+
+def bench_spares(args, work):
+    """The spare row (see the top): p50/p99 of n rounds."""
+    sp = Daemon(work, "spare", prewarm=2).start()
+    co = Daemon(work, "nospare").start()
+    for d in (sp, co):
+        os.mkdir(d.mnt / "u")
+    xs = {"spare": [], "cold": [], "docker run": []}
+
+    def one(kind, i):
+        if kind == "docker run":
+            name = f"sbxb-{os.getpid()}-cli-spare{i}"
+
+            def go():
+                cli_container(name)
+                while docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true":
+                    time.sleep(0.01)
+            t = timed(go)
+            docker("rm", "-f", name, check=False)
+            return t
+        d = sp if kind == "spare" else co
+        p = d.mnt / "u" / f"t{i}"
+        t = timed(lambda: acquire(p))
+        if json.loads((p / "status").read_text()).get("from_spare") is not (kind == "spare"):
+            raise RuntimeError(f"mkdir {p}: from_spare is not {kind == 'spare'}")
+        os.rmdir(p)
+        return t
+
+    kinds = list(xs)
+    for i in range(-1, args.spare_n):
+        deadline = time.monotonic() + 60
+        while spares_ready(sp.mnt) != 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError("spares not refilled within 60 s: " + (sp.dir / "sbxfs.log").read_text()[-2000:])
+            time.sleep(0.005)
+        order = kinds[i % 3:] + kinds[:i % 3]
+        for k in order:
+            t = one(k, i + 1)
+            if i >= 0:
+                xs[k].append(t * 1000)
+    sp.stop()
+    co.stop()
+    res = {k: {"p50_ms": pct(v, 0.5), "p99_ms": pct(v, 0.99), "n": len(v)} for k, v in xs.items()}
+    for k, v in res.items():
+        log(f"spare row: {k}: p50 {v['p50_ms']:.1f} ms, p99 {v['p99_ms']:.1f} ms (n={v['n']})")
+    return res
+
+
+def spare_table(res):
+    out = [f"# docker spares ({time.strftime('%Y-%m-%d %H:%M')}, {platform.release()}, {os.cpu_count()} CPUs, "
+           f"load {os.getloadavg()[0]:.2f}; `{' '.join(sys.argv)}`)", "",
+           "| mkdir of a brand-new thread to ready | p50 | p99 | n |", "|---|---|---|---|"]
+    for k, what in (("spare", "claiming a spare (pool.prewarm 2)"), ("cold", "without spares (cold create)"),
+                    ("docker run", "`docker run -d` + readiness (`docker inspect`)")):
+        v = res[k]
+        out.append(f"| {what} | {v['p50_ms']:.1f} ms | {v['p99_ms']:.1f} ms | {v['n']} |")
+    out += ["", f"cold p50 / spare p50: {res['cold']['p50_ms'] / res['spare']['p50_ms']:.1f}x; "
+                f"docker run p50 / spare p50: {res['docker run']['p50_ms'] / res['spare']['p50_ms']:.1f}x", ""]
+    return "\n".join(out)
+
+
 def table(rows, many, args):
     out = [f"# docker provider vs docker CLI ({time.strftime('%Y-%m-%d %H:%M')}, {platform.release()}, "
            f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; `{' '.join(sys.argv)}`)", "",
@@ -296,6 +374,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--many", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="4 rounds, 20 sandboxes")
+    ap.add_argument("--spares", action="store_true", help="the spare row only (into results/docker-spares.md)")
+    ap.add_argument("--spare-n", type=int, default=30, help="rounds of the spare row")
     ap.add_argument("--out", default=str(HERE / "results" / "docker.md"))
     args = ap.parse_args()
     if args.quick:
@@ -323,6 +403,14 @@ def main():
 
     signal.signal(signal.SIGTERM, lambda *a: (cleanup(), sys.exit(1)))
     try:
+        if args.spares:
+            res = bench_spares(args, work)
+            text = spare_table(res)
+            out = Path(args.out).with_name("docker-spares.md")
+            out.write_text(text + "\n")
+            out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+            print(text)
+            return
         rows, many = bench(args, work)
         text = table(rows, many, args)
         print(text)

@@ -197,6 +197,20 @@ uint64_t util_proc_starttime(pid_t pid)
 	return 0;
 }
 
+long util_proc_uid(pid_t pid)
+{
+	struct buf b = BUF_INIT(8192);
+	char path[64];
+	const char *u;
+	long uid = -1;
+
+	if (!str_fmt(path, sizeof(path), "/proc/%d/status", (int)pid) && !util_read_file(path, &b) && b.len &&
+	    (u = strstr(buf_str(&b), "\nUid:")))
+		uid = strtol(u + 5, NULL, 10);
+	buf_free(&b);
+	return uid;
+}
+
 unsigned long long util_ns_inode(pid_t pid, const char *ns)
 {
 	char path[64];

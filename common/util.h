@@ -37,5 +37,7 @@ uint64_t util_proc_starttime(pid_t pid);
 /* The inode of /proc/<pid>/ns/<ns> ("mnt", "pid", ...): which namespace the
  * process is in; 0 when it is gone. */
 unsigned long long util_ns_inode(pid_t pid, const char *ns);
+/* The real uid /proc/<pid>/status shows, or -1 when the process is gone. */
+long util_proc_uid(pid_t pid);
 
 #endif

@@ -9,7 +9,8 @@
  * name (<container_prefix>-<scope token>, so any sbxfs finds it again), its
  * labels (provider, user, thread, scope, state_id: what discovery after a
  * crash lists; never a proof, see "records" below), the thread's data
- * bind-mounted from state_dir, skills read-only, the configured mounts,
+ * bind-mounted from state_dir (a spare: empty mount points its claim
+ * fills, "spares" below), skills read-only, the configured mounts,
  * resources mapped to the container's limits, no capabilities,
  * no-new-privileges, the daemon's seccomp profile, no published port, a
  * network of "none" unless network.mode is open, and the egress rules in
@@ -41,6 +42,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 
 #include "../common/buf.h"
 #include "../common/http.h"
@@ -52,6 +55,7 @@
 #include "../common/token.h"
 #include "../common/util.h"
 #include "../common/egress.h"
+#include "claim_mount.h"
 #include "container_int.h"
 #include "filter.h"
 #include "record.h"
@@ -365,6 +369,7 @@ struct crec {
 	char name[128];
 	char id[DOCKER_ID_LEN + 1]; /* "" until the create answered */
 	long long intent_ns;        /* 0: none (a record of an older sbxfs: only its id proves) */
+	char scope[SCOPE_TOKEN_LEN + 1]; /* its scope label: a claimed spare's is the spare's token ("": the scope's) */
 };
 
 static long long wall_ns(void)
@@ -377,9 +382,9 @@ static long long wall_ns(void)
 
 static int crec_save(struct cbox *db)
 {
-	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i}", "name", db->name, "intent_ns",
+	json_t *o = json_pack("{s:s,s:I,s:s,s:i,s:I,s:i,s:i,s:s}", "name", db->name, "intent_ns",
 		(json_int_t)db->intent_ns, "id", db->id, "init_pid", (int)db->init_pid, "init_start",
-		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid);
+		(json_int_t)db->init_start, "uid", (int)db->base.uid, "gid", (int)db->base.gid, "scope", db->token);
 	int r = o ? record_save(db->thread_dir, "docker.json", o) : -1;
 
 	json_decref(o);
@@ -410,6 +415,9 @@ static int crec_load(const char *thread_dir, struct crec *r)
 		goto out;
 	v = json_object_get(o, "intent_ns");
 	r->intent_ns = json_is_integer(v) && json_integer_value(v) > 0 ? json_integer_value(v) : 0;
+	v = json_object_get(o, "scope");
+	if (json_is_string(v) && strlen(json_string_value(v)) == SCOPE_TOKEN_LEN)
+		snprintf(r->scope, sizeof(r->scope), "%s", json_string_value(v));
 	ret = r->id[0] || r->intent_ns ? 0 : -1;
 out:
 	json_decref(o);
@@ -428,7 +436,9 @@ static bool labels_ours(const struct docker_container *c, const char *state_id, 
 static const char *crec_why_not(const struct crec *r, const struct docker_container *c, const char *state_id,
 	const char *token)
 {
-	if (!labels_ours(c, state_id, token))
+	/* a claimed spare keeps the scope label it was made with (labels are
+	 * immutable); the record, in the daemon's own state_dir, says which */
+	if (!labels_ours(c, state_id, r->scope[0] ? r->scope : token))
 		return "its labels are not this scope's";
 	if (r->id[0])
 		return strcmp(r->id, c->id) ? "not the container id recorded" : NULL;
@@ -520,6 +530,7 @@ static struct cbox *cbox_new(const struct sbx_spec *s, struct docker *api, const
 	db->cfg = config_get((struct sbx_config *)s->cfg);
 	db->api = api;
 	db->output_max = s->cfg->res.output;
+	db->spare = s->spare;
 	if (t->box_init)
 		t->box_init(db, s);
 	return db;
@@ -663,6 +674,71 @@ static void spec_free(struct container_spec *c)
 		buf_free(&c->envtext[i]);
 }
 
+/* ---- spares (pool.prewarm) -------------------------------------------------------------------
+ *
+ * A spare is a container like a thread's, but made before any thread wants
+ * it: where a thread's data goes it binds empty directories of its own
+ * (state_dir/spare-mounts/..., shared by all spares), its labels name no user or thread
+ * (org.sbxfs.spare carries its token), and its init runs as root with only
+ * what it needs to take a uid later (docker.c).  Its record (docker.json)
+ * is in the spare's directory.  A claim attaches the thread's directories
+ * over the empty binds through the init's namespaces (claim_mount.c), as
+ * a cold create would bind them (the same read-only flags; Docker's binds
+ * carry no nosuid, neither do these), sets the hostname a cold create
+ * gives, has the init take the thread's uid, and moves the record into the
+ * thread's directory (a rename: one directory holds it at any time), so a
+ * restart adopts the container as the thread's sandbox, and the spares
+ * module, which adopts by its own directories, never takes it for a spare.
+ */
+static const char *const spare_dirs[CONTAINER_SPARE_DIRS] = { "workspace", "uploads", "outputs", "skills" };
+
+/* The sandbox paths a thread's directories are bound at, in spare_dirs' order. */
+static const char *spare_target(const struct sbx_config *cfg, int i)
+{
+	static const char *const t[] = { LAYOUT_SANDBOX_WORKSPACE, LAYOUT_SANDBOX_USER_DATA "/uploads",
+		LAYOUT_SANDBOX_USER_DATA "/outputs" };
+
+	return i < 3 ? t[i] : cfg->skills_container_path;
+}
+
+/* The thread's directory to attach at spare_target(i). */
+static const char *spare_thread_src(const struct sbx_spec *s, int i)
+{
+	const char *src[] = { s->dirs.workspace, s->dirs.uploads, s->dirs.outputs, s->dirs.skills };
+
+	return src[i];
+}
+
+/* A spare's empty mount point i, made when missing: one set for every
+ * spare, state_dir/spare-mounts/<name> (root's, empty, never removed).
+ * Never a spare's own directory: removing the directory a mount sits on
+ * detaches it in every namespace, so a claimed spare would lose the
+ * thread's directories when its spare directory goes. */
+static int container_spare_dir(const struct sbx_spec *s, int i, char *out, size_t len)
+{
+	if (str_fmt(out, len, "%s/spare-mounts/%s", s->cfg->state_dir, spare_dirs[i]))
+		return -1;
+	return util_mkdir_p(out, 0555);
+}
+
+/* The data mounts of a create: the thread's, or a spare's empty ones. */
+static int spec_data_mounts(struct container_spec *c, const struct sbx_spec *s)
+{
+	int r = 0;
+
+	for (int i = 0; i < CONTAINER_SPARE_DIRS; i++) {
+		const char *src = spare_thread_src(s, i);
+
+		if (s->spare) {
+			if (container_spare_dir(s, i, c->spare_src[i], sizeof(c->spare_src[i])))
+				return -1;
+			src = c->spare_src[i];
+		}
+		r |= container_spec_mount(c, src, spare_target(s->cfg, i), i == 3);
+	}
+	return r;
+}
+
 /* The common part of the create, then what the provider runs inside. */
 static int container_spec(struct container_spec *c, const struct sbx_spec *s, struct cbox *db)
 {
@@ -671,10 +747,7 @@ static int container_spec(struct container_spec *c, const struct sbx_spec *s, st
 	struct docker_create_spec *d = &c->d;
 	int r = 0;
 
-	r |= container_spec_mount(c, s->dirs.workspace, LAYOUT_SANDBOX_WORKSPACE, false);
-	r |= container_spec_mount(c, s->dirs.uploads, LAYOUT_SANDBOX_USER_DATA "/uploads", false);
-	r |= container_spec_mount(c, s->dirs.outputs, LAYOUT_SANDBOX_USER_DATA "/outputs", false);
-	r |= container_spec_mount(c, s->dirs.skills, cfg->skills_container_path, true);
+	r |= spec_data_mounts(c, s);
 	for (size_t i = 0; i < cfg->n_mounts; i++)
 		r |= container_spec_mount(c, cfg->mounts[i].host_path, cfg->mounts[i].container_path,
 			cfg->mounts[i].read_only);
@@ -683,6 +756,8 @@ static int container_spec(struct container_spec *c, const struct sbx_spec *s, st
 	r |= spec_label(c, CONTAINER_LABEL_THREAD, s->thread);
 	r |= spec_label(c, CONTAINER_LABEL_SCOPE, s->token);
 	r |= spec_label(c, CONTAINER_LABEL_STATE_ID, s->state_id);
+	if (s->spare)
+		r |= spec_label(c, CONTAINER_LABEL_SPARE, s->token);
 	for (size_t i = 0; i < dc->n_labels; i++)
 		r |= spec_label(c, dc->labels[i].key, dc->labels[i].value);
 	snprintf(c->user, sizeof(c->user), "%u:%u", (unsigned)db->base.uid, (unsigned)db->base.gid);
@@ -768,6 +843,10 @@ static int container_files(struct cbox *db, const struct sbx_spec *s)
 	gid_t gid;
 	int r;
 
+	if (s->spare) { /* root until its claim; its mount points: spec_data_mounts */
+		db->base.uid = db->base.gid = 0;
+		return db->type->claim_uid ? 0 : ENOTSUP;
+	}
 	r = uidpool_assign(dk.uids, s->cfg, s->user, s->dirs.thread_dir, &uid, &gid);
 	if (!r && layout_make_data_dirs(s->dirs.thread_dir, uid, gid))
 		r = errno == ENOSPC ? ENOSPC : EIO;
@@ -874,6 +953,133 @@ out:
 	return e;
 }
 
+/* ---- claim of a spare (see "spares") ---------------------------------------------------------- */
+
+/* The record follows the box: saved where it is (with the thread's uid),
+ * then renamed into the thread's directory. */
+static enum sbx_err claim_move_record(struct cbox *db, const struct sbx_spec *s, const char *scope)
+{
+	struct buf from = BUF_INIT(BUF_CAP_PATH), to = BUF_INIT(BUF_CAP_PATH);
+	char *dir = strdup(s->dirs.thread_dir);
+	enum sbx_err e = SBX_ERR_IO;
+
+	if (!dir)
+		return SBX_ERR_NOMEM;
+	if (crec_save(db) || layout_file(&from, db->thread_dir, "docker.json") ||
+	    layout_file(&to, dir, "docker.json") || rename(from.ptr, to.ptr)) {
+		log_err(scope, "%s: claim: cannot move the record to %s: %s", s->cfg->use, dir, strerror(errno));
+		free(dir);
+	} else {
+		free(db->thread_dir);
+		db->thread_dir = dir;
+		e = SBX_OK;
+	}
+	buf_free(&from);
+	buf_free(&to);
+	return e;
+}
+
+/* Docker's /etc/hostname and /etc/hosts (open mode: the container's
+ * address) name the spare's hostname: the thread's instead, as a cold
+ * create's files would, rewritten in place (a rename would leave the bind
+ * mount on the old file; both names are sbx-<16 hex digits>: the length
+ * is the same).  Opened through the init's root with RESOLVE_IN_ROOT, so a
+ * symlink of the image never leads outside it; a file missing (another
+ * engine) is left. */
+#define CLAIM_ETC_MAX (64 * 1024)
+
+static int claim_etc_one(int root, const char *rel, const char *from, const char *to)
+{
+	struct open_how how = { .flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS };
+	int fd = (int)syscall(SYS_openat2, root, rel, &how, sizeof(how)), changed = 0, r = 0;
+	size_t flen = strlen(from);
+	char *text = malloc(CLAIM_ETC_MAX + 1), *p;
+	ssize_t n = -1;
+
+	if (fd >= 0 && text)
+		n = pread(fd, text, CLAIM_ETC_MAX, 0);
+	if (n >= 0) {
+		text[n] = '\0';
+		for (p = text; (p = strstr(p, from)); p += flen, changed++)
+			memcpy(p, to, flen);
+		if (changed && pwrite(fd, text, (size_t)n, 0) != n)
+			r = -1;
+	} else if (fd >= 0 || errno != ENOENT) {
+		r = -1;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	return r;
+}
+
+static enum sbx_err claim_etc_names(struct cbox *db, const char *from, const char *to, const char *scope)
+{
+	static const char *const files[] = { "etc/hostname", "etc/hosts" };
+	char path[64];
+	int root, r = 0;
+
+	if (strlen(from) != strlen(to))
+		return SBX_ERR_INVAL;
+	snprintf(path, sizeof(path), "/proc/%d/root", (int)db->init_pid);
+	root = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (size_t i = 0; root >= 0 && !r && i < 2; i++)
+		if ((r = claim_etc_one(root, files[i], from, to)))
+			log_err(scope, "%s: claim: cannot rewrite /%s in the spare: %s", db->cfg->use, files[i],
+				strerror(errno));
+	if (root < 0)
+		log_err(scope, "%s: claim: the spare's root (init %d): %s", db->cfg->use, (int)db->init_pid,
+			strerror(errno));
+	else
+		close(root);
+	return root < 0 || r ? SBX_ERR_IO : SBX_OK;
+}
+
+enum sbx_err container_claim(struct cbox *db, const struct sbx_spec *s)
+{
+	struct claim_mount m[CONTAINER_SPARE_DIRS];
+	char scope[NAMES_SCOPE_MAX], hostname[64], spare_host[64];
+	unsigned long long mntns = db->init_pid ? util_ns_inode(db->init_pid, "mnt") : 0;
+	enum sbx_err e;
+	int r;
+
+	snprintf(scope, sizeof(scope), "%s/%s", s->user, s->thread);
+	if (!db->type->claim_uid)
+		return SBX_ERR_NOTSUP;
+	if (!mntns || !container_running(db)) { /* checked after the inode: it is the init's */
+		log_err(scope, "%s: claim: the spare's container %s is not running", s->cfg->use, db->name);
+		return SBX_ERR_GONE;
+	}
+	r = container_files(db, s);
+	if (r) {
+		log_err(scope, "%s: claim: cannot prepare the sandbox's files: %s", s->cfg->use, strerror(r));
+		return sbx_err_from_errno(r);
+	}
+	e = db->type->claim_uid(db, db->base.uid, db->base.gid, scope);
+	if (e)
+		return e;
+	for (int i = 0; i < CONTAINER_SPARE_DIRS; i++)
+		m[i] = (struct claim_mount){ spare_thread_src(s, i), spare_target(s->cfg, i), i == 3 };
+	snprintf(hostname, sizeof(hostname), "sbx-%s", s->token);
+	snprintf(spare_host, sizeof(spare_host), "sbx-%s", db->token);
+	e = claim_mount_attach(db->init_pid, mntns, m, CONTAINER_SPARE_DIRS, false, hostname, scope, s->cfg->use);
+	if (!e)
+		e = claim_etc_names(db, spare_host, hostname, scope);
+	if (e)
+		return e;
+	db->output_max = s->cfg->res.output;
+	e = claim_move_record(db, s, scope);
+	if (!e)
+		db->spare = false;
+	return e;
+}
+
+bool container_spare_claimed(struct cbox *db)
+{
+	return container_running(db) && util_proc_uid(db->init_pid) != 0;
+}
+
 /* ---- health, destroy, adopt, discover ------------------------------------------------------- */
 
 /* By the recorded id only: a container that took the name since is not this box's. */
@@ -950,6 +1156,8 @@ enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_ty
 	}
 	snprintf(db->name, sizeof(db->name), "%s", r.name);
 	snprintf(db->id, sizeof(db->id), "%s", r.id);
+	if (r.scope[0])
+		snprintf(db->token, sizeof(db->token), "%s", r.scope);
 	db->intent_ns = r.intent_ns;
 	if (!uidpool_recorded(s->dirs.thread_dir, &uid, &gid)) {
 		db->base.uid = uid;
@@ -1010,6 +1218,13 @@ static void discover_one(const struct docker_container *c, void *arg)
 		   *scope = docker_label(c, CONTAINER_LABEL_SCOPE);
 	struct discovered *x;
 
+	if (docker_label(c, CONTAINER_LABEL_SPARE)) {
+		/* a spare's: the spares module adopts it from state_dir/spares, or,
+		 * claimed, the thread whose record names it (see "spares") */
+		log_debug("docker", "discovery: container %.12s is a spare's (or a claimed spare): left to its record",
+			c->id);
+		return;
+	}
 	if (d->n >= CONTAINER_DISCOVER_MAX) {
 		d->full = true;
 		return;

@@ -39,6 +39,7 @@
 #define CONTAINER_LABEL_THREAD "org.sbxfs.thread"
 #define CONTAINER_LABEL_SCOPE "org.sbxfs.scope"
 #define CONTAINER_LABEL_STATE_ID "org.sbxfs.state_id"
+#define CONTAINER_LABEL_SPARE "org.sbxfs.spare" /* a spare's (pool.prewarm): its token, kept after its claim */
 
 /* The keys every container provider's section has (socket, labels,
  * uid_base, uid_count): first in the provider's own section struct
@@ -84,6 +85,7 @@ struct cbox {
 	struct sbx_config *cfg; /* referenced: the config it lives with */
 	struct docker *api;     /* the client of its dockerd (owned by container.c, never freed before exit) */
 	uint64_t output_max;
+	bool spare; /* an unclaimed spare (pool.prewarm): never paused, its init known; cleared by its claim */
 	/* container_freeze.c: the container is paused since paused_at
 	 * (monotonic ms, 0 = running), and was paused paused_ms before; both atomic */
 	uint64_t paused_at, paused_ms;
@@ -95,6 +97,8 @@ struct cbox {
 #define CONTAINER_MAX_LABELS 40
 #define CONTAINER_MAX_ENV 512
 #define CONTAINER_MAX_ARGS 64
+
+#define CONTAINER_SPARE_DIRS 4 /* workspace, uploads, outputs, skills */
 
 struct container_spec {
 	struct docker_create_spec d;
@@ -109,6 +113,7 @@ struct container_spec {
 	const char *caps[CONTAINER_MAX_ARGS];
 	char user[32], hostname[64], seccomp_file[4096];
 	char path[4096]; /* the provider's: a mount source it makes in its spec hook */
+	char spare_src[CONTAINER_SPARE_DIRS][4096]; /* a spare's empty mount points (container_spare_dir) */
 };
 
 /* Appends to the spec: -1 when full (the create then fails, logged). */
@@ -134,6 +139,10 @@ struct container_type {
 	/* Wait until the sandbox inside answers (the container runs, its
 	 * egress rules are in): SBX_OK or why not (logged). */
 	enum sbx_err (*ready)(struct cbox *cb, const char *scope, long timeout_s);
+	/* A spare's claim (container_claim): make what runs inside the
+	 * thread's uid and gid, and return once it runs as them.  NULL: the
+	 * provider has no spares. */
+	enum sbx_err (*claim_uid)(struct cbox *cb, uid_t uid, gid_t gid, const char *scope);
 };
 
 /* b as a container box (aborts on a box of another kind). */
@@ -146,6 +155,17 @@ enum sbx_err container_adopt(const struct sbx_spec *s, const struct container_ty
 enum sbx_err container_discover(const struct sbx_config *cfg, const char *state_id,
 	void (*found)(const char *user, const char *thread, void *arg), void *arg);
 enum sbx_err container_destroy(struct sbx_box *b);
+/* Bind cb, a spare (made by container_create with spec->spare: empty
+ * binds where a thread's data goes, running as root until its claim), to
+ * the thread s names without restarting it (provider.h's claim): the
+ * thread's uid (uidpool, as a create gives it) and data directories, the
+ * type's claim_uid, the directories and skills attached over the empty
+ * binds and the hostname set (claim_mount.c), the record moved to the
+ * thread's directory.  Any failure: an error (the pool destroys cb). */
+enum sbx_err container_claim(struct cbox *cb, const struct sbx_spec *s);
+/* Whether the init of cb, a spare adopted after a restart, was told a
+ * claim (it no longer runs as root): such a spare is never handed out. */
+bool container_spare_claimed(struct cbox *cb);
 void container_box_free(struct sbx_box *b);
 void container_shutdown(void);
 /* SBX_OK while the container runs the init it was made or adopted with,

@@ -7,7 +7,10 @@
  * supervised by it (docker_jobs.c).  This file is the provider's
  * descriptor, its section (docker:, beside the container layer's common
  * keys), its box (struct dockbox) and the box's readiness: the init answers
- * "ping" on its socket in the container's network namespace.
+ * "ping" on its socket in the container's network namespace; and its
+ * spares (pool.prewarm): a spare's init is "sbxfs-box spare", root with
+ * CAP_SETUID, CAP_SETGID and CAP_SETPCAP only, and a claim
+ * (container_claim) has it take the thread's uid ("claim UID GID").
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -155,13 +158,19 @@ static void docker_box_init(struct cbox *cb, const struct sbx_spec *s)
 	((struct dockbox *)cb)->exec_engine = docker_conf_of(s->cfg)->exec_engine;
 }
 
+/* A spare's init runs as root with what taking a uid needs, and no more
+ * (helpers/docker_box.c, "sbxfs-box spare"); a claim drops it all. */
+static char *const docker_spare_caps[] = { "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP" };
+
 static int docker_spec(struct cbox *cb, const struct sbx_spec *s, struct container_spec *cs)
 {
 	static const char *const entry[] = { DOCKER_BOX_PATH, "init", NULL };
+	static const char *const spare_entry[] = { DOCKER_BOX_PATH, "spare", NULL };
 
 	(void)cb;
-	(void)s;
-	cs->d.entrypoint = entry;
+	cs->d.entrypoint = s->spare ? spare_entry : entry;
+	if (s->spare && container_spec_caps(cs, docker_spare_caps, 3))
+		return -1;
 	return container_spec_mount(cs, docker_box_helper, DOCKER_BOX_PATH, true);
 }
 
@@ -191,12 +200,30 @@ static enum sbx_err docker_wait_init(struct cbox *db, const char *scope, long ti
 	}
 }
 
+/* A claim: the spare's init takes the thread's uid (it answers once it
+ * runs as it). */
+static enum sbx_err docker_claim_uid(struct cbox *cb, uid_t uid, gid_t gid, const char *scope)
+{
+	char req[64], reply[64];
+	enum sbx_err e;
+
+	snprintf(req, sizeof(req), "claim %u %u", (unsigned)uid, (unsigned)gid);
+	e = djobs_ask_init(cb, req, reply, sizeof(reply), 5000);
+	if (!e && strcmp(reply, "claimed"))
+		e = SBX_ERR_IO;
+	if (e)
+		log_err(scope, "docker: claim: the spare's init did not take uid %u: %s", (unsigned)uid,
+			reply[0] ? reply : sbx_err_name(e));
+	return e;
+}
+
 static const struct container_type docker_type = {
 	.prov = &provider_docker,
 	.box_size = sizeof(struct dockbox),
 	.box_init = docker_box_init,
 	.spec = docker_spec,
 	.ready = docker_wait_init,
+	.claim_uid = docker_claim_uid,
 };
 
 static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box **out)
@@ -206,14 +233,33 @@ static enum sbx_err docker_create_box(const struct sbx_spec *s, struct sbx_box *
 
 static enum sbx_err docker_adopt(const struct sbx_spec *s, struct sbx_box **out)
 {
-	return container_adopt(s, &docker_type, out);
+	enum sbx_err e = container_adopt(s, &docker_type, out);
+
+	if (!e && s->spare && container_spare_claimed(cbox(*out))) {
+		/* a claim cut short by a crash: it may run as a thread's uid with
+		 * its mounts, and no thread's record names it */
+		log_warn("docker", "spare %s: its init took a uid (a claim was interrupted): ending it", s->token);
+		container_destroy(*out);
+		sbx_box_put(*out);
+		*out = NULL;
+		return SBX_ERR_GONE;
+	}
+	return e;
 }
 
-/* The container runs its init, and the init answers. */
+static enum sbx_err docker_claim(struct sbx_box *b, const struct sbx_spec *s)
+{
+	return container_claim(&dockbox(b)->c, s);
+}
+
+/* The container runs its init, and the init answers.  A spare's (checked
+ * before its claim, on a new thread's mkdir) without asking dockerd: its
+ * init is known and never paused, so the same init still running (pid and
+ * start time) and answering is the container running. */
 static enum sbx_err docker_health(struct sbx_box *b)
 {
 	struct cbox *cb = &dockbox(b)->c;
-	enum sbx_err e = container_health(cb);
+	enum sbx_err e = cb->spare && cb->init_pid ? (container_running(cb) ? SBX_OK : SBX_ERR_GONE) : container_health(cb);
 
 	return e ? e : docker_pong(cb, 3000) ? SBX_OK : SBX_ERR_GONE;
 }
@@ -237,6 +283,7 @@ static const struct sbx_provider_ops docker_ops = {
 	.create = docker_create_box,
 	.health = docker_health,
 	.adopt = docker_adopt,
+	.claim = docker_claim,
 	CONTAINER_PROVIDER_OPS,
 	.kill_all = djobs_kill_all,
 	.box_status = docker_box_status,

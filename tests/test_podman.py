@@ -246,3 +246,12 @@ def labelled_image(podman, case_label, tmp_path):
     yield build
     for tag in made:
         podman.podman("rmi", "-f", tag, check=False, timeout=60)
+
+
+@pytest.mark.timeout_s(300)
+def test_spare_claimed_like_on_dockerd(sbxfs, case_label):
+    """pool.prewarm against Podman (rootful, as here): the claim of
+    tests/test_docker_spares.py (the thread's uid, hostname, data and
+    read-only skills; a dead spare falls back to a cold create)."""
+    import test_docker_spares as S
+    S.test_claim_gives_what_a_cold_create_gives_and_a_dead_spare_falls_back(sbxfs, case_label)

@@ -18,6 +18,17 @@
  *                                 (cmd, environ, stdin, stdout, stderr,
  *                                 result) -> forks a supervisor (no exec)
  *                                 that owns the connection from then on
+ *   sbxfs-box spare          pid 1 of a spare (pool.prewarm): the same, but
+ *                            started as root with CAP_SETUID, CAP_SETGID
+ *                            and CAP_SETPCAP only, and one more request,
+ *                              "claim UID GID" -> "claimed": empties its
+ *                                 bounding set, takes UID, GID and the
+ *                                 supplementary group GID (what `docker
+ *                                 run --user UID:GID` gives) and drops
+ *                                 every capability; from then on it is the
+ *                                 init of a cold create of that thread
+ *                            (nothing but this init runs in a spare before
+ *                            its claim: the pool hands it out only then)
  *   sbxfs-box connect NAME   the same supervisor, started through the
  *                            Engine exec API (docker.exec: engine): it
  *                            connects to the daemon's abstract socket NAME,
@@ -119,6 +130,9 @@ static bool name_ok(const char *s)
 			return false;
 	return true;
 }
+
+/* A spare's init until its claim (main_init). */
+static bool box_spare;
 
 /* No capability in any set (a container given some keeps none here). */
 static void drop_caps(void)
@@ -767,6 +781,34 @@ static int kill_all(void)
 	return killed;
 }
 
+/* "claim UID GID": a spare's init becomes the thread's (see the top).
+ * 0, or -1 with nothing changed that matters (the daemon then destroys the
+ * spare). */
+static int box_claim(const char *msg)
+{
+	unsigned long uid, gid;
+	char extra;
+	gid_t g;
+
+	if (!box_spare || sscanf(msg, "claim %lu %lu%c", &uid, &gid, &extra) != 2 || uid == 0 || gid == 0 ||
+	    uid >= 0xffffffffUL || gid >= 0xffffffffUL)
+		return -1;
+	g = (gid_t)gid;
+	/* the bounding set first, CAP_SETPCAP (which this needs) last: what
+	 * the jobs inherit is then as empty as in a cold create's container */
+	for (int c = CAP_LAST_CAP; c >= 0; c--)
+		if (c != CAP_SETPCAP)
+			prctl(PR_CAPBSET_DROP, c, 0, 0, 0);
+	prctl(PR_CAPBSET_DROP, CAP_SETPCAP, 0, 0, 0);
+	if (syscall(SYS_setgroups, 1, &g) || syscall(SYS_setresgid, g, g, g) ||
+	    syscall(SYS_setresuid, (uid_t)uid, (uid_t)uid, (uid_t)uid))
+		return -1;
+	drop_caps();
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	box_spare = false;
+	return 0;
+}
+
 static void serve_one(int conn)
 {
 	struct ucred cred;
@@ -784,11 +826,13 @@ static void serve_one(int conn)
 		goto out;
 	if (!strcmp(msg, "ping")) {
 		send_text(conn, "pong");
+	} else if (!strncmp(msg, "claim ", 6)) {
+		send_text(conn, box_claim(msg) ? "error claim refused" : "claimed");
 	} else if (!strcmp(msg, "killall")) {
 		char text[32];
 		snprintf(text, sizeof(text), "done %d", kill_all());
 		send_text(conn, text);
-	} else if (nfds == BOX_NFDS && !parse_job(msg, &name, &timeout, &output_max)) {
+	} else if (!box_spare && nfds == BOX_NFDS && !parse_job(msg, &name, &timeout, &output_max)) {
 		/* no exec: the child is not dumpable from its first instruction on
 		 * (inherited from us), while an exec would make it dumpable until
 		 * main_job's prctl, and a job of the same uid watching for the
@@ -814,12 +858,16 @@ out:
 	close(conn);
 }
 
-static int main_init(void)
+static int main_init(bool spare)
 {
 	sigset_t mask;
 	int lfd, sigfd;
 
-	drop_caps();
+	box_spare = spare;
+	if (spare) /* its capabilities stay for the claim: no exec, no job before it */
+		prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	else
+		drop_caps();
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
@@ -886,9 +934,11 @@ static int main_connect(const char *sockname)
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "init"))
-		return main_init();
+		return main_init(false);
+	if (argc == 2 && !strcmp(argv[1], "spare"))
+		return main_init(true);
 	if (argc == 3 && !strcmp(argv[1], "connect"))
 		return main_connect(argv[2]);
-	say("usage: sbxfs-box init | connect NAME (see providers/helpers/docker_box.c)");
+	say("usage: sbxfs-box init | spare | connect NAME (see providers/helpers/docker_box.c)");
 	return 2;
 }
