@@ -417,7 +417,6 @@ static void d_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want |= FUSE_CAP_ATOMIC_O_TRUNC & conn->capable;
 	conn->want |= FUSE_CAP_SPLICE_WRITE & conn->capable;
 	conn->want |= FUSE_CAP_SPLICE_MOVE & conn->capable;
-	conn->want |= FUSE_CAP_SPLICE_READ & conn->capable;
 	conn->want |= FUSE_CAP_AUTO_INVAL_DATA & conn->capable;
 	conn->want |= FUSE_CAP_PARALLEL_DIROPS & conn->capable;
 	conn->want |= FUSE_CAP_FLOCK_LOCKS & conn->capable;
@@ -439,6 +438,17 @@ static void d_init(void *userdata, struct fuse_conn_info *conn)
 		fs.passthrough = true;
 	}
 #endif
+	/* Requests are read with read(2), not spliced: only a WRITE gains from
+	 * a splice, and with passthrough no data file's WRITE reaches us.  A
+	 * spliced request is two calls (splice, then read back whatever is not
+	 * write data), and the pipe must hold max_write + a page, more than
+	 * pipe-max-size (1 MiB) allows without CAP_SYS_RESOURCE: libfuse >= 3.17
+	 * then makes, fails to grow and closes a new pipe for every request
+	 * (8 system calls each; docs/performance.md).  The copy path keeps it. */
+	if (!fs.passthrough)
+		conn->want |= FUSE_CAP_SPLICE_READ & conn->capable;
+	else
+		conn->want &= ~FUSE_CAP_SPLICE_READ;
 	uring_init(conn);
 }
 
