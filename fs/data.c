@@ -958,11 +958,86 @@ out:
 	fuse_reply_err(req, err);
 }
 
+/* ---- names that do not exist ---------------------------------------------------
+ *
+ * "No such file" is cached by the kernel for cache_timeout while the watcher
+ * tells it of every name a sandbox makes (FAN_CREATE, FAN_MOVED_TO:
+ * data_inval_dirent drops the cached answer).  An answer and a job's create
+ * cannot cross unseen: the kernel sends a LOOKUP holding the directory's
+ * lock, which the watcher's invalidation waits for.  What the watcher may
+ * miss (its queue overflowed; files a snapshot restore brings back behind
+ * it) is dropped by data_inval_sbx, which also runs at each job's end: so
+ * every such answer is remembered, up to DATA_NEG_MAX per sandbox between two
+ * drops; past that, and whenever the sandbox is on the short timeouts, the
+ * answer is not cached at all (as without the watcher).  Without this, every
+ * probe for a name that is not there (an import path, a config file, a
+ * create's lookup) was a round trip each time. */
+#define DATA_NEG_MAX 4096
+
+/* Whether the negative answer for name in p may be cached: remembered
+ * first, the watcher's state checked after, so that an overflow that
+ * begins meanwhile finds the record (the record of an answer not cached
+ * costs one needless invalidation). */
+static bool data_neg_note(struct node *p, const char *name)
+{
+	struct view *v = p->view;
+	char *copy;
+	bool noted = false;
+
+	if (!fswatch_long(v) || !(copy = strdup(name)))
+		return false;
+	pthread_mutex_lock(&v->lock);
+	if (v->nneg == v->neg_cap && v->neg_cap < DATA_NEG_MAX) {
+		unsigned cap = v->neg_cap ? v->neg_cap * 2 : 64;
+		struct data_neg *nv = realloc(v->neg, cap * sizeof(*nv));
+		if (nv) {
+			v->neg = nv;
+			v->neg_cap = cap;
+		}
+	}
+	if (v->nneg < v->neg_cap) {
+		v->neg[v->nneg++] = (struct data_neg){ .dir = node_ino(p), .name = copy };
+		noted = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (!noted)
+		free(copy);
+	return noted && fswatch_long(v);
+}
+
+/* Drop every cached "no such file" of v (no lock held; a directory the
+ * kernel has forgotten meanwhile answers ENOENT: harmless). */
+static void data_neg_drop(struct view *v)
+{
+	struct data_neg *neg;
+	unsigned n;
+
+	pthread_mutex_lock(&v->lock);
+	neg = v->neg;
+	n = v->nneg;
+	v->neg = NULL;
+	v->nneg = v->neg_cap = 0;
+	pthread_mutex_unlock(&v->lock);
+	for (unsigned i = 0; i < n; i++) {
+		if (fs.se)
+			fuse_lowlevel_notify_inval_entry(fs.se, neg[i].dir, neg[i].name, strlen(neg[i].name));
+		free(neg[i].name);
+	}
+	free(neg);
+}
+
 static void data_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
+	struct node *p = dnode(parent);
+	int err = data_do_lookup(p, name, &e);
 
-	node_reply_entry(req, data_do_lookup(dnode(parent), name, &e), &e);
+	if (err == ENOENT && data_neg_note(p, name)) {
+		memset(&e, 0, sizeof(e)); /* ino 0: a negative entry, cached */
+		e.entry_timeout = fs.cache_timeout;
+		return (void)fuse_reply_entry(req, &e);
+	}
+	node_reply_entry(req, err, &e);
 }
 
 /* Keep the page cache across opens while the host file is unchanged:
@@ -1781,6 +1856,7 @@ void data_inval_sbx(struct sbx *s)
 
 	if (!v)
 		return;
+	data_neg_drop(v);
 	pthread_mutex_lock(&v->lock);
 	for (int b = 0; b < VIEW_BUCKETS; b++)
 		for (struct node *d = v->table[b]; d; d = d->hnext) {

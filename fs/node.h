@@ -119,6 +119,11 @@ struct user_ent {
 
 #define VIEW_BUCKETS 256
 
+struct data_neg {
+	fuse_ino_t dir;
+	char *name;
+};
+
 struct view {
 	struct sbx *sbx; /* referenced */
 	unsigned gen;
@@ -137,6 +142,8 @@ struct view {
 	struct node *table[VIEW_BUCKETS];
 	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
 	int cache_short;    /* atomic: why its data is on the short timeouts, 0 = watched (fswatch.c) */
+	struct data_neg *neg; /* lock: names answered "no such file" for cache_timeout (data.c) */
+	unsigned nneg, neg_cap;
 	int watch_dirs;     /* fswatch.c's lock: its marked directories */
 	/* Readiness (fs/acquire.c): a view made at an asynchronous mkdir is
 	 * pending (atomic; set at birth, cleared once, under fs_lock) until its
