@@ -13,9 +13,9 @@ what an agent's tools meet on their second look).  For each operation:
 - FUSE requests per operation, by opcode: the daemon's counters in .metrics
   (sbxfs_fuse_requests_total) before and after, less the requests of
   reading .metrics itself (measured the same way);
-- the daemon's system calls per operation and per request: `perf stat -e
-  raw_syscalls:sys_enter -p <daemon>` around the loop (without perf: not
-  shown);
+- the daemon's system calls per operation and per request, and its CPU
+  time per operation: `perf stat -e raw_syscalls:sys_enter,task-clock -p
+  <daemon>` around the loop (without perf: not shown);
 - ops/s on the mount and on a native directory of the same filesystem,
   measured back to back (a rough ratio; the interleaved benches,
   cache_ab.py and smallfiles_ab.py, are the figures to quote).
@@ -59,7 +59,7 @@ class Perf:
             if os.path.exists(p):
                 os.unlink(p)
             os.mkfifo(p)
-        self.p = subprocess.Popen(["perf", "stat", "-x,", "-o", self.out, "-e", "raw_syscalls:sys_enter",
+        self.p = subprocess.Popen(["perf", "stat", "-x,", "-o", self.out, "-e", "raw_syscalls:sys_enter,task-clock",
                                    "-p", str(self.pid), "-D", "-1", "--control", "fifo:%s,%s" % (ctl, ack)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.ctl = open(ctl, "w")
@@ -78,12 +78,17 @@ class Perf:
         self.p.wait(timeout=30)
         self.ctl.close()
         self.ack.close()
-        self.calls = 0
+        self.calls, self.cpu_ms = 0, 0.0
         with open(self.out) as f:
             for line in f:
                 x = line.strip().split(",")
                 if len(x) >= 3 and x[2] == "raw_syscalls:sys_enter" and x[0].isdigit():
                     self.calls = int(x[0])
+                elif len(x) >= 3 and x[2].startswith("task-clock"):
+                    try:
+                        self.cpu_ms = float(x[0])
+                    except ValueError:
+                        pass
 
 
 def make_tree(d, nfiles, ndirs):
@@ -196,12 +201,12 @@ def run(d, n, mnt=None, pid=None, work=None, use_perf=True):
                 t = time.perf_counter()
                 fn()
                 dt = time.perf_counter() - t
-            calls = p.calls
+            calls, cpu = p.calls, p.cpu_ms
         else:
             t = time.perf_counter()
             fn()
             dt = time.perf_counter() - t
-            calls = None
+            calls, cpu = None, None
         req = None
         if mnt:
             req = requests(mnt) - r0
@@ -214,7 +219,7 @@ def run(d, n, mnt=None, pid=None, work=None, use_perf=True):
                 t = time.perf_counter()
                 fn()
                 dt = time.perf_counter() - t
-        rows.append((label, count, dt, req, calls))
+        rows.append((label, count, dt, req, calls, cpu))
     return rows, nt
 
 
@@ -259,16 +264,17 @@ def main():
               % (a.sbxfs, a.n, nt, ndirs, a.conf, os.getloadavg()[0]))
         print()
         print("| operation | FUSE requests per op, by opcode | daemon syscalls per op | per request "
-              "| sbxfs / native ops/s |")
-        print("|---|---|---|---|---|")
-        for (label, count, dt, req, calls), (_, _, ndt, _, _) in zip(rows, nrows):
+              "| daemon CPU µs per op | sbxfs / native ops/s |")
+        print("|---|---|---|---|---|---|")
+        for (label, count, dt, req, calls, cpu), (_, _, ndt, _, _, _) in zip(rows, nrows):
             per = count if count > 1 else 1
             nreq = sum(req.values())
             what = ", ".join("%s %s" % (k.upper(), fmt(v / per)) for k, v in req.most_common()) or "none"
             sc = "%s" % fmt(calls / per) if calls is not None else "-"
             spr = "%.1f" % (calls / nreq) if calls is not None and nreq else "-"
             ratio = "%.2fx" % (ndt / dt) if dt else "(see cache_ab.py)"
-            print("| %s | %s = %s | %s | %s | %s |" % (label, fmt(nreq / per), what, sc, spr, ratio))
+            cu = fmt(cpu * 1e3 / per) if cpu is not None else "-"
+            print("| %s | %s = %s | %s | %s | %s | %s |" % (label, fmt(nreq / per), what, sc, spr, cu, ratio))
         print()
         print("(find, grep, readdir, ls -l: per run over the whole directory or tree, not per file)")
     finally:
