@@ -182,9 +182,6 @@ static void view_free(struct view *v)
 	fs_unlock();
 	park_queue_destroy(&v->ready_q);
 	pthread_mutex_destroy(&v->lock);
-	for (unsigned i = 0; i < v->nneg; i++)
-		free(v->neg[i].name);
-	free(v->neg);
 	budget_acct_put(v->fds);
 	free(v->jobs_dir);
 	pool_put(v->sbx);

@@ -97,6 +97,7 @@ struct node {
 	dev_t dev;
 	ino_t ino;
 	char *name;       /* N_DATA: the name the kernel last learned it by (view->lock); NULL at a data directory's top */
+	struct data_neg *neg; /* N_DATA directory: names in it answered "no such file", cached (view->lock; data.c) */
 	dev_t pdev;       /* N_DATA: ... in the directory of this host identity */
 	ino_t pino;
 	struct node *hnext; /* view's inode table chain (data) or the view's vnode list (virtual) */
@@ -119,11 +120,6 @@ struct user_ent {
 
 #define VIEW_BUCKETS 256
 
-struct data_neg {
-	fuse_ino_t dir;
-	char *name;
-};
-
 struct view {
 	struct sbx *sbx; /* referenced */
 	unsigned gen;
@@ -142,8 +138,7 @@ struct view {
 	struct node *table[VIEW_BUCKETS];
 	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
 	int cache_short;    /* atomic: why its data is on the short timeouts, 0 = watched (fswatch.c) */
-	struct data_neg *neg; /* lock: names answered "no such file" for cache_timeout (data.c) */
-	unsigned nneg, neg_cap;
+	unsigned nneg;      /* lock: names answered "no such file" for cache_timeout (data.c) */
 	int watch_dirs;     /* fswatch.c's lock: its marked directories */
 	/* Readiness (fs/acquire.c): a view made at an asynchronous mkdir is
 	 * pending (atomic; set at birth, cleared once, under fs_lock) until its

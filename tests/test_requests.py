@@ -79,6 +79,26 @@ def test_a_missing_name_is_asked_for_once(sandbox):
     assert all((ws / ("missing%d" % i)).exists() for i in range(N))
 
 
+def test_a_job_end_keeps_the_names_the_host_made(sandbox):
+    # each create's LOOKUP answered "no such file" is remembered until the
+    # create names it: a job's end (which drops every remembered answer) then
+    # leaves the new names cached
+    m, t = sandbox
+    ws = t / "workspace"
+    os.mkdir(ws / "made")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    for i in range(N):
+        os.close(os.open(ws / "made" / ("f%d" % i), flags, 0o644))
+    expect_errno(lambda: os.stat(ws / "made" / "absent"), errno.ENOENT)
+    assert run_job(t, "noop", "true")[0] == 0
+    d = _delta(m, lambda: [os.stat(ws / "made" / ("f%d" % i)) for i in range(N)])
+    print("stat of %d files made through the mount, after a job's end: %s" % (N, dict(d)))
+    assert d["lookup"] < 5, d
+    # what was remembered as missing was dropped at the job's end: asked again, once
+    a = _delta(m, lambda: [expect_errno(lambda: os.stat(ws / "made" / "absent"), errno.ENOENT) for _ in range(3)])
+    assert a["lookup"] == 1, a
+
+
 def test_missing_names_are_asked_for_each_time_without_the_watcher(sbxfs):
     m = sbxfs(config={"cache_timeout": 0})
     t = m.mnt / "alice" / "t"
