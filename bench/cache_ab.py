@@ -18,7 +18,8 @@ its own sbxfs (local provider, sandbox bench/t1, state_dir under /var/tmp);
 all are unmounted and their daemons stopped (by pid) on exit, also on
 Ctrl-C.  Each round, in a fresh directory of the sandbox's workspace:
 create + write 4 KiB + close of N files, stat of them (right after the
-writes, then warm), open + read + close of them (the second time: cached),
+writes, then warm), stat of N names that do not exist (the second probe),
+open + read + close of them (the second time: cached),
 readdir, readdir + lstat (`ls -l`), unlink; N empty creates; untar of an
 N-file tarball, then `find` (walk + lstat) and `grep -r` (walk + open +
 read) of the tree, warm (the tree is removed untimed).  The watcher's counters (events read) are
@@ -39,8 +40,8 @@ import time
 from abutil import teardown, wait_mounted
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROWS = ("create", "create_empty", "stat_after_create", "stat_warm", "read_cached", "readdir", "ls_l", "unlink",
-        "untar", "find", "grep")
+ROWS = ("create", "create_empty", "stat_after_create", "stat_warm", "stat_missing", "read_cached", "readdir", "ls_l",
+        "unlink", "untar", "find", "grep")
 
 
 
@@ -102,6 +103,13 @@ def one_round(base, r, n, tarball, pid):
         for p in names:
             os.close(os.open(p + "e", flags, 0o644))
 
+    def missing():
+        for p in names:
+            try:
+                os.stat(p + ".missing")
+            except FileNotFoundError:
+                pass
+
     def read_all():
         for p in names:
             fd = os.open(p, os.O_RDONLY)
@@ -116,6 +124,8 @@ def one_round(base, r, n, tarball, pid):
     out["create"] = n / timed(create, pid, "create")
     out["stat_after_create"] = n / timed(lambda: [os.stat(p) for p in names], pid, "stat_after_create")
     out["stat_warm"] = n / timed(lambda: [os.stat(p) for p in names], pid, "stat_warm")
+    missing()  # the first probe of each missing name
+    out["stat_missing"] = n / timed(missing, pid, "stat_missing")
     out["create_empty"] = n / timed(create_empty, pid, "create_empty")
     os.listdir(d)  # the first listing fills the kernel's cache (when it keeps one)
     out["readdir"] = 2 * n / timed(lambda: os.listdir(d), pid, "readdir")
