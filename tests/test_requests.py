@@ -99,6 +99,29 @@ def test_a_job_end_keeps_the_names_the_host_made(sandbox):
     assert a["lookup"] == 1, a
 
 
+def test_a_flood_of_missing_names_is_remembered_up_to_the_bound(sandbox):
+    # hostile: a sandbox's reader probing ever new names; at most 4096
+    # answers are remembered (and cached), the rest are asked each time
+    m, t = sandbox
+    ws = t / "workspace"
+    os.mkdir(ws / "probe")
+    n = 4300
+
+    def probe():
+        for i in range(n):
+            expect_errno(lambda: os.stat(ws / "probe" / ("n%d" % i)), errno.ENOENT)
+
+    first = _delta(m, probe)
+    assert n <= first["lookup"] < n + 10, first
+    again = _delta(m, probe)
+    print("%d missing names probed twice: %s, then %s" % (n, dict(first), dict(again)))
+    assert n - 4096 <= again["lookup"] <= n - 4096 + 20, again
+    # a job's end drops them all: everything is asked once more, then cached again
+    assert run_job(t, "noop", "true")[0] == 0
+    third = _delta(m, probe)
+    assert n <= third["lookup"] < n + 10, third
+
+
 def test_missing_names_are_asked_for_each_time_without_the_watcher(sbxfs):
     m = sbxfs(config={"cache_timeout": 0})
     t = m.mnt / "alice" / "t"
