@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from sbxutil import expect_errno, parse_metrics
+from sbxutil import expect_errno, parse_metrics, read_json
+from test_uring import needs_uring, param  # noqa: F401 (a fixture)
 from test_jobs import run_job
 
 N = 60  # operations per measurement
@@ -230,3 +231,21 @@ def test_requests_are_read_without_a_pipe_each(sandbox, tmp_path):
     splices = text.count("splice(")
     print("%d lookups: %d pipe2, %d splice" % (N, pipes, splices))
     assert pipes < 5 and splices < 5, (pipes, splices)
+
+
+@needs_uring
+def test_counted_and_cached_over_io_uring(sbxfs, param):
+    # the counters are the daemon's own: the same over io_uring as over /dev/fuse
+    m = sbxfs(config={"fuse": {"io_uring": "on"}})
+    assert read_json(m.mnt / ".status")["fuse_transport"] == "io_uring"
+    t = m.mnt / "alice" / "t"
+    os.makedirs(t)
+    m.init_pid(t)
+    ws = t / "workspace"
+    (ws / "f").write_text("x")
+    os.stat(ws / "f")
+    probe = lambda: [expect_errno(lambda: os.stat(ws / ("missing%d" % i)), errno.ENOENT) for i in range(N)]
+    first = _delta(m, probe)
+    assert N <= first["lookup"] < N + 10, first
+    again = _delta(m, lambda: (probe(), [os.stat(ws / "f") for _ in range(N)]))
+    assert sum(again.values()) < 5, again
