@@ -10,14 +10,19 @@ ratios to the first side.
     bench/cache_ab.py [--side LABEL=BINARY[,CACHE_TIMEOUT[,VAR=VALUE...]]] ... [--files 2000] [--rounds 8]
 
 Default sides: "nowatch" = ./sbxfs with cache_timeout 0 (the reference) and
-"watch" = ./sbxfs with cache_timeout 300.  VAR=VALUE: the daemon's
+"watch" = ./sbxfs with cache_timeout 300.  A side whose binary is "native"
+is a plain directory of the same filesystem (its CPU figures are the
+client's alone).  VAR=VALUE: the daemon's
 environment (the watcher's bench knobs, SBXFS_TEST_FSWATCH_*: fs/fswatch.c).  Runs as root.  Each side mounts
 its own sbxfs (local provider, sandbox bench/t1, state_dir under /var/tmp);
 all are unmounted and their daemons stopped (by pid) on exit, also on
 Ctrl-C.  Each round, in a fresh directory of the sandbox's workspace:
-create + write 4 KiB + close of N files, stat of them, readdir, readdir +
-lstat (`ls -l`), unlink; N empty creates; untar of an N-file tarball (the
-untarred tree is removed untimed).  The watcher's counters (events read) are
+create + write 4 KiB + close of N files, stat of them (right after the
+writes, then warm), stat of N names that do not exist (the second probe),
+open + read + close of them (the second time: cached),
+readdir, readdir + lstat (`ls -l`), unlink; N empty creates; untar of an
+N-file tarball, then `find` (walk + lstat) and `grep -r` (walk + open +
+read) of the tree, warm (the tree is removed untimed).  The watcher's counters (events read) are
 printed at the end.
 """
 
@@ -35,7 +40,8 @@ import time
 from abutil import teardown, wait_mounted
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROWS = ("create", "create_empty", "stat_after_create", "readdir", "ls_l", "unlink", "untar")
+ROWS = ("create", "create_empty", "stat_after_create", "stat_warm", "stat_missing", "read_cached", "readdir", "ls_l",
+        "unlink", "untar", "find", "grep")
 
 
 
@@ -46,21 +52,35 @@ CPU = {}  # row: CPU seconds of the last timed phase (the daemon's and this proc
 def cpu_now(pid):
     """CPU seconds used so far by the daemon (every thread) and by this
     process and its waited-for children (tar)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    daemon = 0
+    if pid:  # None: a native side, no daemon
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        daemon = (int(fields[11]) + int(fields[12])) / TICK
     own = os.times()
-    return (int(fields[11]) + int(fields[12])) / TICK + own.user + own.system + own.children_user + \
+    return daemon + own.user + own.system + own.children_user + \
         own.children_system
 
 
 def timed(fn, pid=None, row=None):
-    c0 = cpu_now(pid) if pid else 0
+    c0 = cpu_now(pid)
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0
-    if pid:
-        CPU[row] = cpu_now(pid) - c0
+    CPU[row] = cpu_now(pid) - c0
     return dt
+
+
+def walk(top, read):
+    """find (walk + lstat) or grep -r (walk + open + read) of a tree."""
+    for root, dirs, files in os.walk(top):
+        for f in files:
+            p = os.path.join(root, f)
+            if read:
+                with open(p, "rb") as fh:
+                    fh.read()
+            else:
+                os.lstat(p)
 
 
 def one_round(base, r, n, tarball, pid):
@@ -83,6 +103,19 @@ def one_round(base, r, n, tarball, pid):
         for p in names:
             os.close(os.open(p + "e", flags, 0o644))
 
+    def missing():
+        for p in names:
+            try:
+                os.stat(p + ".missing")
+            except FileNotFoundError:
+                pass
+
+    def read_all():
+        for p in names:
+            fd = os.open(p, os.O_RDONLY)
+            os.read(fd, 8192)
+            os.close(fd)
+
     def ls_l():
         with os.scandir(d) as it:
             for e in it:
@@ -90,15 +123,24 @@ def one_round(base, r, n, tarball, pid):
 
     out["create"] = n / timed(create, pid, "create")
     out["stat_after_create"] = n / timed(lambda: [os.stat(p) for p in names], pid, "stat_after_create")
+    out["stat_warm"] = n / timed(lambda: [os.stat(p) for p in names], pid, "stat_warm")
+    missing()  # the first probe of each missing name
+    out["stat_missing"] = n / timed(missing, pid, "stat_missing")
     out["create_empty"] = n / timed(create_empty, pid, "create_empty")
     os.listdir(d)  # the first listing fills the kernel's cache (when it keeps one)
     out["readdir"] = 2 * n / timed(lambda: os.listdir(d), pid, "readdir")
     out["ls_l"] = 2 * n / timed(ls_l, pid, "ls_l")
+    read_all()  # the first open since the write (after ls -l: a read makes the next stat ask again)
+    out["read_cached"] = n / timed(read_all, pid, "read_cached")
     out["unlink"] = 2 * n / timed(lambda: [os.unlink(p + s) for p in names for s in ("", "e")], pid, "unlink")
     os.rmdir(d)
     u = os.path.join(base, "u%d" % r)
     os.mkdir(u)
     out["untar"] = n / timed(lambda: subprocess.run(["tar", "xf", tarball, "-C", u], check=True), pid, "untar")
+    walk(u, False)  # warm
+    out["find"] = n / timed(lambda: walk(u, False), pid, "find")
+    walk(u, True)
+    out["grep"] = n / timed(lambda: walk(u, True), pid, "grep")
     shutil.rmtree(u)
     for row in ROWS:
         out[row + "_cpu"] = CPU[row] * 1e6 / (2 * n if row in ("readdir", "ls_l", "unlink") else n)
@@ -125,7 +167,7 @@ def main():
 
     work = tempfile.mkdtemp(prefix="sbx-cache-ab-", dir="/var/tmp")
     os.chmod(work, 0o755)
-    daemons, mounts, paths, pids = [], [], {}, {}
+    daemons, mounts, paths, pids, mnts = [], [], {}, {}, {}
     try:
         src = os.path.join(work, "src")
         os.mkdir(src)
@@ -137,6 +179,11 @@ def main():
             t.add(src, arcname="tree")
         shutil.rmtree(src)
         for i, (label, binary, ct, env) in enumerate(sides):
+            if os.path.basename(binary) == "native":  # a plain directory of the same filesystem
+                paths[label] = os.path.join(work, "native%d" % i)
+                os.mkdir(paths[label])
+                pids[label] = None
+                continue
             mnt, state = os.path.join(work, "mnt%d" % i), os.path.join(work, "state%d" % i)
             os.mkdir(mnt)
             conf = os.path.join(work, "mount%d.conf" % i)
@@ -159,6 +206,7 @@ def main():
             os.mkdir(p)
             paths[label] = p
             pids[label] = d.pid
+            mnts[label] = mnt
         labels = [s[0] for s in sides]
         for s in labels:  # warm up
             one_round(paths[s], 1000, 200, tarball, pids[s])
@@ -174,7 +222,7 @@ def main():
               "ratio to %s per round median [min-max]" % (a.files, a.rounds, load, labels[0]))
         for label, binary, ct, env in sides:
             print("  %s = %s, cache_timeout %d %s" % (label, binary, ct, " ".join("%s=%s" % kv for kv in env.items())))
-        for row in ROWS + tuple(r + "_cpu" for r in ROWS if r not in ("readdir", "ls_l")):  # those: too short
+        for row in ROWS + tuple(r + "_cpu" for r in ROWS if r not in ("readdir", "ls_l", "find")):  # too short
             if row == "create_cpu":
                 print("-- CPU microseconds per op, the daemon's and the client's (lower is better; ratio: "
                       "the reference's over the side's, above 1 cheaper)")
@@ -186,7 +234,7 @@ def main():
                 line += " | %s %8.0f %.3fx [%.2f-%.2f]" % (s, statistics.median(v), statistics.median(rat),
                                                           min(rat), max(rat))
             print(line)
-        for s, m in zip(labels, mounts):
+        for s, m in mnts.items():
             try:
                 with open(os.path.join(m, ".status")) as f:
                     cw = json.load(f).get("cache_watcher")

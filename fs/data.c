@@ -107,10 +107,15 @@ static void data_stamp(struct node *n, const struct stat *st)
  * when a job removes or renames it, the kernel's cached entry is dropped
  * at the job's end (data_inval_sbx).  Best effort: on ENOMEM the old name
  * stays, and the entry then expires with its timeout. */
-static void data_name_note_locked(struct node *n, const struct node *parent, const char *name)
+static void data_neg_forget_locked(struct node *p, const char *name);
+static void data_neg_free_locked(struct node *n);
+
+static void data_name_note_locked(struct node *n, struct node *parent, const char *name)
 {
 	char *copy;
 
+	if (parent && parent->neg)
+		data_neg_forget_locked(parent, name);
 	if (!parent || (n->name && n->pdev == parent->dev && n->pino == parent->ino && !strcmp(n->name, name)))
 		return;
 	copy = strdup(name);
@@ -169,7 +174,7 @@ static void data_forget(struct node *n, uint64_t count);
  * lookup.  Takes ownership of fd.  0 and *out, or an errno: ENOMEM, or
  * where nodes keep their descriptor for life (nodefd.h) EMFILE/ENFILE for
  * a sandbox past its budget. */
-static int data_node_get(struct view *v, int fd, const struct stat *st, int which, const struct node *parent,
+static int data_node_get(struct view *v, int fd, const struct stat *st, int which, struct node *parent,
 	const char *name, struct node **out)
 {
 	unsigned h = data_hash(st->st_dev, st->st_ino);
@@ -271,6 +276,7 @@ static void data_forget(struct node *n, uint64_t count)
 		return;
 	}
 	data_unhash_locked(v, n);
+	data_neg_free_locked(n);
 	pthread_mutex_unlock(&v->lock);
 	if (nfd_forget(n))
 		data_node_free(n);
@@ -299,7 +305,7 @@ static void data_entry(struct node *n, const struct stat *st, struct fuse_entry_
 	e->entry_timeout = e->attr_timeout;
 }
 
-static int data_finish_lookup(struct view *v, int fd, int which, const struct node *parent, const char *name,
+static int data_finish_lookup(struct view *v, int fd, int which, struct node *parent, const char *name,
 	struct fuse_entry_param *e)
 {
 	struct stat st;
@@ -376,7 +382,7 @@ static int data_skills_grow(const struct node *n, int fd, off_t end)
 
 /* The node of (st_dev, st_ino) if the view has one, counted as a lookup of
  * name in parent. */
-static struct node *data_table_ref(struct view *v, const struct stat *st, const struct node *parent,
+static struct node *data_table_ref(struct view *v, const struct stat *st, struct node *parent,
 	const char *name)
 {
 	struct node *n;
@@ -958,11 +964,138 @@ out:
 	fuse_reply_err(req, err);
 }
 
+/* ---- names that do not exist ---------------------------------------------------
+ *
+ * "No such file" is cached by the kernel for cache_timeout while the watcher
+ * tells it of every name a sandbox makes (FAN_CREATE, FAN_MOVED_TO:
+ * data_inval_dirent drops the cached answer).  An answer and a job's create
+ * cannot cross unseen: the kernel sends a LOOKUP holding the directory's
+ * lock, which the watcher's invalidation waits for.  What the watcher may
+ * miss (its queue overflowed; files a snapshot restore brings back behind
+ * it) is dropped by data_inval_sbx, which also runs at each job's end: so
+ * every such answer is remembered on its directory's node until the name is
+ * made through the mount or the kernel forgets the directory, up to
+ * DATA_NEG_MAX per sandbox; past that, and whenever the sandbox is on the
+ * short timeouts, the answer is not cached at all (as without the watcher).
+ * Without this, every probe for a name that is not there (an import path,
+ * a config file, a create's lookup) was a round trip each time. */
+#define DATA_NEG_MAX 4096
+
+struct data_neg {
+	struct data_neg *next;
+	char name[];
+};
+
+/* The name is taken in p (made through the mount, or found there): its
+ * negative answer no longer needs dropping.  view->lock held. */
+static void data_neg_forget_locked(struct node *p, const char *name)
+{
+	for (struct data_neg **pp = &p->neg; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->name, name)) {
+			struct data_neg *e = *pp;
+			*pp = e->next;
+			free(e);
+			p->view->nneg--;
+			return;
+		}
+}
+
+/* The kernel forgot directory n: so are the names it cached in it. */
+static void data_neg_free_locked(struct node *n)
+{
+	while (n->neg) {
+		struct data_neg *e = n->neg;
+		n->neg = e->next;
+		free(e);
+		n->view->nneg--;
+	}
+}
+
+/* Whether the negative answer for name in p may be cached: remembered
+ * first, the watcher's state checked after, so that an overflow that
+ * begins meanwhile finds the record (the record of an answer not cached
+ * costs one needless invalidation). */
+static bool data_neg_note(struct node *p, const char *name)
+{
+	struct view *v = p->view;
+	size_t len = strlen(name);
+	struct data_neg *e;
+	bool noted = false;
+
+	if (!fswatch_long(v) || !(e = malloc(sizeof(*e) + len + 1)))
+		return false;
+	memcpy(e->name, name, len + 1);
+	pthread_mutex_lock(&v->lock);
+	for (struct data_neg *x = p->neg; x && !noted; x = x->next)
+		noted = !strcmp(x->name, name);
+	if (noted) {
+		free(e);
+	} else if (v->nneg < DATA_NEG_MAX) {
+		e->next = p->neg;
+		p->neg = e;
+		v->nneg++;
+		noted = true;
+	}
+	pthread_mutex_unlock(&v->lock);
+	if (!noted)
+		free(e);
+	return noted && fswatch_long(v);
+}
+
+/* Drop every cached "no such file" of v: the lists are taken under the
+ * lock, the kernel told with none held (a directory it has forgotten
+ * meanwhile answers ENOENT: harmless). */
+static void data_neg_drop(struct view *v)
+{
+	struct dneg {
+		fuse_ino_t dir;
+		struct data_neg *list;
+	} *all = NULL;
+	size_t n = 0, cap = 0;
+
+	pthread_mutex_lock(&v->lock);
+	for (int b = 0; b < VIEW_BUCKETS && v->nneg; b++)
+		for (struct node *d = v->table[b]; d; d = d->hnext) {
+			if (!d->neg)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 64;
+				struct dneg *p = realloc(all, nc * sizeof(*p));
+				if (!p)
+					goto unlock; /* what is left is dropped next time */
+				all = p;
+				cap = nc;
+			}
+			all[n++] = (struct dneg){ node_ino(d), d->neg };
+			for (struct data_neg *e = d->neg; e; e = e->next)
+				v->nneg--;
+			d->neg = NULL;
+		}
+unlock:
+	pthread_mutex_unlock(&v->lock);
+	for (size_t i = 0; i < n; i++)
+		while (all[i].list) {
+			struct data_neg *e = all[i].list;
+			all[i].list = e->next;
+			if (fs.se)
+				fuse_lowlevel_notify_inval_entry(fs.se, all[i].dir, e->name, strlen(e->name));
+			free(e);
+		}
+	free(all);
+}
+
 static void data_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fuse_entry_param e;
+	struct node *p = dnode(parent);
+	int err = data_do_lookup(p, name, &e);
 
-	node_reply_entry(req, data_do_lookup(dnode(parent), name, &e), &e);
+	if (err == ENOENT && data_neg_note(p, name)) {
+		memset(&e, 0, sizeof(e)); /* ino 0: a negative entry, cached */
+		e.entry_timeout = fs.cache_timeout;
+		return (void)fuse_reply_entry(req, &e);
+	}
+	node_reply_entry(req, err, &e);
 }
 
 /* Keep the page cache across opens while the host file is unchanged:
@@ -1781,6 +1914,7 @@ void data_inval_sbx(struct sbx *s)
 
 	if (!v)
 		return;
+	data_neg_drop(v);
 	pthread_mutex_lock(&v->lock);
 	for (int b = 0; b < VIEW_BUCKETS; b++)
 		for (struct node *d = v->table[b]; d; d = d->hnext) {

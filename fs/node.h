@@ -97,6 +97,7 @@ struct node {
 	dev_t dev;
 	ino_t ino;
 	char *name;       /* N_DATA: the name the kernel last learned it by (view->lock); NULL at a data directory's top */
+	struct data_neg *neg; /* N_DATA directory: names in it answered "no such file", cached (view->lock; data.c) */
 	dev_t pdev;       /* N_DATA: ... in the directory of this host identity */
 	ino_t pino;
 	struct node *hnext; /* view's inode table chain (data) or the view's vnode list (virtual) */
@@ -137,6 +138,7 @@ struct view {
 	struct node *table[VIEW_BUCKETS];
 	struct node *limbo; /* lock: removed files' nodes the kernel still remembers (data.c) */
 	int cache_short;    /* atomic: why its data is on the short timeouts, 0 = watched (fswatch.c) */
+	unsigned nneg;      /* lock: names answered "no such file" for cache_timeout (data.c) */
 	int watch_dirs;     /* fswatch.c's lock: its marked directories */
 	/* Readiness (fs/acquire.c): a view made at an asynchronous mkdir is
 	 * pending (atomic; set at birth, cleared once, under fs_lock) until its
@@ -148,6 +150,17 @@ struct view {
 	int ready_err;
 	unsigned status_ver;
 	struct park_queue ready_q;
+};
+
+/* FUSE requests by operation, counted as dispatch.c serves them (.metrics:
+ * sbxfs_fuse_requests_total; docs/performance.md counts them per file
+ * operation). */
+enum fs_req {
+	FSR_LOOKUP, FSR_FORGET, FSR_FORGET_MULTI, FSR_GETATTR, FSR_SETATTR, FSR_READLINK, FSR_MKNOD, FSR_MKDIR,
+	FSR_UNLINK, FSR_RMDIR, FSR_SYMLINK, FSR_RENAME, FSR_LINK, FSR_OPEN, FSR_READ, FSR_WRITE_BUF, FSR_FLUSH,
+	FSR_RELEASE, FSR_FSYNC, FSR_OPENDIR, FSR_READDIR, FSR_READDIRPLUS, FSR_RELEASEDIR, FSR_FSYNCDIR, FSR_STATFS,
+	FSR_SETXATTR, FSR_GETXATTR, FSR_LISTXATTR, FSR_REMOVEXATTR, FSR_CREATE, FSR_POLL, FSR_FALLOCATE, FSR_FLOCK,
+	FSR_LSEEK, FSR_COPY_FILE_RANGE, FSR_COUNT
 };
 
 struct fs {
@@ -162,9 +175,18 @@ struct fs {
 	double data_timeout;      /* entry/attr timeout for data nodes */
 	double data_timeout_busy; /* the same while a job runs in the sandbox */
 	double cache_timeout;     /* the same while the watcher keeps the caches fresh (fswatch.h) */
+	unsigned long long requests[FSR_COUNT]; /* atomic: FUSE requests served, by operation */
 };
 
 extern struct fs fs;
+/* The operations' names in .metrics ("lookup", "write", "batch_forget"...). */
+extern const char *const fs_req_names[FSR_COUNT];
+
+static inline void fs_req_count(enum fs_req r)
+{
+	__atomic_add_fetch(&fs.requests[r], 1, __ATOMIC_RELAXED);
+}
+
 extern struct lock fs_lock;
 /* Let go of fs_lock (taken with lock_acquire(&fs_lock)), then run the
  * on_free hooks of the virtual nodes freed while it was held and free them:

@@ -383,6 +383,12 @@ static int ctl_metrics(struct buf *out)
 			   "sbxfs_data_opens_total{path=\"copy\"} %llu\n",
 		__atomic_load_n(&fs.opens_passthrough, __ATOMIC_RELAXED),
 		__atomic_load_n(&fs.opens_copy, __ATOMIC_RELAXED));
+	r |= metric_head(out, "sbxfs_fuse_requests_total", "counter",
+		"FUSE requests the kernel sent, by operation (all nodes; what one file operation costs: "
+		"docs/performance.md).");
+	for (int q = 0; q < FSR_COUNT; q++)
+		r |= buf_addf(out, "sbxfs_fuse_requests_total{op=\"%s\"} %llu\n", fs_req_names[q],
+			__atomic_load_n(&fs.requests[q], __ATOMIC_RELAXED));
 	r |= ctl_metrics_budget(out);
 	r |= ctl_metrics_work(out);
 	r |= metric_head(out, "sbxfs_healthy", "gauge", "1 when /sbx/.health says ok, else 0.");

@@ -115,6 +115,42 @@ def test_rename_and_remove_under_cached_lookups_and_listing(sandbox):
         c.end()
 
 
+def test_names_a_job_makes_show_though_the_host_found_them_missing(sandbox):
+    # "no such file" is cached too while the watcher serves the sandbox: a
+    # name a job creates, links, renames to or makes a directory of must
+    # show within the bound all the same (issue 23 item 3)
+    m, t = sandbox
+    ws = _ws(t)
+    (ws / "src").write_text("s")
+    os.mkdir(ws / "sub")
+    names = ("new", "sub/new", "linked", "moved", "newdir", "sym")
+    for _ in range(3):
+        for n in names:
+            with pytest.raises(FileNotFoundError):
+                os.stat(ws / n)
+    c = Change(t, "echo n > new\necho s > sub/new\nln src linked\necho m > tmp\nmv tmp moved\n"
+               "mkdir newdir\nln -s src sym")
+    try:
+        _poll("created", lambda: (ws / "new").read_text() == "n\n")
+        _poll("created in a subdirectory", lambda: (ws / "sub" / "new").read_text() == "s\n")
+        _poll("hard link", lambda: os.stat(ws / "linked").st_ino == os.stat(ws / "src").st_ino)
+        _poll("renamed to", lambda: (ws / "moved").read_text() == "m\n")
+        _poll("mkdir", lambda: os.path.isdir(ws / "newdir"))
+        _poll("symlink", lambda: os.readlink(ws / "sym") == "src")
+    finally:
+        c.end()
+    # and a name a job removes is missing again, for good
+    for _ in range(2):
+        os.stat(ws / "new")
+    c = Change(t, "rm new")
+    try:
+        _poll("removed again", lambda: not os.path.lexists(ws / "new"))
+        for _ in range(3):
+            assert not os.path.lexists(ws / "new")
+    finally:
+        c.end()
+
+
 def test_truncate_append_recreate_with_open_files(sandbox):
     m, t = sandbox
     ws = _ws(t)
@@ -257,15 +293,17 @@ def test_overflow_falls_back_to_short_timeouts(sbxfs):
     os.mkdir(ws / "many")  # known to the kernel, so watched
     for _ in range(2):
         os.stat(ws / "keep"), os.listdir(ws / "many")
+        assert not os.path.lexists(ws / "ghost")  # "no such file", cached
     assert read_json(t / "status")["cache"] == "long"
     c = Change(t, "cd many\ni=0\nwhile [ $i -lt 40000 ]; do : > f$i; i=$((i+1)); done\n"
-               "cd ..\necho 22 > keep")
+               "cd ..\necho 22 > keep\necho g > ghost")
     try:
         _poll("overflow: status", lambda: read_json(t / "status")["cache"] == "short (watcher overflow)", 30)
         assert re.search(r"event queue overflow: data caches take the short timeouts", m.log), m.log[-3000:]
         assert read_json(m.mnt / ".status")["cache_watcher"]["overflows"] >= 1
         # what was lost is dropped from the kernel's caches at the overflow
         _poll("overflow: a change in the lost events", lambda: (ws / "keep").read_text() == "22\n", 10)
+        _poll("overflow: a name made in the lost events", lambda: (ws / "ghost").read_text() == "g\n", 10)
         assert len(os.listdir(ws / "many")) == 40000
     finally:
         c.end()

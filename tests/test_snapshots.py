@@ -150,8 +150,12 @@ def test_snapshot_then_restore_after_a_job_deleted_changed_and_added_files(sandb
     (t / "outputs" / "r.txt").unlink()
     (t / "uploads" / "extra").write_text("e")
     assert trees(m) != before
+    for _ in range(2):  # "no such file", which the kernel may cache while the sandbox is watched
+        assert not (t / "workspace" / "old.txt").exists() and not (t / "workspace" / "src" / "pkg").exists()
     assert ctl(t, "restore s1") == len("restore s1\n")
     assert trees(m) == before
+    # what the restore brought back shows through the mount at once
+    assert (t / "workspace" / "old.txt").exists() and (t / "workspace" / "src" / "pkg" / "b.py").exists()
     # through the mount at once, and the sandbox's own files still: a job changes them
     assert (t / "workspace" / "src" / "a.py").read_text() == "one\n"
     assert not (t / "workspace" / "added.txt").exists()
