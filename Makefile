@@ -140,7 +140,7 @@ tests/unit/unit: tests/unit/unit.c $(UNIT_OBJS) $(LIBFUSE_MK)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(UNIT_OBJS) $(LDFLAGS) $(LDLIBS)
 
 POOL_TEST_OBJS := $(COMMON) $(RUNTIME) providers/providers.o providers/api.o providers/registry.o providers/pool.o providers/spares.o providers/record.o providers/uidpool.o \
-	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/sigwatch.o fs/fswork.o
+	fs/job.o fs/jobwatch.o fs/fsbx.o fs/fspark.o fs/sigwatch.o fs/fswork.o fs/uring.o
 WRAP_ALLOC := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=strndup
 
 tests/unit/pool_test: tests/unit/pool_test.c tests/unit/fault.c tests/unit/fault.h $(POOL_TEST_OBJS) $(LIBFUSE_MK)
