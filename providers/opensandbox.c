@@ -624,8 +624,10 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 		e = sbx_err_from_errno(r);
 		goto out;
 	}
+	os_create_begin(s->token);
 	e = osapi_create(&srv, &q, &sb, err, sizeof(err));
 	if (e) {
+		os_create_end(s->token);
 		log_err(ob->scope, "opensandbox: create: %s", err);
 		/* no answer, or a server error: it may still make the sandbox */
 		if (e == SBX_ERR_TIMEOUT || e == SBX_ERR_IO || e == SBX_ERR_BUSY || e == SBX_ERR_INTR)
@@ -639,6 +641,7 @@ static enum sbx_err os_create(const struct sbx_spec *s, struct sbx_box **out)
 	/* listed from now on: renewed while it starts, and never taken for a
 	 * late sandbox of an earlier failed create of this scope */
 	os_register(ob);
+	os_create_end(s->token);
 	if (os_save(ob)) {
 		log_err(ob->scope, "opensandbox: cannot record sandbox %s: %s", ob->id, strerror(errno));
 		e = SBX_ERR_IO;

@@ -124,6 +124,10 @@ enum sbx_err os_renew_start(char *err, size_t errlen);
 void os_renew_stop(void);
 /* Put ob on the list the renewer walks (renewed at once), or take it off. */
 void os_register(struct obox *ob);
+/* Around a create request of scope token, until its box is registered or
+ * the request failed (opensandbox_renew.c: the suspect check waits). */
+void os_create_begin(const char *token);
+void os_create_end(const char *token);
 void os_unregister(struct obox *ob);
 /* Watch scope token (and id, when known) for a sandbox nobody holds: an
  * unknown create, or a delete that failed. */

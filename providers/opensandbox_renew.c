@@ -40,6 +40,7 @@
 
 #define OS_SUSPECT_S 180        /* how long an unknown create is watched for a late sandbox */
 #define OS_SUSPECTS 64
+#define OS_INFLIGHT 128 /* scopes with a create in flight at once (more: every suspect waits) */
 #define OS_RENEW_RETRY_MS 5000  /* a renewal that failed (not 404) is tried again this soon */
 
 static struct {
@@ -54,6 +55,14 @@ static struct {
 		char state_id[NAMES_STATE_ID_LEN + 1];
 	} suspects[OS_SUSPECTS]; /* protected by lock */
 	int n_suspects;
+	/* scopes with a create request in flight (os_create_begin): their
+	 * sandbox may be on the server before its id is known here */
+	struct {
+		char token[SCOPE_TOKEN_LEN + 1];
+		int n;
+	} inflight[OS_INFLIGHT]; /* protected by lock */
+	int n_inflight;
+	bool inflight_full; /* protected by lock: a begin found no slot (every scope counts as busy) */
 	pthread_t renewer;
 	bool running, stop; /* protected by lock */
 } os = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
@@ -146,6 +155,54 @@ void os_unregister(struct obox *ob)
 	pthread_mutex_unlock(&os.lock);
 }
 
+/* A create of scope token is about to ask the server (begin), or has its
+ * answer and, if it made a sandbox, that box is registered (end).  In
+ * between, the suspect check must not take the scope's new sandbox for a
+ * late one of an earlier failed create. */
+void os_create_begin(const char *token)
+{
+	int i;
+
+	pthread_mutex_lock(&os.lock);
+	for (i = 0; i < os.n_inflight && strcmp(os.inflight[i].token, token); i++)
+		;
+	if (i < os.n_inflight) {
+		os.inflight[i].n++;
+	} else if (os.n_inflight < OS_INFLIGHT) {
+		snprintf(os.inflight[i].token, sizeof(os.inflight[i].token), "%s", token);
+		os.inflight[i].n = 1;
+		os.n_inflight++;
+	} else {
+		os.inflight_full = true;
+	}
+	pthread_mutex_unlock(&os.lock);
+}
+
+void os_create_end(const char *token)
+{
+	int i;
+
+	pthread_mutex_lock(&os.lock);
+	for (i = 0; i < os.n_inflight && strcmp(os.inflight[i].token, token); i++)
+		;
+	if (i < os.n_inflight && --os.inflight[i].n == 0)
+		os.inflight[i] = os.inflight[--os.n_inflight];
+	if (os.n_inflight == 0)
+		os.inflight_full = false;
+	pthread_mutex_unlock(&os.lock);
+}
+
+/* os.lock held: has scope token a create in flight? */
+static bool os_inflight_locked(const char *token)
+{
+	if (os.inflight_full)
+		return true;
+	for (int i = 0; i < os.n_inflight; i++)
+		if (!strcmp(os.inflight[i].token, token))
+			return true;
+	return false;
+}
+
 /* Watch scope token (and id, when known) for a sandbox nobody holds: an
  * unknown create, or a delete that failed. */
 void os_suspect(const struct sbx_config *cfg, const char *token, const char *state_id, const char *id)
@@ -233,6 +290,9 @@ static void os_check_suspect(const char *token, const char *state_id, const char
 		bool held = false;
 
 		pthread_mutex_lock(&os.lock);
+		/* a create of the scope in flight: what the list shows may be its
+		 * sandbox, whose id it does not have yet (looked at again later) */
+		held = os_inflight_locked(token);
 		for (struct obox *ob = os.boxes; ob; ob = ob->next)
 			held |= !strcmp(ob->id, p.all[i]);
 		pthread_mutex_unlock(&os.lock);
