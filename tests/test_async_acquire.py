@@ -236,6 +236,29 @@ def test_a_failing_create_gives_its_errno_to_the_waiters_and_the_directory_goes(
     assert (e / "ready").read_text() == "ready\n"
 
 
+
+@pytest.mark.timeout_s(120)
+def test_a_slow_create_answer_is_not_taken_for_a_late_sandbox_of_a_failed_create(sbxfs, fake):  # noqa: F811
+    """A create that failed with a server error leaves its scope watched for a sandbox the
+    server may still make (the renewer deletes what no box holds, every 3 s).  The next
+    create of that scope is listed on the server before its answer arrives (the fake makes
+    it, then waits 4.5 s, under the tests' 5 s request_timeout): it must not be deleted as that late sandbox (seen under ASan)."""
+    m = sbxfs()
+    os.mkdir(m.mnt / "alice")
+    d = m.mnt / "alice" / "t"
+    fake.fault({"kind": "http_error", "status": 500, "method": "POST", "path": POST, "count": 1})
+    os.mkdir(d)
+    with pytest.raises(OSError) as err:
+        (d / "ready").read_text()
+    assert err.value.errno in (errno.EIO, errno.ENOENT), err.value
+    assert wait_until(lambda: not os.path.exists(d), 10)
+    fake.fault({"kind": "delay_answer", "ms": 4500, "method": "POST", "path": POST, "count": 1})
+    os.mkdir(d)
+    assert (d / "ready").read_text() == "ready\n"
+    assert run(d, "ok", "echo ok") == "ok\n"
+    assert len(ours(fake)) == 1, fake.sandboxes()
+    assert "appeared after its create had failed" not in m.log, m.log[-3000:]
+
 @pytest.mark.timeout_s(120)
 def test_ready_blocks_then_returns_and_poll_on_status_wakes(sbxfs, fake):  # noqa: F811
     m = sbxfs()

@@ -152,6 +152,8 @@ requests), ...}; POST answers the fault with its "id".  Kinds:
                   "retry_after": N adds "Retry-After: N" (a 429 or 503 of
                   a rate-limiting gateway in front of the server)
   delay           "ms": sleep before handling
+  delay_answer    "ms": POST /sandboxes makes the sandbox (listed at once),
+                  then sleeps before answering
   drop_stream     close the connection mid-body: an SSE stream after
                   "after_events" (1) events were sent, another body after
                   "after_bytes" bytes (default: half of it)
@@ -1317,7 +1319,7 @@ class Sandbox:
 
 
 FAULT_KINDS = ("http_error", "delay", "drop_stream", "malformed_json", "ping_fail", "pending_forever", "reply",
-               "drip")
+               "drip", "delay_answer")
 
 
 class Faults:
@@ -1349,8 +1351,8 @@ class Faults:
             st = f.setdefault("status", 200)
             if not isinstance(st, int) or not 200 <= st <= 599:
                 raise ValueError("status must be 200..599")
-        if kind == "delay" and not isinstance(f.get("ms"), (int, float)):
-            raise ValueError("delay needs ms")
+        if kind in ("delay", "delay_answer") and not isinstance(f.get("ms"), (int, float)):
+            raise ValueError(f"{kind} needs ms")
         if kind == "drip":
             ms = f.setdefault("ms", 700)
             if not isinstance(ms, (int, float)) or isinstance(ms, bool) or ms <= 0:
@@ -1830,7 +1832,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.control()
                 return
             ex = self.match_execd()
-            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply", "drip"),
+            self.faults = APP.faults.take(("http_error", "delay", "drop_stream", "malformed_json", "reply", "drip",
+                                           "delay_answer"),
                                           self.command, self.upath, ex[0] if ex else None)
             d = self.fault_of("delay")
             if d is not None:
@@ -2089,6 +2092,9 @@ class Handler(BaseHTTPRequestHandler):
                            f"timeout {req['timeout']} exceeds the maximum of {mx} seconds.")
         sb = APP.create(req)
         self.sid = sb.id
+        da = self.fault_of("delay_answer")
+        if da is not None:  # made (listed from now on), answered later: a slow network or gateway
+            time.sleep(da["ms"] / 1000.0)
         with APP.lock:
             doc = sb.to_json(create=True)
         self.send_json(202, doc)
