@@ -367,3 +367,35 @@ def make_no_build(*args, timeout=170):
         pass
     return subprocess.run(["make", "-s", "-o", "all", *args], cwd=repo, capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+# ---- spares (pool.prewarm): what tests/test_*spares.py read ------------------------------
+
+def spares(m):
+    """The `spares` object of m's .status."""
+    return read_json(m.mnt / ".status")["spares"]
+
+
+def spare_claims(m):
+    """(claims that worked, claims that failed) from m's .metrics."""
+    mt = parse_metrics(read_text(m.mnt / ".metrics"))
+    return (mt.get('sbxfs_spare_claims_total{result="ok"}', 0), mt.get('sbxfs_spare_claims_total{result="failed"}', 0))
+
+
+def wait_spares(m, n, timeout):
+    assert wait_until(lambda: spares(m)["ready"] == n and spares(m)["creating"] == 0, timeout), \
+        f"expected {n} ready spares: {spares(m)}; log:\n{m.log[-3000:]}"
+
+
+def spare_records(m, record, key=None):
+    """{spare token: its provider record (state_dir/spares/TOKEN/RECORD), or that key of it}
+    of the spares on disk."""
+    out = {}
+    root = m.state_dir / "spares"
+    for d in (root.iterdir() if root.exists() else []):
+        try:
+            j = json.loads((d / record).read_text())
+            out[d.name] = j[key] if key else j
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+    return out

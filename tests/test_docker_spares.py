@@ -18,7 +18,7 @@ import pytest
 import sbxutil
 import test_jobs as J
 from containerutil import case_label, cli, containers, docker_images, inspect, sbxfs, scope_token  # noqa: F401
-from sbxutil import read_json, read_text, wait_until
+from sbxutil import wait_until
 
 
 @pytest.fixture
@@ -26,30 +26,17 @@ def provider():
     return "docker"
 
 
-def spares(m):
-    return read_json(m.mnt / ".status")["spares"]
-
-
-def claims(m):
-    mt = sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
-    return (mt.get('sbxfs_spare_claims_total{result="ok"}', 0), mt.get('sbxfs_spare_claims_total{result="failed"}', 0))
+spares = sbxutil.spares
+claims = sbxutil.spare_claims
 
 
 def wait_spares(m, n, timeout=90):
-    assert wait_until(lambda: spares(m)["ready"] == n and spares(m)["creating"] == 0, timeout), \
-        f"expected {n} ready spares: {spares(m)}; log:\n{m.log[-3000:]}"
+    sbxutil.wait_spares(m, n, timeout)
 
 
 def spare_records(m):
     """{token: docker.json} of the spares on disk."""
-    out = {}
-    root = m.state_dir / "spares"
-    for d in (root.iterdir() if root.exists() else []):
-        try:
-            out[d.name] = json.loads((d / "docker.json").read_text())
-        except (FileNotFoundError, ValueError):
-            pass
-    return out
+    return sbxutil.spare_records(m, "docker.json")
 
 
 def start(sbxfs, prewarm=1, **cfg):

@@ -21,37 +21,24 @@ import pytest
 import sbxutil
 import test_jobs as J
 from remoteutil import fake, remote, sbxfs, sandbox_id  # noqa: F401
-from sbxutil import read_json, read_text, wait_until
+from sbxutil import read_json, wait_until
 
 pytestmark = pytest.mark.parametrize("remote", ["opensandbox"], indirect=True)
 
 CREATE_S = 1  # the fake's create time (Pending -> Running)
 
 
-def spares(m):
-    return read_json(m.mnt / ".status")["spares"]
-
-
-def claims(m):
-    mt = sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
-    return (mt.get('sbxfs_spare_claims_total{result="ok"}', 0), mt.get('sbxfs_spare_claims_total{result="failed"}', 0))
+spares = sbxutil.spares
+claims = sbxutil.spare_claims
 
 
 def wait_spares(m, n, timeout=40):
-    assert wait_until(lambda: spares(m)["ready"] == n and spares(m)["creating"] == 0, timeout), \
-        f"expected {n} ready spares: {spares(m)}; log:\n{m.log[-3000:]}"
+    sbxutil.wait_spares(m, n, timeout)
 
 
 def spare_ids(m):
     """{spare token: remote sandbox id} of the spares on disk."""
-    out = {}
-    root = m.state_dir / "spares"
-    for d in (root.iterdir() if root.exists() else []):
-        try:
-            out[d.name] = json.loads((d / "opensandbox.json").read_text())["id"]
-        except (FileNotFoundError, ValueError, KeyError):
-            pass
-    return out
+    return sbxutil.spare_records(m, "opensandbox.json", "id")
 
 
 def metadata(fake, sid):

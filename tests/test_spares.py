@@ -21,34 +21,21 @@ from conftest import dump_yaml
 from sbxutil import read_json, read_text, wait_until
 
 
-def spares(m):
-    return read_json(m.mnt / ".status")["spares"]
+spares = sbxutil.spares
+claims = sbxutil.spare_claims
 
 
 def metrics(m):
     return sbxutil.parse_metrics(read_text(m.mnt / ".metrics"))
 
 
-def claims(m):
-    mt = metrics(m)
-    return (mt.get('sbxfs_spare_claims_total{result="ok"}', 0), mt.get('sbxfs_spare_claims_total{result="failed"}', 0))
-
-
 def wait_spares(m, n, timeout=30):
-    assert wait_until(lambda: spares(m)["ready"] == n and spares(m)["creating"] == 0, timeout), \
-        f"expected {n} ready spares: {spares(m)}; log:\n{m.log[-3000:]}"
+    sbxutil.wait_spares(m, n, timeout)
 
 
 def spare_inits(m):
     """{token: init pid} of the spares on disk (their local.json)."""
-    out = {}
-    root = m.state_dir / "spares"
-    for d in (root.iterdir() if root.exists() else []):
-        try:
-            out[d.name] = json.loads((d / "local.json").read_text())["init_pid"]
-        except (FileNotFoundError, ValueError, KeyError):
-            pass
-    return out
+    return sbxutil.spare_records(m, "local.json", "init_pid")
 
 
 def run(d, name, cmd):
