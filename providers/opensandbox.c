@@ -787,7 +787,7 @@ static enum sbx_err os_adopt(const struct sbx_spec *s, struct sbx_box **out)
 	if (json_is_string(json_object_get(rec, "id")))
 		snprintf(ob->id, sizeof(ob->id), "%s", json_string_value(json_object_get(rec, "id")));
 	/* the scope its metadata names: a claimed spare's is the spare's token
-	 * (metadata cannot change after create), which the record says */
+	 * (a claim does not patch the metadata), which the record says */
 	if (ob->id[0] && os_token_ok(json_string_value(json_object_get(rec, "scope"))))
 		snprintf(ob->token, sizeof(ob->token), "%s", json_string_value(json_object_get(rec, "scope")));
 	if (!ob->id[0]) {

@@ -20,10 +20,11 @@
  *     users: maps one (sbx_box_own_host_files), and uploaded by the skills
  *     engine's hook, which the pool runs after a claim as after a create;
  *   - metadata: provider, state_id and scope token, plus user and thread.
- *     The lifecycle API has no call to change metadata after create, so a
- *     claimed spare keeps the spare's labels (its own token, no user or
- *     thread).  It is found again by its record alone: opensandbox.json in
- *     the thread's directory with the id and "scope", the spare's token,
+ *     The claim does not patch them (the API's PATCH .../metadata would,
+ *     at one round trip; not used yet), so a claimed spare keeps the
+ *     spare's labels (its own token, no user or thread).  It is found
+ *     again by its record alone: opensandbox.json in the thread's
+ *     directory with the id and "scope", the spare's token,
  *     which adoption checks the metadata against; discovery leaves a
  *     sandbox whose id a live box holds, or whose token names a spare's
  *     directory, alone (opensandbox.c);
