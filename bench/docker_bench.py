@@ -163,6 +163,18 @@ def cli_container(name):
     docker("run", "-d", "--network", "none", "--label", LABEL, "--name", name, IMAGE, "sleep", "1000000")
 
 
+def cli_run_timed(name):
+    """`docker run -d` of name until docker inspect says it runs (the peer's
+    acquire), timed; the container is removed after."""
+    def go():
+        cli_container(name)
+        while docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true":
+            time.sleep(0.01)
+    t = timed(go)
+    docker("rm", "-f", name, check=False)
+    return t
+
+
 def acquire(d):
     """mkdir of a thread to a ready sandbox (under `acquire: async`, the
     default, mkdir answers when the create started; `ready` when it ended)."""
@@ -182,15 +194,7 @@ def bench(args, work):
         return timed(lambda: acquire(d.mnt / "u" / f"cold{j + 1}"))
 
     def cli_cold(j):
-        name = f"sbxb-{os.getpid()}-cli-cold{j + 1}"
-
-        def go():
-            cli_container(name)
-            while docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true":
-                time.sleep(0.01)
-        t = timed(go)
-        docker("rm", "-f", name, check=False)
-        return t
+        return cli_run_timed(f"sbxb-{os.getpid()}-cli-cold{j + 1}")
 
     rows.append(pair_rows("cold", args.rounds, sbx_cold, cli_cold,
                           "mkdir of a new scope vs docker run -d + readiness"))
@@ -300,15 +304,7 @@ def bench_spares(args, work):
 
     def one(kind, i):
         if kind == "docker run":
-            name = f"sbxb-{os.getpid()}-cli-spare{i}"
-
-            def go():
-                cli_container(name)
-                while docker("inspect", "-f", "{{.State.Running}}", name).stdout.strip() != "true":
-                    time.sleep(0.01)
-            t = timed(go)
-            docker("rm", "-f", name, check=False)
-            return t
+            return cli_run_timed(f"sbxb-{os.getpid()}-cli-spare{i}")
         d = sp if kind == "spare" else co
         p = d.mnt / "u" / f"t{i}"
         t = timed(lambda: acquire(p))
