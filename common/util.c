@@ -31,7 +31,26 @@ int util_mkdir_p(const char *path, mode_t mode)
 	if (errno != ENOENT)
 		return -1;
 	memcpy(tmp, path, n + 1);
-	for (char *p = tmp + 1; *p; p++) {
+	/* back from the end to the deepest ancestor that is there (a new
+	 * thread's data dirs are three mkdirs, not one per component of the
+	 * state_dir's path), then forward from it */
+	char *from = tmp, *end = tmp + n;
+	for (;;) {
+		char *s = memrchr(tmp, '/', (size_t)(end - tmp));
+		if (!s || s == tmp)
+			break;
+		*s = '\0';
+		int r = mkdir(tmp, mode);
+		*s = '/';
+		if (!r || errno == EEXIST) {
+			from = s;
+			break;
+		}
+		if (errno != ENOENT)
+			return -1;
+		end = s;
+	}
+	for (char *p = from + 1; *p; p++) {
 		if (*p != '/')
 			continue;
 		*p = '\0';
@@ -44,27 +63,32 @@ int util_mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+static int util_write_all(int fd, const char *p, size_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -1;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 int util_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
 	struct buf tmp = BUF_INIT(BUF_CAP_PATH);
 	int fd = -1, ret = -1, saved;
-	const char *p = data;
 
 	if (buf_addf(&tmp, "%s.tmp.%d", path, (int)gettid()))
 		goto out;
 	fd = open(tmp.ptr, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0)
 		goto out;
-	while (len) {
-		ssize_t w = write(fd, p, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			goto out;
-		}
-		p += w;
-		len -= (size_t)w;
-	}
+	if (util_write_all(fd, data, len))
+		goto out;
 	if (close(fd)) {
 		fd = -1;
 		goto out;
@@ -82,6 +106,26 @@ out:
 	buf_free(&tmp);
 	errno = saved;
 	return ret;
+}
+
+int util_write_new(const char *path, const void *data, size_t len, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode), saved;
+
+	if (fd < 0)
+		return errno == EEXIST ? util_write_atomic(path, data, len, mode) : -1;
+	int r = util_write_all(fd, data, len);
+
+	saved = errno;
+	if (close(fd) && !r) {
+		r = -1;
+		saved = errno;
+	}
+	if (r) {
+		unlink(path);
+		errno = saved;
+	}
+	return r;
 }
 
 bool util_is_atomic_tmp(const char *name)

@@ -20,6 +20,13 @@ int util_mkdir_p(const char *path, mode_t mode);
  * which a machine crash ends anyway, and a daemon crash keeps the page cache;
  * an fsync here would cost more than a sandbox start. */
 int util_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* The same for a file that is most likely new (a new thread's): created
+ * with O_EXCL and written in place, one create instead of a create and a
+ * rename; when it exists, util_write_atomic.  Until its write returns, a
+ * reader (or the next start after a kill -9) may find it empty, never torn:
+ * only for files nobody reads while they are first written, whose reader
+ * takes an empty one for none. */
+int util_write_new(const char *path, const void *data, size_t len, mode_t mode);
 /* Is name a temporary file of util_write_atomic ("<file>.tmp.<tid>")?  A
  * kill -9 between its open and its rename leaves one (layout_sweep_tmp). */
 bool util_is_atomic_tmp(const char *name);
@@ -27,6 +34,13 @@ bool util_is_atomic_tmp(const char *name);
 int util_read_file(const char *path, struct buf *b);
 /* rm -rf without following symlinks; used only on our own state dirs. */
 int util_rm_rf(const char *path);
+/* A bucket for a pointer in a table of n buckets (Fibonacci hashing):
+ * objects allocated at a fixed stride would fold onto a few buckets under a
+ * plain modulo of the address. */
+static inline unsigned util_hash_ptr(const void *p, unsigned n)
+{
+	return (unsigned)((((uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull) >> 32) % n);
+}
 uint64_t util_now_ms(void);      /* CLOCK_MONOTONIC */
 uint64_t util_now_us(void);      /* CLOCK_MONOTONIC, microseconds (step timings of debug logs) */
 double util_wall_now(void);      /* CLOCK_REALTIME, seconds */

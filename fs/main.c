@@ -698,7 +698,7 @@ int main(int argc, char **argv)
 		sbxsnap_shutdown();
 		skills_shutdown();
 		job_set_environ_hook(NULL);
-	net_shutdown();
+		net_shutdown();
 		jobfs_shutdown();
 		dlock_shutdown();
 		park_shutdown();

@@ -47,7 +47,7 @@ static bool running;
 
 static unsigned bucket(const struct sbx *s)
 {
-	return (unsigned)(((uintptr_t)s >> 4) % NET_BUCKETS);
+	return util_hash_ptr(s, NET_BUCKETS);
 }
 
 static void ns_get(void *p)

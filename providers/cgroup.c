@@ -476,13 +476,21 @@ void cgroup_job_remove(const char *dir)
 	cg_rmdir(dir);
 }
 
+/* A cgroup that is already empty and has no children goes with one rmdir:
+ * the common case, since the init's death ended the sandbox.  True when it
+ * is gone (or never was); false when something is left to end first. */
+static bool cg_rmdir_fast(const char *dir)
+{
+	return !rmdir(dir) || errno == ENOENT;
+}
+
 void cgroup_sandbox_destroy(const char *token)
 {
 	char dir[PATH_MAX], sub[PATH_MAX];
 	struct dirent *e;
 	DIR *d;
 
-	if (!cg_dir(cg.v2, token, NULL, dir, sizeof(dir)) && !access(dir, F_OK)) {
+	if (!cg_dir(cg.v2, token, NULL, dir, sizeof(dir)) && !cg_rmdir_fast(dir)) {
 		if (!cg_empty(dir, true) && cg_write(dir, "cgroup.kill", "1"))
 			log_warn("cgroup", "cgroup.kill of %s: %s", dir, strerror(errno));
 		if (!cg_wait_empty(dir, true, CG_WAIT_MS))
@@ -496,14 +504,14 @@ void cgroup_sandbox_destroy(const char *token)
 		}
 		cg_rmdir(dir);
 	}
-	if (!cg_dir(cg.freezer, token, NULL, dir, sizeof(dir)) && !access(dir, F_OK)) {
+	if (!cg_dir(cg.freezer, token, NULL, dir, sizeof(dir)) && !cg_rmdir_fast(dir)) {
 		cg_write(dir, "freezer.state", "THAWED"); /* frozen processes die only once thawed */
 		if (!cg_wait_empty(dir, false, CG_WAIT_MS))
 			log_warn("cgroup", "%s still has processes", dir);
 		cg_rmdir(dir);
 	}
 	for (int c = 0; c < CG_NCTRL; c++) {
-		if (cg_dir(cg.v1[c], token, NULL, dir, sizeof(dir)) || access(dir, F_OK))
+		if (cg_dir(cg.v1[c], token, NULL, dir, sizeof(dir)) || cg_rmdir_fast(dir))
 			continue;
 		if (!cg_wait_empty(dir, false, CG_WAIT_MS))
 			log_warn("cgroup", "%s still has processes", dir);

@@ -271,7 +271,7 @@ static int local_spare_identity_init(const char *state_dir, char *err, size_t er
 	if (!access(path, F_OK))
 		return 0;
 	if (util_mkdir_p(local_spare_identity, 0755) ||
-	    etc_write_identity(local_spare_identity, "", LOCAL_SPARE_ID, LOCAL_SPARE_ID)) {
+	    etc_write_identity(local_spare_identity, "", LOCAL_SPARE_ID, LOCAL_SPARE_ID, false)) {
 		snprintf(err, errlen, "local provider: cannot write %s: %s", local_spare_identity, strerror(errno));
 		return -1;
 	}
@@ -625,6 +625,14 @@ int local_filter_fd(void)
 }
 
 /* The sandbox's uid and its data directories (owned by it). */
+bool local_host_account(const struct sbx_config *cfg, const char *user)
+{
+	uid_t uid;
+	gid_t gid;
+
+	return config_user_lookup(cfg, user, &uid, &gid) == 0;
+}
+
 enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
 {
 	int err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, uid, gid);
@@ -767,7 +775,8 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		}
 	}
 	LOCAL_STEP(LS_CGROUP);
-	if (!s->spare && !local_conf(s->cfg)->rootfs && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
+	if (!s->spare && !local_conf(s->cfg)->rootfs &&
+	    etc_write_identity(s->dirs.thread_dir, s->user, uid, gid, local_host_account(s->cfg, s->user))) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		goto out;
 	}
@@ -956,11 +965,14 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	/* through a pidfd taken while it is still this init: never a recycled
 	 * pid, and its exit wakes the wait (unmount destroys every sandbox) */
 	int pidfd = local_alive(lb) ? pidfd_open(lb->init_pid, 0) : -1;
+	bool ended = false; /* the pidfd said the init exited */
 
 	if (pidfd >= 0 && local_alive(lb) && !pidfd_send_signal(pidfd, SIGKILL, NULL, 0)) {
 		struct pollfd p = { .fd = pidfd, .events = POLLIN };
-		while (poll(&p, 1, 10000) < 0 && errno == EINTR)
+		int n;
+		while ((n = poll(&p, 1, 10000)) < 0 && errno == EINTR)
 			;
+		ended = n == 1;
 	} else if (local_alive(lb)) {
 		kill(lb->init_pid, SIGKILL);
 	}
@@ -971,7 +983,8 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	if (lb->bwrap_pid > 0)
 		while (waitpid(lb->bwrap_pid, NULL, 0) < 0 && errno == EINTR)
 			;
-	while (lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start && util_now_ms() < deadline)
+	while (!ended && lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start &&
+	       util_now_ms() < deadline)
 		usleep(1000);
 	/* what the init's death did not end (nothing, normally) and the cgroups */
 	cgroup_sandbox_destroy(lb->token);

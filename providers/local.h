@@ -73,6 +73,8 @@ void local_exec_cleanup(struct sbx_box *b, const char *job_dir, const char *job_
 const char *local_rootfs(const struct sbx_config *cfg);
 int local_save(struct local_box *lb);
 enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid);
+/* Does `users:` map user to a host account (its uid is not of the range)? */
+bool local_host_account(const struct sbx_config *cfg, const char *user);
 
 /* local_claim.c: bind a spare to a thread (provider.h's claim).  A spare's
  * identity until then is nobody's. */

@@ -144,6 +144,7 @@ enum sbx_err local_claim(struct sbx_box *b, const struct sbx_spec *s)
 	uint64_t deadline = util_now_ms() + (uint64_t)s->cfg->ready_timeout * 1000;
 	char scope[NAMES_SCOPE_MAX];
 	enum sbx_err e;
+	uint64_t t[6];
 	uid_t uid;
 	gid_t gid;
 
@@ -152,13 +153,28 @@ enum sbx_err local_claim(struct sbx_box *b, const struct sbx_spec *s)
 		log_err(scope, "local: claim: the spare's init (pid %d) is gone", (int)lb->init_pid);
 		return SBX_ERR_GONE;
 	}
-	if ((e = local_prepare_files(s, scope, &uid, &gid)) || (e = claim_tell_uid(lb, uid, gid, scope)))
+	t[0] = util_now_us();
+	if ((e = local_prepare_files(s, scope, &uid, &gid)))
 		return e;
-	if (!local_rootfs(s->cfg) && etc_write_identity(s->dirs.thread_dir, s->user, uid, gid)) {
+	t[1] = util_now_us();
+	if ((e = claim_tell_uid(lb, uid, gid, scope)))
+		return e;
+	t[2] = util_now_us();
+	if (!local_rootfs(s->cfg) &&
+	    etc_write_identity(s->dirs.thread_dir, s->user, uid, gid, local_host_account(s->cfg, s->user))) {
 		log_err(scope, "local: cannot write the sandbox's passwd and group: %s", strerror(errno));
 		return SBX_ERR_IO;
 	}
-	if ((e = claim_mounts(lb, s, scope)) || (e = claim_wait_uid(lb, uid, deadline, scope)))
+	t[3] = util_now_us();
+	if ((e = claim_mounts(lb, s, scope)))
 		return e;
-	return claim_record(lb, s, uid, gid, scope);
+	t[4] = util_now_us();
+	if ((e = claim_wait_uid(lb, uid, deadline, scope)))
+		return e;
+	t[5] = util_now_us();
+	e = claim_record(lb, s, uid, gid, scope);
+	log_debug(scope, "local: claim steps (ms): files %.2f uid %.2f identity %.2f mounts %.2f uid-wait %.2f record %.2f",
+		(t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (t[3] - t[2]) / 1e3, (t[4] - t[3]) / 1e3, (t[5] - t[4]) / 1e3,
+		(util_now_us() - t[5]) / 1e3);
+	return e;
 }

@@ -163,9 +163,9 @@ static int etc_copy_link(const char *src, const char *dst)
 /* mkdir 0755 whatever the daemon's umask. */
 static int etc_mkdir(const char *path)
 {
-	if (mkdir(path, 0755) && errno != EEXIST)
-		return -1;
-	return chmod(path, 0755);
+	if (!mkdir(path, 0755)) /* the daemon's umask is 0 (fs/main.c): 0755 */
+		return 0;
+	return errno == EEXIST ? chmod(path, 0755) : -1;
 }
 
 /* A small file, 0644 whatever the daemon's umask. */
@@ -280,7 +280,16 @@ static const char *etc_account_name(const char *name)
 	return name;
 }
 
-int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_t gid)
+/* A thread's passwd or group: new for a new thread (nothing reads it before
+ * it is bound into the sandbox), created in place; replaced atomically
+ * when it is there (a running sandbox may read the old one).  0644 as is:
+ * the daemon's umask is 0 (fs/main.c). */
+static int etc_write_thread(const char *path, const char *text, size_t len)
+{
+	return util_write_new(path, text, len, 0644);
+}
+
+int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_t gid, bool host_account)
 {
 	struct buf dir = BUF_INIT(PATH_MAX), path = BUF_INIT(PATH_MAX), text = BUF_INIT(4096);
 	const char *acct = etc_account_name(name);
@@ -289,19 +298,19 @@ int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_
 	const char *gname = acct;
 	int r = -1;
 
-	if (gid != 65534 && !getgrgid_r(gid, &gr, grbuf, sizeof(grbuf), &grp) && grp && strcmp(grp->gr_name, "root") &&
+	if (host_account && gid != 65534 && !getgrgid_r(gid, &gr, grbuf, sizeof(grbuf), &grp) && grp && strcmp(grp->gr_name, "root") &&
 	    strlen(grp->gr_name) < 64)
 		gname = grp->gr_name; /* users: maps to a host account and its group */
 	if (buf_addf(&dir, "%s/etc", thread_dir) || etc_mkdir(dir.ptr) ||
 	    buf_addf(&text, "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 			    "%s:x:%u:%u:sbxfs sandbox:/mnt/user-data/workspace:/bin/sh\n",
 		    acct, (unsigned)uid, (unsigned)gid) ||
-	    buf_addf(&path, "%s/passwd", dir.ptr) || etc_write(path.ptr, text.ptr, text.len))
+	    buf_addf(&path, "%s/passwd", dir.ptr) || etc_write_thread(path.ptr, text.ptr, text.len))
 		goto out;
 	buf_reset(&text);
 	buf_reset(&path);
 	if (buf_addf(&text, "root:x:0:\nnogroup:x:65534:\n%s:x:%u:\n", gname, (unsigned)gid) ||
-	    buf_addf(&path, "%s/group", dir.ptr) || etc_write(path.ptr, text.ptr, text.len))
+	    buf_addf(&path, "%s/group", dir.ptr) || etc_write_thread(path.ptr, text.ptr, text.len))
 		goto out;
 	r = 0;
 out:

@@ -12,6 +12,7 @@
 #ifndef SBX_LOCAL_ETC_H
 #define SBX_LOCAL_ETC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -25,7 +26,10 @@ const char *etc_dir(void);
  * to /etc, NULL-terminated): public, package-managed symlink farms. */
 const char *const *etc_bound(void);
 /* thread_dir/etc/{passwd,group}: root, nobody and the sandbox's account
- * (name, uid, gid).  0 or -1 with errno. */
-int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_t gid);
+ * (name, uid, gid).  host_account: the uid is a host account's (`users:`),
+ * whose group keeps its host name; otherwise no name service is asked (a
+ * lookup through NSS costs dozens of system calls on the claim path, and a
+ * uid of the provider's range has no host group).  0 or -1 with errno. */
+int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_t gid, bool host_account);
 
 #endif

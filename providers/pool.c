@@ -300,8 +300,12 @@ static int pool_save(struct sbx *s, const struct sbx_provider *prov, const char 
 	char *text = o ? json_dumps(o, JSON_INDENT(1)) : NULL;
 	int r = -1;
 
+	/* "creating" is written before the provider is called: a kill -9
+	 * during the write leaves an empty record, which is none (nothing was
+	 * made yet), so it is written in place; "ready" replaces it atomically */
 	if (text && !buf_addf(&path, "%s/sandbox.json", s->thread_dir))
-		r = util_write_atomic(path.ptr, text, strlen(text), 0600);
+		r = !strcmp(state, "creating") ? util_write_new(path.ptr, text, strlen(text), 0600)
+					       : util_write_atomic(path.ptr, text, strlen(text), 0600);
 	free(text);
 	json_decref(o);
 	buf_free(&path);
@@ -1238,6 +1242,36 @@ int pool_reload(struct sbx_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
+/* Shutdown: the next sandbox to destroy, its scope locked and marked
+ * DESTROYING; NULL when none is left.  The scan resumes at the bucket of
+ * the last victim (*cursor, under pool.lock), so a thousand sandboxes are
+ * not a million visits; a final pass from the start finds those skipped
+ * because their scope was busy. */
+static struct sbx *pool_next_victim_locked(int *cursor)
+{
+	lock_assert_held(&pool.lock);
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = pass ? 0 : *cursor; i < POOL_BUCKETS; i++)
+			for (struct sbx *s = pool.table[i]; s; s = s->next) {
+				if (!s->box || (s->state != SBX_ACTIVE && s->state != SBX_WARM) ||
+				    pthread_mutex_trylock(&s->scope))
+					continue;
+				if (!s->box || (s->state != SBX_ACTIVE && s->state != SBX_WARM)) {
+					pthread_mutex_unlock(&s->scope);
+					continue;
+				}
+				s->state = SBX_DESTROYING;
+				*cursor = i;
+				return s;
+			}
+		if (*cursor == 0)
+			break;
+	}
+	return NULL;
+}
+
+static int pool_shutdown_cursor; /* protected by pool.lock */
+
 /* Shutdown worker: destroy sandboxes until none is left.  A few of these
  * run at once, because destroying waits for each sandbox's processes to be
  * gone and a thousand sandboxes one after the other take seconds. */
@@ -1245,19 +1279,8 @@ static void *pool_shutdown_worker(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		struct sbx *victim = NULL;
-
 		lock_acquire(&pool.lock);
-		for (int i = 0; i < POOL_BUCKETS && !victim; i++)
-			for (struct sbx *s = pool.table[i]; s && !victim; s = s->next)
-				if ((s->state == SBX_ACTIVE || s->state == SBX_WARM) && !pthread_mutex_trylock(&s->scope)) {
-					if (s->box) {
-						s->state = SBX_DESTROYING;
-						victim = s;
-					} else {
-						pthread_mutex_unlock(&s->scope);
-					}
-				}
+		struct sbx *victim = pool_next_victim_locked(&pool_shutdown_cursor);
 		lock_release(&pool.lock);
 		if (!victim)
 			return NULL;
@@ -1316,6 +1339,9 @@ void pool_shutdown(bool keep)
 				s->box->prov->ops->stop_soon(s->box);
 			pthread_mutex_unlock(&s->scope);
 		}
+	lock_acquire(&pool.lock);
+	pool_shutdown_cursor = 0;
+	lock_release(&pool.lock);
 	while (n < 8 && !pthread_create(&workers[n], NULL, pool_shutdown_worker, NULL))
 		n++;
 	if (n == 0)

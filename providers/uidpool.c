@@ -153,7 +153,7 @@ int uidpool_assign(struct uidpool *p, const struct sbx_config *cfg, const char *
 	}
 	if (util_mkdir_p(thread_dir, 0700) || layout_file(&path, thread_dir, "uid") ||
 	    buf_addf(&text, "%u:%u\n", (unsigned)*uid, (unsigned)*gid) ||
-	    util_write_atomic(path.ptr, text.ptr, text.len, 0600)) {
+	    util_write_new(path.ptr, text.ptr, text.len, 0600)) {
 		log_err("pool", "cannot record the uid in %s: %s", thread_dir, strerror(errno));
 		err = EIO;
 	}

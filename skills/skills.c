@@ -53,7 +53,7 @@
 #define SKILLS_DEBOUNCE_MS 200
 #define SKILLS_MAX_DELAY_MS 2000
 #define SKILLS_RETRY_MAX_MS 60000
-#define SKILLS_BUCKETS 64
+#define SKILLS_BUCKETS 256
 #define SKILLS_MANIFEST_FILE "skills.json"
 
 struct skills_sbx {
@@ -97,7 +97,7 @@ static struct {
 
 static unsigned sk_hash(const struct sbx *s)
 {
-	return (unsigned)(((uintptr_t)s >> 4) % SKILLS_BUCKETS);
+	return util_hash_ptr(s, SKILLS_BUCKETS);
 }
 
 /* eng.lock held. */

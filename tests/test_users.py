@@ -4,6 +4,7 @@ account creates and uses its own sandbox and gets EACCES on another user's
 directory.  The accounts are made with useradd and removed afterwards."""
 
 import errno
+import grp
 import json
 import os
 import pwd
@@ -170,3 +171,32 @@ def test_user_cannot_create_other_users_dir(sbxfs, accounts):
     # and an account that is not in users: gets nothing
     res = as_user(ub, [("mkdir", m.mnt / "stranger")])
     assert res[0].get("errno") in ("EACCES", "EPERM"), res
+
+
+@pytest.mark.timeout_s(150)
+def test_the_sandbox_names_a_host_account_and_its_group(sbxfs, accounts):
+    """users: passwd maps a user to its host account: the sandbox's passwd and
+    group name the account and its host group (the only case where the daemon
+    asks the name service); a thread of the uid range gets the sbxfs user's
+    name for both, with no lookup."""
+    (a, ua), _ = accounts
+    gid = pwd.getpwuid(ua).pw_gid
+    gname = grp.getgrgid(gid).gr_name
+    m = sbxfs(config={"users": "passwd", "allow_other": True})
+    res = as_user(ua, [("makedirs", m.mnt / a / "t1"), ("read", m.mnt / a / "t1" / "ready")])
+    assert all("ok" in r for r in res), res
+    etc = m.thread_data(a, "t1") / "etc"
+    assert f"{a}:x:{ua}:{gid}:" in (etc / "passwd").read_text()
+    assert (etc / "group").read_text().splitlines()[-1] == f"{gname}:x:{gid}:"
+    for f in ("passwd", "group"):
+        assert stat.S_IMODE((etc / f).stat().st_mode) == 0o644
+
+
+def test_a_range_uid_sandbox_names_the_sbxfs_user(sbxfs):
+    m = sbxfs()
+    sbxutil.mkdir_ready(m.mnt / "carol" / "t1", parents=True)
+    uid = sbxutil.status(m.mnt / "carol" / "t1")["uid"]
+    etc = m.thread_data("carol", "t1") / "etc"
+    assert f"carol:x:{uid}:{uid}:" in (etc / "passwd").read_text()
+    assert (etc / "group").read_text().splitlines()[-1] == f"carol:x:{uid}:"
+    assert not list(etc.glob("*.tmp.*"))

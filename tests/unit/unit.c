@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../../common/budget.h"
@@ -23,6 +24,7 @@
 #include "../../common/json.h"
 #include "../../common/log.h"
 #include "../../common/names.h"
+#include "../../common/util.h"
 #include "../../fs/args.h"
 #include "../../providers/api.h"
 #include "../../providers/jobrun.h"
@@ -593,6 +595,30 @@ static void test_jobrun(void)
 	CHECK(rmdir(dir) == 0);
 }
 
+/* util_mkdir_p: every missing component made (from the deepest one there),
+ * an existing path is fine, a file in the way is ENOTDIR. */
+static void test_mkdir_p(void)
+{
+	char root[] = "/tmp/sbxfs-unit-mkdir.XXXXXX", p[256];
+	struct stat st;
+
+	CHECK(mkdtemp(root) != NULL);
+	snprintf(p, sizeof(p), "%s/a/b/c/d", root);
+	CHECK(util_mkdir_p(p, 0700) == 0 && !stat(p, &st) && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700);
+	CHECK(util_mkdir_p(p, 0700) == 0);
+	snprintf(p, sizeof(p), "%s/a/b/x/y", root);
+	CHECK(util_mkdir_p(p, 0755) == 0 && !stat(p, &st) && S_ISDIR(st.st_mode));
+	snprintf(p, sizeof(p), "%s/a/f", root);
+	FILE *f = fopen(p, "w");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	snprintf(p, sizeof(p), "%s/a/f/g/h", root);
+	CHECK(util_mkdir_p(p, 0755) == -1 && errno == ENOTDIR);
+	snprintf(p, sizeof(p), "%s/a", root);
+	CHECK(util_rm_rf(p) == 0 && rmdir(root) == 0);
+}
+
 int main(void)
 {
 	log_open(0, 0);
@@ -607,6 +633,7 @@ int main(void)
 	test_budget();
 	test_api();
 	test_jobrun();
+	test_mkdir_p();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
