@@ -409,13 +409,24 @@ def count_fstype(fstype):
 
 
 def fs_type(path):
-    best, typ = "", "?"
+    """The file system path is on, "ext4 without a journal" when it is one: there ext4's
+    inode allocator skips (and reads) every inode freed in the last 60-300 s
+    (recently_deleted() in fs/ext4/ialloc.c), so rows that create files run slower for a
+    few minutes after rows that deleted many (docs/performance.md, 2026-12-03)."""
+    best, typ, dev = "", "?", ""
     rp = os.path.realpath(path)
     with open("/proc/mounts") as f:
         for line in f:
             p = line.split()
             if (rp == p[1] or rp.startswith(p[1].rstrip("/") + "/")) and len(p[1]) > len(best):
-                best, typ = p[1], p[2]
+                best, typ, dev = p[1], p[2], p[0]
+    if typ == "ext4" and dev.startswith("/dev/"):
+        try:
+            with open("/sys/fs/ext4/%s/journal_task" % os.path.basename(dev)) as f:
+                if not f.read().strip():
+                    typ = "ext4 without a journal"
+        except OSError:
+            pass
     return typ
 
 
