@@ -423,7 +423,7 @@ def fs_type(path):
     if typ == "ext4" and dev.startswith("/dev/"):
         try:
             with open("/sys/fs/ext4/%s/journal_task" % os.path.basename(dev)) as f:
-                if not f.read().strip():
+                if f.read().strip() in ("", "<none>"):
                     typ = "ext4 without a journal"
         except OSError:
             pass
