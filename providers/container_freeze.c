@@ -11,8 +11,12 @@
  * snapshot taken then is not consistent.  So a pause counts only once the
  * kernel's freezer of the container's cgroup says frozen (cgroup v1
  * freezer.state FROZEN, v2 cgroup.events "frozen 1"); when it does not, the
- * pause is undone and done once more, then refused.  A container whose
- * cgroup this host cannot see (a remote engine) is taken at dockerd's word.
+ * pause is undone and done once more, then refused.  The other way round,
+ * dockerd has lost a pause it answered: the thaw's unpause is refused ("is
+ * not paused") while the freezer still says frozen, and nothing would ever
+ * thaw the container; a thaw then writes the freezer's own control file.
+ * A container whose cgroup this host cannot see (a remote engine) is taken
+ * at dockerd's word.
  *
  * Why the box keeps the time it spent paused: a provider whose job pumps
  * run in the daemon, not in the container, would see a paused server as
@@ -22,10 +26,12 @@
  * only the time it could run.)
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/buf.h"
 #include "../common/log.h"
@@ -34,35 +40,87 @@
 
 #define FREEZE_CHECK_MS 1000 /* how long the freezer may take to say frozen */
 
+/* The freezer of the cgroup of the container's init: its state file
+ * (v2 cgroup.events, v1 freezer.state) in path, and into ctl what a thaw
+ * writes where (v2 cgroup.freeze "0", v1 freezer.state "THAWED").  0, or -1
+ * when this host cannot see it (a remote engine, the init gone). */
+static int freezer_files(const struct cbox *db, char *path, char *ctl, size_t len, bool *v2)
+{
+	struct buf cg = BUF_INIT(BUF_CAP_PATH);
+	char proc[64], *line, *save = NULL;
+	int r = -1;
+
+	if (!db->init_pid || str_fmt(proc, sizeof(proc), "/proc/%d/cgroup", (int)db->init_pid) ||
+	    util_read_file(proc, &cg))
+		goto out;
+	for (line = strtok_r(cg.ptr, "\n", &save); line && r < 0; line = strtok_r(NULL, "\n", &save)) {
+		if (!strncmp(line, "0::", 3)) { /* v2 */
+			*v2 = true;
+			if (!str_fmt(path, len, "/sys/fs/cgroup%s/cgroup.events", line + 3) &&
+			    !str_fmt(ctl, len, "/sys/fs/cgroup%s/cgroup.freeze", line + 3) && !access(path, R_OK))
+				r = 0;
+		} else if (strstr(line, ":freezer:")) { /* v1 */
+			*v2 = false;
+			if (!str_fmt(path, len, "/sys/fs/cgroup/freezer%s/freezer.state", strstr(line, ":freezer:") + 9) &&
+			    !str_fmt(ctl, len, "%s", path) && !access(path, R_OK))
+				r = 0;
+		}
+	}
+out:
+	buf_free(&cg);
+	return r;
+}
+
 /* The kernel's word on whether the cgroup of the container's init is
  * frozen: 1, 0, or -1 when this host cannot tell. */
 static int freezer_frozen(const struct cbox *db)
 {
-	struct buf cg = BUF_INIT(BUF_CAP_PATH), st = BUF_INIT(256);
-	char path[PATH_MAX], *line, *save = NULL;
+	struct buf st = BUF_INIT(256);
+	char path[PATH_MAX], ctl[PATH_MAX];
+	bool v2 = false;
 	int r = -1;
 
-	if (!db->init_pid || str_fmt(path, sizeof(path), "/proc/%d/cgroup", (int)db->init_pid) ||
-	    util_read_file(path, &cg))
-		goto out;
-	for (line = strtok_r(cg.ptr, "\n", &save); line && r < 0; line = strtok_r(NULL, "\n", &save)) {
-		const char *rel = NULL, *file = NULL, *want = NULL;
-
-		if (!strncmp(line, "0::", 3)) /* v2 */
-			rel = line + 3, file = "/sys/fs/cgroup%s/cgroup.events", want = "frozen 1";
-		else if (strstr(line, ":freezer:")) /* v1 */
-			rel = strstr(line, ":freezer:") + 9, file = "/sys/fs/cgroup/freezer%s/freezer.state",
-			want = "FROZEN";
-		if (!rel || str_fmt(path, sizeof(path), file, rel))
-			continue;
-		buf_reset(&st);
-		if (!util_read_file(path, &st))
-			r = strstr(st.ptr, want) != NULL;
-	}
-out:
-	buf_free(&cg);
+	if (!freezer_files(db, path, ctl, sizeof(path), &v2) && !util_read_file(path, &st))
+		r = strstr(buf_str(&st), v2 ? "frozen 1" : "FROZEN") != NULL;
 	buf_free(&st);
 	return r;
+}
+
+/* Thaw the container's cgroup through the kernel, behind dockerd: for a
+ * container dockerd believes running while its freezer says frozen (under
+ * load dockerd 20.10 has lost a pause it answered: the next unpause is
+ * refused with "is not paused", and the container would stay frozen for
+ * good).  0 once the freezer says it runs. */
+static int freezer_thaw_direct(const struct cbox *db)
+{
+	char path[PATH_MAX], ctl[PATH_MAX];
+	bool v2 = false;
+	int fd, ok;
+
+	if (freezer_files(db, path, ctl, sizeof(path), &v2))
+		return -1;
+	fd = open(ctl, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ok = v2 ? write(fd, "0", 1) == 1 : write(fd, "THAWED", 6) == 6;
+	close(fd);
+	for (int i = 0; ok && i < 200 && freezer_frozen(db) == 1; i++)
+		nanosleep(&(struct timespec){ .tv_nsec = 5 * 1000000L }, NULL);
+	return ok && freezer_frozen(db) == 0 ? 0 : -1;
+}
+
+/* Does dockerd say the container runs (not paused)? */
+static bool docker_still_running(struct cbox *db)
+{
+	struct docker_container c;
+	char err[DOCKER_ERR_LEN];
+	bool running;
+
+	if (docker_inspect(db->api, db->id, &c, err, sizeof(err)))
+		return false;
+	running = !strcmp(c.status, "running");
+	docker_container_clear(&c);
+	return running;
 }
 
 /* Wait (briefly) for the freezer to agree with a pause dockerd answered. */
@@ -120,6 +178,12 @@ static enum sbx_err container_thaw(struct sbx_box *b)
 		 * says its processes run, which is what a thaw is for */
 		log_warn(db->name, "thaw: %s; its freezer says it runs: thawed", err);
 		e = SBX_OK;
+	} else if (e && freezer_frozen(db) == 1 && docker_still_running(db)) {
+		/* dockerd says running, the kernel says frozen: thaw the kernel's */
+		if (!freezer_thaw_direct(db)) {
+			log_warn(db->name, "thaw: %s, but its freezer said frozen: thawed the freezer directly", err);
+			e = SBX_OK;
+		}
 	}
 	if (e) {
 		log_warn(db->name, "thaw: %s", err);

@@ -624,7 +624,6 @@ int local_filter_fd(void)
 	return local_memfd("sbxfs-filter", local_filter.ptr, local_filter.len);
 }
 
-/* The sandbox's uid and its data directories (owned by it). */
 bool local_host_account(const struct sbx_config *cfg, const char *user)
 {
 	uid_t uid;
@@ -633,6 +632,7 @@ bool local_host_account(const struct sbx_config *cfg, const char *user)
 	return config_user_lookup(cfg, user, &uid, &gid) == 0;
 }
 
+/* The sandbox's uid and its data directories (owned by it). */
 enum sbx_err local_prepare_files(const struct sbx_spec *s, const char *scope, uid_t *uid, gid_t *gid)
 {
 	int err = uidpool_assign(local_uids, s->cfg, s->user, s->dirs.thread_dir, uid, gid);

@@ -298,8 +298,8 @@ int etc_write_identity(const char *thread_dir, const char *name, uid_t uid, gid_
 	const char *gname = acct;
 	int r = -1;
 
-	if (host_account && gid != 65534 && !getgrgid_r(gid, &gr, grbuf, sizeof(grbuf), &grp) && grp && strcmp(grp->gr_name, "root") &&
-	    strlen(grp->gr_name) < 64)
+	if (host_account && gid != 65534 && !getgrgid_r(gid, &gr, grbuf, sizeof(grbuf), &grp) && grp &&
+	    strcmp(grp->gr_name, "root") && strlen(grp->gr_name) < 64)
 		gname = grp->gr_name; /* users: maps to a host account and its group */
 	if (buf_addf(&dir, "%s/etc", thread_dir) || etc_mkdir(dir.ptr) ||
 	    buf_addf(&text, "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
