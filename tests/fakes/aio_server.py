@@ -1157,11 +1157,15 @@ def h_packages(srv, req):
 
 
 def bash_result(sess, p, max_len, truncate=True):
+    # the status first, the output after it: a command that ends in between
+    # would otherwise be answered "completed" without its last output (its
+    # readers are drained before it is marked done), and a client that stops
+    # at "completed" loses that output
+    st = p.bash_status()
     out, err = p.snapshot()
     so, se = text_of(out), text_of(err)
     if truncate:
         so, se = middle_truncate(so, max_len), middle_truncate(se, max_len)
-    st = p.bash_status()
     return {"session_id": sess.id, "command_id": p.id, "command": p.command, "status": st,
             "stdout": so, "stderr": se, "exit_code": p.exit_code if st == "completed" else None,
             "offset": len(out), "stderr_offset": len(err)}
