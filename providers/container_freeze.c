@@ -109,18 +109,28 @@ static int freezer_thaw_direct(const struct cbox *db)
 	return ok && freezer_frozen(db) == 0 ? 0 : -1;
 }
 
+/* Does dockerd say the container's status is want ("running", "paused")?
+ * SBX_OK and the answer in *is, or dockerd's error (in err). */
+static enum sbx_err docker_status_is(struct cbox *db, const char *want, bool *is, char *err, size_t errlen)
+{
+	struct docker_container c;
+	enum sbx_err e = docker_inspect(db->api, db->id, &c, err, errlen);
+
+	*is = false;
+	if (e)
+		return e;
+	*is = !strcmp(c.status, want);
+	docker_container_clear(&c);
+	return SBX_OK;
+}
+
 /* Does dockerd say the container runs (not paused)? */
 static bool docker_still_running(struct cbox *db)
 {
-	struct docker_container c;
 	char err[DOCKER_ERR_LEN];
 	bool running;
 
-	if (docker_inspect(db->api, db->id, &c, err, sizeof(err)))
-		return false;
-	running = !strcmp(c.status, "running");
-	docker_container_clear(&c);
-	return running;
+	return !docker_status_is(db, "running", &running, err, sizeof(err)) && running;
 }
 
 /* Wait (briefly) for the freezer to agree with a pause dockerd answered. */
@@ -198,20 +208,17 @@ static enum sbx_err container_thaw(struct sbx_box *b)
 static enum sbx_err container_frozen(struct sbx_box *b, bool *out)
 {
 	struct cbox *db = cbox(b);
-	struct docker_container c;
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
 
 	*out = false;
 	if (!db->id[0])
 		return SBX_ERR_GONE;
-	e = docker_inspect(db->api, db->id, &c, err, sizeof(err));
+	e = docker_status_is(db, "paused", out, err, sizeof(err));
 	if (e) {
 		log_warn(db->name, "inspect: %s", err);
 		return e;
 	}
-	*out = !strcmp(c.status, "paused");
-	docker_container_clear(&c);
 	if (*out) {
 		uint64_t zero = 0;
 		__atomic_compare_exchange_n(&db->paused_at, &zero, util_now_ms(), false, __ATOMIC_RELEASE,
