@@ -303,8 +303,11 @@ static void test_netpol_unrecorded_decision_is_refused(void)
 	CHECK(netpol_decision(p, a) == NP_ALLOW_SANDBOX && netpol_allows(p, "a.example", 443, 105));
 	CHECK(cmd(p, "deny-pending", 105) == 0 && netpol_decision(p, b) == NP_DENY);
 	netpol_put(p);
+	snprintf(path, sizeof(path), "%s/gone/network.json", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/gone", dir);
 	rmdir(path);
-	rmdir(dir);
+	CHECK(rmdir(dir) == 0); /* nothing left behind */
 }
 
 static void test_netpol_persist(void)
