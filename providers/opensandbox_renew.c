@@ -155,6 +155,16 @@ void os_unregister(struct obox *ob)
 	pthread_mutex_unlock(&os.lock);
 }
 
+/* os.lock held: the slot of scope token in inflight, or n_inflight. */
+static int os_inflight_find_locked(const char *token)
+{
+	int i;
+
+	for (i = 0; i < os.n_inflight && strcmp(os.inflight[i].token, token); i++)
+		;
+	return i;
+}
+
 /* A create of scope token is about to ask the server (begin), or has its
  * answer and, if it made a sandbox, that box is registered (end).  In
  * between, the suspect check must not take the scope's new sandbox for a
@@ -164,8 +174,7 @@ void os_create_begin(const char *token)
 	int i;
 
 	pthread_mutex_lock(&os.lock);
-	for (i = 0; i < os.n_inflight && strcmp(os.inflight[i].token, token); i++)
-		;
+	i = os_inflight_find_locked(token);
 	if (i < os.n_inflight) {
 		os.inflight[i].n++;
 	} else if (os.n_inflight < OS_INFLIGHT) {
@@ -183,8 +192,7 @@ void os_create_end(const char *token)
 	int i;
 
 	pthread_mutex_lock(&os.lock);
-	for (i = 0; i < os.n_inflight && strcmp(os.inflight[i].token, token); i++)
-		;
+	i = os_inflight_find_locked(token);
 	if (i < os.n_inflight && --os.inflight[i].n == 0)
 		os.inflight[i] = os.inflight[--os.n_inflight];
 	if (os.n_inflight == 0)
@@ -195,12 +203,7 @@ void os_create_end(const char *token)
 /* os.lock held: has scope token a create in flight? */
 static bool os_inflight_locked(const char *token)
 {
-	if (os.inflight_full)
-		return true;
-	for (int i = 0; i < os.n_inflight; i++)
-		if (!strcmp(os.inflight[i].token, token))
-			return true;
-	return false;
+	return os.inflight_full || os_inflight_find_locked(token) < os.n_inflight;
 }
 
 /* Watch scope token (and id, when known) for a sandbox nobody holds: an
