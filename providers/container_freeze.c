@@ -179,16 +179,18 @@ static enum sbx_err container_thaw(struct sbx_box *b)
 	char err[DOCKER_ERR_LEN];
 	enum sbx_err e;
 	uint64_t at;
+	int frozen;
 
 	if (!db->id[0])
 		return SBX_ERR_GONE;
 	e = docker_pause(db->api, db->id, false, err, sizeof(err));
-	if (e && freezer_frozen(db) == 0) {
+	frozen = e ? freezer_frozen(db) : -1; /* the kernel's word, when dockerd refused */
+	if (frozen == 0) {
 		/* dockerd refused (it thought the container running): the kernel
 		 * says its processes run, which is what a thaw is for */
 		log_warn(db->name, "thaw: %s; its freezer says it runs: thawed", err);
 		e = SBX_OK;
-	} else if (e && freezer_frozen(db) == 1 && docker_still_running(db)) {
+	} else if (frozen == 1 && docker_still_running(db)) {
 		/* dockerd says running, the kernel says frozen: thaw the kernel's */
 		if (!freezer_thaw_direct(db)) {
 			log_warn(db->name, "thaw: %s, but its freezer said frozen: thawed the freezer directly", err);
