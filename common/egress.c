@@ -315,14 +315,19 @@ static void *egress_job_main(void *p)
 		return NULL;
 	}
 	j->result = nft_apply_here(&(struct nft_call){ .text = buf_str(&j->text), .err = j->err, .errlen = sizeof(j->err) });
+	if (!j->result && j->then)
+		j->then(j->then_arg);
 	return NULL;
 }
 
-int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r)
+int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r, void (*then)(void *arg),
+	void *then_arg)
 {
 	int e;
 
 	memset(j, 0, sizeof(*j));
+	j->then = then;
+	j->then_arg = then_arg;
 	buf_init(&j->text, 64 * 1024);
 	j->nsfd = nsfd;
 	j->result = -1;
@@ -355,7 +360,7 @@ int egress_apply(int nsfd, const struct egress_rules *r, char *err, size_t errle
 {
 	struct egress_job j;
 
-	egress_apply_start(&j, nsfd, r);
+	egress_apply_start(&j, nsfd, r, NULL, NULL);
 	return egress_apply_finish(&j, err, errlen);
 }
 

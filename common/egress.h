@@ -79,15 +79,21 @@ int egress_gateway_ruleset(const struct egress_gw *g, struct buf *out);
 /* The same in two halves, so a create can install the rules while its
  * sandbox's init is still starting: start begins the install on a thread of
  * its own (nsfd must stay open until finish); finish waits for it and
- * returns what egress_apply would.  Every start needs its finish. */
+ * returns what egress_apply would.  Every start needs its finish.  then,
+ * when not NULL, runs on that thread once the rules are in force (not when
+ * they failed), in the namespace, with then_arg: more set-up of the same
+ * namespace off the caller's path (it reports through then_arg). */
 struct egress_job {
 	pthread_t thread;
 	bool running;
 	int nsfd, result;
 	struct buf text;
 	char err[512];
+	void (*then)(void *arg);
+	void *then_arg;
 };
-int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r);
+int egress_apply_start(struct egress_job *j, int nsfd, const struct egress_rules *r, void (*then)(void *arg),
+	void *then_arg);
 int egress_apply_finish(struct egress_job *j, char *err, size_t errlen);
 /* Wait until nsfd's namespace has an interface other than lo that is up
  * with an address (pasta configured it), at most timeout_ms; pidfd, when

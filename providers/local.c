@@ -833,6 +833,10 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 		local_log_tail(scope, logpath.ptr);
 		goto out;
 	}
+	/* its gateway slot too, so the one record names everything it will have */
+	if ((result = local_net_reserve(scope, s, &lb->net)))
+		goto out;
+	result = SBX_ERR_IO;
 	if (!lb->thread_dir || local_save(lb)) {
 		log_err(scope, "local: cannot record the sandbox: %s", strerror(errno));
 		goto out;
@@ -840,9 +844,10 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	recorded = true;
 	LOCAL_STEP(LS_RECORD);
 	/* the namespace exists (bubblewrap made it before it started the
-	 * init): its rules go in while the init starts; the sandbox is handed
-	 * out only once they are in force */
-	result = local_net_rules_start(&rules, scope, init, s, local_conf(s->cfg)->rootfs);
+	 * init): its rules go in while the init starts, and then its veth pair
+	 * into the gateway; the sandbox is handed out only once they are in
+	 * force */
+	result = local_net_rules_start(&rules, scope, init, s, local_conf(s->cfg)->rootfs, &lb->net);
 	if (!result)
 		result = local_wait_ready(ready_p[0], deadline, scope);
 	if (result == SBX_ERR_TIMEOUT || result == SBX_ERR_IO)
@@ -856,8 +861,9 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	if (result)
 		goto out;
 	LOCAL_STEP(LS_NET);
-	/* local.json is complete: written when bubblewrap named the init, and
-	 * again by local_record once pasta ran (open mode) */
+	/* local.json is complete: written when bubblewrap named the init (with
+	 * its gateway slot), and again by local_record once pasta ran or
+	 * another slot was taken (open mode) */
 	local_steps_log(scope, steps);
 	*out = &lb->base;
 	lb = NULL;

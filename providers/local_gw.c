@@ -93,6 +93,7 @@ static struct {
 	struct local_pasta pasta;  /* protected by lock */
 	unsigned char used[GW_SLOTS / 8]; /* protected by lock */
 	unsigned n_used;           /* protected by lock */
+	unsigned n_foreign;        /* of them, names taken by links not ours: protected by lock */
 	char dns[GW_DNS_MAX][64];  /* resolvers in set dns4 or dns6; protected by lock */
 	int n_dns;
 	bool v6;                   /* the host has IPv6: the gateway forwards it too; set at bring-up */
@@ -551,6 +552,16 @@ static int slot_take(bool allow_private)
 	return s;
 }
 
+/* slot's name is a link this daemon did not make: the slot stays marked
+ * (not tried again), and does not keep the gateway at the end of day */
+static void slot_foreign(int slot)
+{
+	pthread_mutex_lock(&gw.lock);
+	if (slot_used(slot))
+		gw.n_foreign++;
+	pthread_mutex_unlock(&gw.lock);
+}
+
 static int link_there(void *arg)
 {
 	char name[IFNAMSIZ];
@@ -690,18 +701,66 @@ static void gw_allow_dns(const char *scope, const char *dns)
 	buf_free(&text);
 }
 
+/* Both ends of w->slot's pair, entering each namespace with enter:
+ * egress_in_netns (a thread of its own per end) or enter_here. */
+static void gw_wire_ends(struct gw_wire *w, int (*enter)(int nsfd, int (*fn)(void *arg), void *arg))
+{
+	w->err = 0;
+	w->what = "the gateway's namespace";
+	if (enter(gw.nsfd, wire_gateway_end, w) < 0 && !w->err)
+		w->err = errno ? errno : EIO;
+	if (!w->err) {
+		w->what = "the sandbox's namespace";
+		if (enter(w->peer_nsfd, wire_sandbox_end, w) < 0 && !w->err)
+			w->err = errno ? errno : EIO;
+	}
+}
+
+/* setns() of the calling thread itself: only on a thread that ends after */
+static int enter_here(int nsfd, int (*fn)(void *arg), void *arg)
+{
+	return setns(nsfd, CLONE_NEWNET) ? -1 : fn(arg);
+}
+
+int local_gw_ready(const char *scope, const char *dns)
+{
+	if (gw_ensure()) {
+		log_err(scope, "local: the open-mode gateway is not available (see the gateway's lines above)");
+		return -1;
+	}
+	gw_allow_dns(scope, dns);
+	return 0;
+}
+
+int local_gw_reserve(bool allow_private)
+{
+	return slot_take(allow_private);
+}
+
+int local_gw_wire_here(const char *scope, int slot, int nsfd)
+{
+	/* gw.v6 and gw.nsfd: set by the bring-up local_gw_ready waited for */
+	struct gw_wire w = { .slot = slot, .peer_nsfd = nsfd, .v6 = gw.v6 };
+
+	gw_wire_ends(&w, enter_here);
+	if (w.err == EEXIST && !strcmp(w.what, "veth")) {
+		log_warn(scope, "local: gateway address %d skipped: its link name " GW_IFPREFIX "%d is taken", slot, slot);
+		slot_foreign(slot);
+	} else if (w.err) {
+		log_err(scope, "local: cannot connect the sandbox to the gateway (%s): %s", w.what, strerror(w.err));
+	}
+	return w.err;
+}
+
 enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, const char *dns, int *slot,
 	int (*chosen)(void *arg), void *arg)
 {
 	struct gw_wire w = { .peer_nsfd = nsfd };
 
 	*slot = -1;
-	if (gw_ensure()) {
-		log_err(scope, "local: the open-mode gateway is not available (see the gateway's lines above)");
+	if (local_gw_ready(scope, dns))
 		return SBX_ERR_IO;
-	}
-	w.v6 = gw.v6; /* set by the bring-up gw_ensure waited for */
-	gw_allow_dns(scope, dns);
+	w.v6 = gw.v6;
 	/* a name still taken (a link whose owner is not known to this
 	 * daemon) leaves its slot marked and the next one is tried */
 	for (int tries = 0; tries < 16; tries++) {
@@ -717,16 +776,12 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 			*slot = -1;
 			return SBX_ERR_IO;
 		}
-		w.err = 0;
-		w.what = "the gateway's namespace";
-		if (egress_in_netns(gw.nsfd, wire_gateway_end, &w) < 0 && !w.err)
-			w.err = errno ? errno : EIO;
-		if (w.err == EEXIST && !strcmp(w.what, "veth"))
+		gw_wire_ends(&w, egress_in_netns);
+		if (w.err == EEXIST && !strcmp(w.what, "veth")) {
+			log_warn(scope, "local: gateway address %d skipped: its link name " GW_IFPREFIX "%d is taken", w.slot,
+				w.slot);
+			slot_foreign(w.slot);
 			continue;
-		if (!w.err) {
-			w.what = "the sandbox's namespace";
-			if (egress_in_netns(nsfd, wire_sandbox_end, &w) < 0 && !w.err)
-				w.err = errno ? errno : EIO;
 		}
 		if (!w.err)
 			return SBX_OK;
@@ -779,7 +834,7 @@ void local_gw_shutdown(void)
 		pthread_mutex_unlock(&gw.lock);
 		return;
 	}
-	held = gw.n_used;
+	held = gw.n_used - gw.n_foreign;
 	pthread_mutex_unlock(&gw.lock);
 	if (gw.monitor_running) {
 		if (write(gw.stop[1], "x", 1) != 1)

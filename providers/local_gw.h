@@ -32,6 +32,19 @@ void local_gw_init(const char *state_dir);
  * gives up.  SBX_OK, or an error after logging it (nothing left). */
 enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, const char *dns, int *slot,
 	int (*chosen)(void *arg), void *arg);
+/* The same in steps, for a create that wires its sandbox off its own
+ * path: reserve takes a slot of its kind (-1: none is free), for the
+ * caller to record; ready makes the gateway if there is none (from a
+ * thread in the daemon's own namespaces) and lets dns through (0, or -1
+ * after logging); wire_here makes the slot's veth pair on the calling
+ * thread, which it moves between namespaces (one that ends after:
+ * egress_job's then), once ready said 0.  0; EEXIST when the slot's name
+ * is taken by a link this daemon does not know (the slot stays marked:
+ * local_gw_attach takes another); another errno after logging it
+ * (local_gw_detach undoes). */
+int local_gw_reserve(bool allow_private);
+int local_gw_ready(const char *scope, const char *dns);
+int local_gw_wire_here(const char *scope, int slot, int nsfd);
 /* Delete the slot's veth pair (if still there) and free the slot. */
 void local_gw_detach(int slot);
 /* An adopted sandbox holds slot: taken again.  0 when its veth pair is

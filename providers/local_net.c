@@ -60,13 +60,34 @@ int local_net_nsfd(pid_t init)
 	return open(path, O_RDONLY | O_CLOEXEC);
 }
 
+enum sbx_err local_net_reserve(const char *scope, const struct sbx_spec *spec, struct local_net *out)
+{
+	*out = (struct local_net){ .slot = -1 };
+	if (spec->cfg->net_mode != NET_OPEN || !spec->cfg->net_gateway)
+		return SBX_OK;
+	out->slot = local_gw_reserve(spec->cfg->allow_private);
+	if (out->slot >= 0)
+		return SBX_OK;
+	log_err(scope, "local: every address of the open-mode gateway is in use");
+	return SBX_ERR_NOMEM;
+}
+
+/* egress_job's then: on the rules' thread, in the sandbox's namespace */
+static void local_net_wire(void *arg)
+{
+	struct local_net_rules *r = arg;
+
+	r->wire_err = local_gw_wire_here(r->scope, r->net->slot, r->nsfd);
+}
+
 enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope, pid_t init,
-	const struct sbx_spec *spec, const char *rootfs)
+	const struct sbx_spec *spec, const char *rootfs, struct local_net *net)
 {
 	const struct sbx_config *cfg = spec->cfg;
 	struct buf resolv = BUF_INIT(BUF_CAP_PATH);
 	/* the namespace bubblewrap made a moment ago: nothing in it to replace */
 	struct egress_rules rules = { .mode = cfg->net_mode, .allow_private = cfg->allow_private, .fresh = true };
+	bool wire;
 
 	r->nsfd = local_net_nsfd(init);
 	if (r->nsfd < 0) {
@@ -78,7 +99,15 @@ enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope,
 	if (cfg->net_mode == NET_OPEN && !buf_addf(&resolv, "%s/etc/resolv.conf", rootfs ? rootfs : ""))
 		rules.dns = egress_resolver(resolv.ptr, r->dns, sizeof(r->dns));
 	buf_free(&resolv);
-	egress_apply_start(&r->job, r->nsfd, &rules);
+	if (!rules.dns)
+		r->dns[0] = '\0';
+	/* its veth pair on the same thread, once the rules are in force: off
+	 * the create's path, while the init starts */
+	r->net = cfg->net_mode == NET_OPEN && net->slot >= 0 ? net : NULL;
+	r->wire_err = EIO; /* what finish says when the gateway is not up */
+	wire = r->net && !local_gw_ready(scope, r->dns[0] ? r->dns : NULL);
+	snprintf(r->scope, sizeof(r->scope), "%s", scope);
+	egress_apply_start(&r->job, r->nsfd, &rules, wire ? local_net_wire : NULL, r);
 	return SBX_OK;
 }
 
@@ -96,7 +125,14 @@ enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope
 		log_err(scope, "local: cannot install the sandbox's egress rules: %s", err);
 		return SBX_ERR_IO;
 	}
-	return SBX_OK;
+	if (!r->net)
+		return SBX_OK;
+	if (r->wire_err == EEXIST) {
+		r->net->slot = -1; /* stays marked (its name is taken): local_net_up takes another */
+		return SBX_OK;
+	}
+	r->net->wired = !r->wire_err;
+	return r->wire_err ? SBX_ERR_IO : SBX_OK; /* logged by local_gw_wire_here */
 }
 
 enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *spec, const char *dns, int log_fd,
@@ -106,10 +142,7 @@ enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *
 	enum sbx_err result;
 	int nsfd;
 
-	out->pasta = (struct local_pasta){ 0 };
-	out->slot = -1;
-	out->lost = 0;
-	if (spec->cfg->net_mode != NET_OPEN)
+	if (spec->cfg->net_mode != NET_OPEN || out->wired)
 		return SBX_OK;
 	nsfd = local_net_nsfd(init);
 	if (nsfd < 0) {

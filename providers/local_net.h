@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "../common/egress.h"
+#include "../common/names.h"
 #include "local_pasta.h"
 #include "provider.h"
 
@@ -21,24 +22,38 @@ struct local_net {
 	struct local_pasta pasta; /* network.gateway off: its own pasta */
 	int slot;                 /* on: its gateway slot (address pair), -1 when none */
 	int lost;                 /* adopted without its veth pair: no way out */
+	int wired;                /* its veth pair was made with its rules (local_net_rules_start) */
 };
+
+/* Before the sandbox's first record: out starts empty and, in open mode
+ * through the gateway, holds the slot its veth pair will have, so the
+ * record names the slot from the start (local_net_down frees it).  SBX_OK,
+ * or NOMEM after logging it (no slot is free). */
+enum sbx_err local_net_reserve(const char *scope, const struct sbx_spec *spec, struct local_net *out);
 
 /* The nftables ruleset of the sandbox's mode (DESIGN §7), installed in
  * the namespace of init while the init is still starting: start opens the
  * namespace and begins the install on a thread; finish waits for it (always
  * call it after a start: it also closes the namespace).  SBX_OK, or an
- * error after logging it.  The sandbox is handed out only after finish. */
+ * error after logging it.  The sandbox is handed out only after finish.
+ * When net holds a reserved gateway slot, the same thread then makes the
+ * slot's veth pair (net->wired once finish says SBX_OK; a slot whose name
+ * was taken is dropped from net for local_net_up to take another). */
 struct local_net_rules {
 	struct egress_job job;
 	int nsfd; /* -1: not started */
 	char dns[64]; /* open mode: the resolver let through, "" when none */
+	struct local_net *net; /* the gateway slot to wire, or NULL */
+	int wire_err;          /* what local_gw_wire_here said */
+	char scope[NAMES_SCOPE_MAX];
 };
 enum sbx_err local_net_rules_start(struct local_net_rules *r, const char *scope, pid_t init,
-	const struct sbx_spec *spec, const char *rootfs);
+	const struct sbx_spec *spec, const char *rootfs, struct local_net *net);
 enum sbx_err local_net_rules_finish(struct local_net_rules *r, const char *scope);
 
 /* Give the sandbox whose init is init (its rules installed) its way out in
- * open mode (other modes: nothing): its veth pair into the gateway, or its
+ * open mode (other modes, or wired with its rules: nothing): its veth pair
+ * into the gateway, or its
  * own pasta, waited for until the namespace has its link.  dns: the
  * resolver its rules let through ("" none).  started(arg) runs as soon as
  * out names what is being made (the slot, or pasta running), so the caller
