@@ -40,8 +40,9 @@ def start(binary, base, mode):
     extra = "  gateway: false\n" if binary.endswith("@pasta") else ""
     binary = binary[:-len("@pasta")] if extra else binary
     with open(base + "/mount.conf", "w") as f:
-        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\nnetwork:\n  mode: %s\n%s"
-                % (base, mode, extra))
+        # no spares: a "cold" mkdir would claim one (pool.prewarm is 2 by default)
+        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\npool:\n  prewarm: 0\n"
+                "network:\n  mode: %s\n%s" % (base, mode, extra))
     p = subprocess.Popen([binary, "-d", "-c", base + "/mount.conf", base + "/mnt"],
                          stdin=subprocess.DEVNULL, stdout=open(base + "/daemon.log", "ab"),
                          stderr=subprocess.STDOUT)
