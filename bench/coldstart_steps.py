@@ -4,7 +4,7 @@
 side (e.g. before and after a change), against bubblewrap started directly with the same
 namespaces (rows_sandbox.py's peer).
 
-    /usr/bin/python3 bench/coldstart_steps.py [--mode isolated|open] [-n 15] SBXFS [SBXFS ...]
+    /usr/bin/python3 bench/coldstart_steps.py [--mode isolated|open] [--spares] [-n 15] SBXFS [SBXFS ...]
 
 (SBXFS@pasta: that binary with `network.gateway: false`, to compare open mode's two paths.)
 Root, bubblewrap, fusermount3; each SBXFS needs its sbxfs-exec and sbxfs-init next to it. Every
@@ -13,7 +13,11 @@ round does one cold mkdir + read of `ready` on every daemon (in alternating orde
 sandbox to ready; the first round is a warm-up. Prints the medians of mkdir-to-ready, their
 ratio to the peer's, and the medians of the steps the daemon logs for each create (`local:
 create steps` and `pool: create steps`, debug lines; docs/performance.md, "Cold start").
+--spares: the daemons keep 2 spares (pool.prewarm 2) and each mkdir claims one (its spares are
+back to 2, untimed, before it; a mkdir that did not claim fails the run); the steps are then
+`local: claim steps` and the pool's.
 """
+import json
 import argparse
 import os
 import re
@@ -33,16 +37,16 @@ def mounted(path):
         return any(line.split()[1] == path for line in f)
 
 
-def start(binary, base, mode):
+def start(binary, base, mode, prewarm=0):
     os.makedirs(base + "/state")
     os.makedirs(base + "/mnt")
     # BINARY@pasta: that binary with network.gateway: false (open mode: a pasta per sandbox)
     extra = "  gateway: false\n" if binary.endswith("@pasta") else ""
     binary = binary[:-len("@pasta")] if extra else binary
     with open(base + "/mount.conf", "w") as f:
-        # no spares: a "cold" mkdir would claim one (pool.prewarm is 2 by default)
-        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\npool:\n  prewarm: 0\n"
-                "network:\n  mode: %s\n%s" % (base, mode, extra))
+        # no spares unless --spares: a "cold" mkdir would claim one (pool.prewarm is 2 by default)
+        f.write("use: local\nstate_dir: %s/state\nreplicas: 256\nidle_timeout: 0\npool:\n  prewarm: %d\n"
+                "network:\n  mode: %s\n%s" % (base, prewarm, mode, extra))
     p = subprocess.Popen([binary, "-d", "-c", base + "/mount.conf", base + "/mnt"],
                          stdin=subprocess.DEVNULL, stdout=open(base + "/daemon.log", "ab"),
                          stderr=subprocess.STDOUT)
@@ -55,11 +59,23 @@ def start(binary, base, mode):
     return p
 
 
+def spares_back(mnt, want=2):
+    deadline = time.monotonic() + 30
+    while True:
+        with open(mnt + "/.status") as f:
+            st = json.load(f)["spares"]
+        if st["creating"] == 0 and st["ready"] == want:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("%s: spares not back to %d within 30 s: %s" % (mnt, want, st))
+        time.sleep(0.005)
+
+
 def steps(logpath):
     out = {}
     with open(logpath, errors="replace") as f:
         for line in f:
-            m = re.search(r"create steps \(ms\):(.*)", line)
+            m = re.search(r"(?:create|claim) steps \(ms\):(.*)", line)
             if m:
                 toks = m.group(1).split()
                 for k, v in zip(toks[0::2], toks[1::2]):
@@ -71,6 +87,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", default="isolated", choices=("isolated", "open", "allowlist"))
     ap.add_argument("-n", type=int, default=15)
+    ap.add_argument("--spares", action="store_true")
     ap.add_argument("sbxfs", nargs="+")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="sbxfs-coldstart.", dir="/var/tmp")
@@ -78,24 +95,29 @@ def main():
     try:
         for k, b in enumerate(a.sbxfs):
             base = "%s/d%d" % (root, k)
-            daemons.append((base, start(os.path.abspath(b), base, a.mode)))
+            daemons.append((base, start(os.path.abspath(b), base, a.mode, 2 if a.spares else 0)))
         peer = root + "/peer"
         make_peer_dir(peer)
         xs, ys = [[] for _ in daemons], []
         for i in range(a.n + 1):
             order = list(range(len(daemons)))[::-1 if i % 2 else 1]
             for k in order:
+                if a.spares:
+                    spares_back(daemons[k][0] + "/mnt")
                 t = time.perf_counter()
                 _acquire("%s/mnt/u/t%d" % (daemons[k][0], i))
                 if i:
                     xs[k].append(time.perf_counter() - t)
+                with open("%s/mnt/u/t%d/status" % (daemons[k][0], i)) as f:
+                    if json.load(f).get("from_spare") is not a.spares:
+                        raise RuntimeError("t%d: from_spare is not %s" % (i, a.spares))
             s = PeerSandbox(peer)
             if i:
                 ys.append(s.ready_s)
             s.kill()
         yb = statistics.median(ys) * 1e3
-        print("mode %s, %d rounds, load %s: bwrap (own netns) to ready, median %.2f ms"
-              % (a.mode, a.n, open("/proc/loadavg").read().split()[0], yb))
+        print("mode %s%s, %d rounds, load %s: bwrap (own netns) to ready, median %.2f ms"
+              % (a.mode, ", claiming spares" if a.spares else "", a.n, open("/proc/loadavg").read().split()[0], yb))
         for k, b in enumerate(a.sbxfs):
             m = statistics.median(xs[k]) * 1e3
             print("  %s: mkdir to ready, median %.2f ms = %.2fx bwrap" % (b, m, m / yb))
