@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@
 
 #define CG_PERIOD_US 100000
 #define CG_WAIT_MS 5000
+#define CG_TOKEN_MAX 64 /* a sandbox token (SCOPE_TOKEN_LEN) and more */
 #define CG_FREEZE_MS 5000 /* a process stuck in the kernel (D state) delays a freeze; this long at most */
 
 enum cg_ctrl { CG_MEMORY, CG_PIDS, CG_CPU, CG_NCTRL };
@@ -517,6 +519,50 @@ void cgroup_sandbox_destroy(const char *token)
 			log_warn("cgroup", "%s still has processes", dir);
 		cg_rmdir(dir);
 	}
+}
+
+static struct {
+	pthread_mutex_t lock;
+	char (*tokens)[CG_TOKEN_MAX];
+	size_t n, cap;
+} cg_later = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+void cgroup_sandbox_destroy_later(const char *token)
+{
+	bool kept = false;
+
+	pthread_mutex_lock(&cg_later.lock);
+	if (cg_later.n == cg_later.cap) {
+		size_t cap = cg_later.cap ? 2 * cg_later.cap : 256;
+		void *p = realloc(cg_later.tokens, cap * sizeof(*cg_later.tokens));
+		if (p) {
+			cg_later.tokens = p;
+			cg_later.cap = cap;
+		}
+	}
+	if (cg_later.n < cg_later.cap && strlen(token) < CG_TOKEN_MAX) {
+		memcpy(cg_later.tokens[cg_later.n++], token, strlen(token) + 1);
+		kept = true;
+	}
+	pthread_mutex_unlock(&cg_later.lock);
+	if (!kept)
+		cgroup_sandbox_destroy(token);
+}
+
+void cgroup_destroy_deferred(void)
+{
+	char (*tokens)[CG_TOKEN_MAX];
+	size_t n;
+
+	pthread_mutex_lock(&cg_later.lock);
+	tokens = cg_later.tokens;
+	n = cg_later.n;
+	cg_later.tokens = NULL;
+	cg_later.n = cg_later.cap = 0;
+	pthread_mutex_unlock(&cg_later.lock);
+	for (size_t i = 0; i < n; i++)
+		cgroup_sandbox_destroy(tokens[i]);
+	free(tokens);
 }
 
 /* ---- freezing -------------------------------------------------------------------- */

@@ -80,6 +80,14 @@ enum sbx_err cgroup_kill_jobs(const char *token, const pid_t *keep, int nkeep);
 void cgroup_job_remove(const char *dir);
 /* End every process of the sandbox and remove its cgroups. */
 void cgroup_sandbox_destroy(const char *token);
+/* The same, deferred: the token is kept until cgroup_destroy_deferred
+ * (what the teardown of every sandbox at an unmount uses: removing a memory
+ * cgroup walks every live superblock's LRU lists in the kernel, and a
+ * thousand sandboxes still dying hold thousands of them; once they are all
+ * gone the walk is short).  Out of memory: destroyed at once.  A daemon
+ * killed before the flush leaves empty cgroups the next start sweeps. */
+void cgroup_sandbox_destroy_later(const char *token);
+void cgroup_destroy_deferred(void);
 /* Freeze (on) or thaw every process of the sandbox: v2's cgroup.freeze,
  * else the v1 freezer.  A freeze returns once cgroup.events says frozen:
  * SBX_ERR_TIMEOUT (and thawed again) when that takes longer than 5 s;

@@ -992,8 +992,12 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 	while (!ended && lb->init_pid > 0 && util_proc_starttime(lb->init_pid) == lb->init_start &&
 	       util_now_ms() < deadline)
 		usleep(1000);
-	/* what the init's death did not end (nothing, normally) and the cgroups */
-	cgroup_sandbox_destroy(lb->token);
+	/* what the init's death did not end (nothing, normally) and the cgroups
+	 * (at an unmount's teardown of every sandbox: once all have ended) */
+	if (lb->ending)
+		cgroup_sandbox_destroy_later(lb->token);
+	else
+		cgroup_sandbox_destroy(lb->token);
 	local_net_down(&lb->net);
 	if (!layout_file(&path, lb->thread_dir, "local.json"))
 		unlink(path.ptr);
@@ -1008,8 +1012,15 @@ static void local_stop_soon(struct sbx_box *b)
 {
 	struct local_box *lb = local_box(b);
 
+	lb->ending = true;
 	if (local_alive(lb))
 		kill(lb->init_pid, SIGKILL);
+}
+
+static void local_shutdown(void)
+{
+	cgroup_destroy_deferred();
+	local_net_shutdown();
 }
 
 /* A spare's init still waits for its claim: its FIFO is there. */
@@ -1222,7 +1233,7 @@ static const struct sbx_provider_ops local_ops = {
 	.preflight = local_preflight,
 	.init = local_init,
 	.discover = local_discover,
-	.shutdown = local_net_shutdown,
+	.shutdown = local_shutdown,
 	.create = local_create,
 	.health = local_health,
 	.destroy = local_destroy,

@@ -35,6 +35,7 @@ struct local_box {
 	char *thread_dir;
 	uint64_t output_max; /* resources.output of the config it lives with */
 	struct local_net net; /* pasta of an open-mode sandbox */
+	bool ending;          /* told to end by the unmount's teardown (stop_soon) */
 };
 
 /* local.c: the box of b (aborts for another provider's box); whether its

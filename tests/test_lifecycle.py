@@ -237,12 +237,15 @@ def test_unmount_destroys_sandboxes_keeps_data(mnt):
     (w / "uploads" / "u.txt").write_text("U\n")
     os.rmdir(w)
     refs = [ProcRef(p) for p in sbxutil.descendants_and_self(pa) + sbxutil.descendants_and_self(pw)]
+    assert sbxutil.sandbox_cgroups(mnt.state_dir), "the sandboxes have no cgroups to check"
     rc = mnt.stop()
     assert rc == 0, f"exit status {rc}; log:\n{mnt.log}"
     assert not sbxutil.is_mounted(mnt.mnt)
     assert wait_until(lambda: not any(r.alive() for r in refs), 5), \
         f"sandbox processes survive unmount: {[r for r in refs if r.alive()]}"
     assert not sbxutil.procs_matching(mnt.state_dir)
+    # their cgroups too (removed once every sandbox has ended: cgroup.h)
+    assert sbxutil.sandbox_cgroups(mnt.state_dir) == []
     assert (mnt.workspace_data("alice", "t1") / "a.txt").read_text() == "A\n"
     assert (mnt.thread_data("bob", "t2") / "user-data" / "uploads" / "u.txt").read_text() == "U\n"
 
@@ -255,6 +258,7 @@ def test_sigterm_destroys_sandboxes(mnt):
     mnt.proc.wait(timeout=30)  # the exit status on a signal is not in the contract
     assert wait_until(lambda: not sbxutil.is_mounted(mnt.mnt), 5)
     assert wait_until(lambda: not ref.alive(), 5)
+    assert sbxutil.sandbox_cgroups(mnt.state_dir) == []
 
 
 @pytest.mark.timeout_s(120)
