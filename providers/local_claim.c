@@ -173,7 +173,9 @@ enum sbx_err local_claim(struct sbx_box *b, const struct sbx_spec *s)
 		return e;
 	t[5] = util_now_us();
 	e = claim_record(lb, s, uid, gid, scope);
-	log_debug(scope, "local: claim steps (ms): files %.2f uid %.2f identity %.2f mounts %.2f uid-wait %.2f record %.2f",
+	log_debug(scope,
+		"local: claim steps (ms): claim-files %.2f uid %.2f claim-identity %.2f mounts %.2f uid-wait %.2f "
+		"claim-record %.2f",
 		(t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (t[3] - t[2]) / 1e3, (t[4] - t[3]) / 1e3, (t[5] - t[4]) / 1e3,
 		(util_now_us() - t[5]) / 1e3);
 	return e;
