@@ -237,7 +237,8 @@ def test_unmount_destroys_sandboxes_keeps_data(mnt):
     (w / "uploads" / "u.txt").write_text("U\n")
     os.rmdir(w)
     refs = [ProcRef(p) for p in sbxutil.descendants_and_self(pa) + sbxutil.descendants_and_self(pw)]
-    assert sbxutil.sandbox_cgroups(mnt.state_dir), "the sandboxes have no cgroups to check"
+    if mnt.config.get("use", "local") == "local":  # test_containers.py runs this too
+        assert sbxutil.sandbox_cgroups(mnt.state_dir), "the sandboxes have no cgroups to check"
     rc = mnt.stop()
     assert rc == 0, f"exit status {rc}; log:\n{mnt.log}"
     assert not sbxutil.is_mounted(mnt.mnt)
