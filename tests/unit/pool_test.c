@@ -594,6 +594,10 @@ static void test_jobs(void)
 	 * outlives the signaller, which frees it (once) */
 	fault.signal_delay_ms = 300;
 	{
+		/* the jobs above let go of their handles first (the "term" job's
+		 * SIGKILL escalation may still hold its own: it would be freed
+		 * meanwhile and the count end below "before") */
+		CHECK(wait_until_ms(&fault.live_execs, 0, 10000));
 		int before = fault.live_execs;
 		j = new_job(s, jd.ptr, "slowkill");
 		CHECK(j && start_job(j, "x") == 0);
