@@ -873,7 +873,7 @@ static enum sbx_err local_create_now(const struct sbx_spec *s, struct sbx_box **
 	result = SBX_OK;
 out:
 	if (lb)
-		local_net_down(&lb->net);
+		local_net_down(&lb->net, false);
 	if (bwrap > 0)
 		local_abort_spawn(bwrap, init);
 	if (made_cgroup)
@@ -998,7 +998,7 @@ static enum sbx_err local_destroy(struct sbx_box *b)
 		cgroup_sandbox_destroy_later(lb->token);
 	else
 		cgroup_sandbox_destroy(lb->token);
-	local_net_down(&lb->net);
+	local_net_down(&lb->net, lb->ending);
 	if (!layout_file(&path, lb->thread_dir, "local.json"))
 		unlink(path.ptr);
 	buf_free(&path);

@@ -811,6 +811,15 @@ void local_gw_detach(int slot)
 	pthread_mutex_unlock(&gw.lock);
 }
 
+void local_gw_release(int slot)
+{
+	if (slot < 0 || slot >= GW_SLOTS)
+		return;
+	pthread_mutex_lock(&gw.lock);
+	slot_set(slot, false);
+	pthread_mutex_unlock(&gw.lock);
+}
+
 pid_t local_gw_pasta_pid(void)
 {
 	pid_t pid;

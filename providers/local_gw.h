@@ -47,6 +47,13 @@ int local_gw_ready(const char *scope, const char *dns);
 int local_gw_wire_here(const char *scope, int slot, int nsfd);
 /* Delete the slot's veth pair (if still there) and free the slot. */
 void local_gw_detach(int slot);
+/* Free the slot of a sandbox whose namespace is gone or going, and leave
+ * its pair to the kernel (a veth goes with either end's namespace): for
+ * the unmount's teardown of every sandbox, where no new sandbox can take
+ * the address meanwhile and a RTM_DELLINK each (a synchronous unregister
+ * with its RCU waits) would cost more than the teardown of the namespace
+ * that takes them all in one batch. */
+void local_gw_release(int slot);
 /* An adopted sandbox holds slot: taken again.  0 when its veth pair is
  * there, -1 when not (the sandbox has no way out: its health check fails). */
 int local_gw_adopted(int slot);

@@ -167,10 +167,12 @@ int local_net_alive(struct local_net *n)
 	return !n->lost && local_pasta_alive(&n->pasta);
 }
 
-void local_net_down(struct local_net *n)
+void local_net_down(struct local_net *n, bool ending)
 {
 	local_pasta_end(&n->pasta);
-	if (n->slot >= 0)
+	if (n->slot >= 0 && ending)
+		local_gw_release(n->slot);
+	else if (n->slot >= 0)
 		local_gw_detach(n->slot);
 	n->slot = -1;
 }

@@ -65,8 +65,10 @@ enum sbx_err local_net_up(const char *scope, pid_t init, const struct sbx_spec *
 /* Is its way out still there (its pasta running; the gateway's pasta is
  * restarted by the gateway itself)? */
 int local_net_alive(struct local_net *n);
-/* Take it down: end its pasta, or delete its veth pair and free its slot. */
-void local_net_down(struct local_net *n);
+/* Take it down: end its pasta, or delete its veth pair and free its slot;
+ * ending: at the unmount's teardown of every sandbox, its namespace ended,
+ * the pair is left to the kernel (local_gw_release). */
+void local_net_down(struct local_net *n, bool ending);
 /* An adopted sandbox's record: slot (-1 none) is taken again. */
 void local_net_adopted(struct local_net *n);
 /* A new fd on init's network namespace, or -1. */
