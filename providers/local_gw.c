@@ -716,6 +716,17 @@ static void gw_wire_ends(struct gw_wire *w, int (*enter)(int nsfd, int (*fn)(voi
 	}
 }
 
+/* w's wiring failed because its slot's name is a link not ours: said, and
+ * the slot kept marked (slot_foreign) for the caller to try another */
+static bool gw_name_taken(const char *scope, const struct gw_wire *w)
+{
+	if (w->err != EEXIST || strcmp(w->what, "veth"))
+		return false;
+	log_warn(scope, "local: gateway address %d skipped: its link name " GW_IFPREFIX "%d is taken", w->slot, w->slot);
+	slot_foreign(w->slot);
+	return true;
+}
+
 /* setns() of the calling thread itself: only on a thread that ends after */
 static int enter_here(int nsfd, int (*fn)(void *arg), void *arg)
 {
@@ -743,12 +754,8 @@ int local_gw_wire_here(const char *scope, int slot, int nsfd)
 	struct gw_wire w = { .slot = slot, .peer_nsfd = nsfd, .v6 = gw.v6 };
 
 	gw_wire_ends(&w, enter_here);
-	if (w.err == EEXIST && !strcmp(w.what, "veth")) {
-		log_warn(scope, "local: gateway address %d skipped: its link name " GW_IFPREFIX "%d is taken", slot, slot);
-		slot_foreign(slot);
-	} else if (w.err) {
+	if (w.err && !gw_name_taken(scope, &w))
 		log_err(scope, "local: cannot connect the sandbox to the gateway (%s): %s", w.what, strerror(w.err));
-	}
 	return w.err;
 }
 
@@ -777,12 +784,8 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 			return SBX_ERR_IO;
 		}
 		gw_wire_ends(&w, egress_in_netns);
-		if (w.err == EEXIST && !strcmp(w.what, "veth")) {
-			log_warn(scope, "local: gateway address %d skipped: its link name " GW_IFPREFIX "%d is taken", w.slot,
-				w.slot);
-			slot_foreign(w.slot);
+		if (gw_name_taken(scope, &w))
 			continue;
-		}
 		if (!w.err)
 			return SBX_OK;
 		log_err(scope, "local: cannot connect the sandbox to the gateway (%s): %s", w.what, strerror(w.err));
@@ -793,6 +796,15 @@ enum sbx_err local_gw_attach(const char *scope, int nsfd, bool allow_private, co
 	log_err(scope, "local: cannot connect the sandbox to the gateway: interface names in use");
 	*slot = -1;
 	return SBX_ERR_IO;
+}
+
+void local_gw_release(int slot)
+{
+	if (slot < 0 || slot >= GW_SLOTS)
+		return;
+	pthread_mutex_lock(&gw.lock);
+	slot_set(slot, false);
+	pthread_mutex_unlock(&gw.lock);
 }
 
 void local_gw_detach(int slot)
@@ -806,18 +818,7 @@ void local_gw_detach(int slot)
 	pthread_mutex_unlock(&gw.lock);
 	if (nsfd >= 0)
 		egress_in_netns(nsfd, unwire, &slot);
-	pthread_mutex_lock(&gw.lock);
-	slot_set(slot, false);
-	pthread_mutex_unlock(&gw.lock);
-}
-
-void local_gw_release(int slot)
-{
-	if (slot < 0 || slot >= GW_SLOTS)
-		return;
-	pthread_mutex_lock(&gw.lock);
-	slot_set(slot, false);
-	pthread_mutex_unlock(&gw.lock);
+	local_gw_release(slot);
 }
 
 pid_t local_gw_pasta_pid(void)
